@@ -1,0 +1,68 @@
+//! TEST FIXTURE: a stand-in for the CUDA runtime (`libcudart.so.13`) and driver
+//! (`libcuda.so.1`), for machines without a GPU: CI, the build machine, and the no-GPU demo.
+//!
+//! It is not CUDA and is never shipped as CUDA. It exports the entry points the tracer probes
+//! with their real signatures and return codes; device memory is host memory, copies are
+//! memcpy, pinned memory is page-aligned and mlocked, and each runtime call goes through the
+//! driver function beneath it (the runtime dlopens `libcuda.so.1`, as the real one does).
+//!
+//! Fault injection, read from the environment of the process that loads it:
+//! `HOTPIN_STANDIN_NO_DEVICE=1` makes every call fail with "no device";
+//! `HOTPIN_STANDIN_FAIL_PIN_EVERY=N` makes every Nth pinning call fail with "out of memory".
+
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+/// File name of the runtime stand-in.
+pub const RUNTIME_NAME: &str = "libcudart.so.13";
+/// File name of the driver stand-in.
+pub const DRIVER_NAME: &str = "libcuda.so.1";
+
+const BUILD_DIR: &str = env!("CUDA_STANDIN_BUILD_DIR");
+
+/// Where the two stand-in libraries were installed.
+#[derive(Clone, Debug)]
+pub struct Installed {
+    /// The directory holding both: put it on `LD_LIBRARY_PATH` so the runtime finds the driver.
+    pub dir: PathBuf,
+    pub runtime: PathBuf,
+    pub driver: PathBuf,
+}
+
+/// Copies the stand-in libraries into `dir` (created if missing) under their CUDA names.
+pub fn install(dir: &Path) -> io::Result<Installed> {
+    fs::create_dir_all(dir)?;
+    let installed = Installed {
+        dir: dir.to_path_buf(),
+        runtime: dir.join(RUNTIME_NAME),
+        driver: dir.join(DRIVER_NAME),
+    };
+    for (name, to) in [(RUNTIME_NAME, &installed.runtime), (DRIVER_NAME, &installed.driver)] {
+        let from = Path::new(BUILD_DIR).join(name);
+        // Copy to a temporary name and rename, so a process mapping the old file keeps it.
+        let tmp = to.with_extension("tmp");
+        fs::copy(&from, &tmp).map_err(|e| {
+            io::Error::new(e.kind(), format!("copying {} to {}: {e}", from.display(), tmp.display()))
+        })?;
+        fs::rename(&tmp, to)?;
+    }
+    Ok(installed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_puts_both_libraries_under_their_cuda_names() {
+        let dir = std::env::temp_dir().join(format!("standin-test-{}", std::process::id()));
+        let installed = install(&dir).expect("install into a temp dir");
+        for path in [&installed.runtime, &installed.driver] {
+            let bytes = fs::read(path).expect("installed library is readable");
+            assert_eq!(&bytes[..4], b"\x7fELF", "{} is not an ELF file", path.display());
+        }
+        fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

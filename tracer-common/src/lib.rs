@@ -1,0 +1,247 @@
+//! Wire types shared by the kernel-side programs (`tracer-ebpf`) and the agent.
+//!
+//! Every record in the ring buffer is one [`Event`]: a fixed [`EventHeader`] and a payload of
+//! raw arguments, the raw return value, the value read through an out-parameter, and the caller's
+//! return address. The registry in `tracer-agent` says how to read the payload of each kind.
+#![no_std]
+
+use core::mem::size_of;
+
+/// Arguments captured per call: six in registers, two more from the stack (x86-64 SysV).
+pub const MAX_ARGS: usize = 8;
+/// Arguments read from the stack at most (the 7th and 8th, e.g. `cudaMemcpy2DAsync`'s stream).
+pub const MAX_STACK_ARGS: usize = MAX_ARGS - 6;
+
+/// Header of every event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    /// An [`EventKind`] as a number; decode with [`EventKind::from_u16`].
+    pub kind: u16,
+    /// `FLAG_*` bits.
+    pub flags: u16,
+    pub cpu: u32,
+    /// Thread group id (what userspace calls the pid).
+    pub pid: u32,
+    pub tid: u32,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the event was completed.
+    pub ts_ns: u64,
+}
+const _: () = assert!(size_of::<EventHeader>() == 24);
+
+/// The one event envelope.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    pub header: EventHeader,
+    /// Raw arguments in call order; unused ones are zero.
+    pub args: [u64; MAX_ARGS],
+    /// Raw return register; the registry says its C type (`cudaError_t` is 32 bits).
+    pub ret: u64,
+    /// The value the callee stored through its out-parameter (e.g. `*devPtr` of `cudaMalloc`).
+    pub out: u64,
+    /// Return address at entry: the call site inside the traced process.
+    pub caller: u64,
+    /// Entry to return, in ns; zero for one-shot events.
+    pub duration_ns: u64,
+    pub _pad: u64,
+}
+pub const EVENT_SIZE: usize = 128;
+const _: () = assert!(size_of::<Event>() == EVENT_SIZE);
+
+/// A driver call made while a runtime call was in progress on the same thread: the runtime
+/// event already stands for it.
+pub const FLAG_NESTED: u16 = 1 << 0;
+/// The return was seen without its entry (the probe was attached mid-call): `args` are zero.
+pub const FLAG_NO_ENTRY: u16 = 1 << 1;
+/// Reading the out-parameter failed: `out` is zero.
+pub const FLAG_OUT_UNREADABLE: u16 = 1 << 2;
+
+/// Indexes of the per-CPU counters map `COUNTERS`.
+pub mod counter {
+    /// Events that found the ring buffer full: lost.
+    pub const RINGBUF_FULL: u32 = 0;
+    /// Entries that found the pending-call map full: their returns carry `FLAG_NO_ENTRY`.
+    pub const PENDING_FULL: u32 = 1;
+    pub const COUNT: u32 = 2;
+}
+
+/// Largest number of processes traced at once.
+pub const MAX_TARGETS: u32 = 4096;
+
+macro_rules! event_kinds {
+    ($($(#[$doc:meta])* $name:ident = $value:literal,)*) => {
+        /// Stable numbers for each kind of event, grouped in ranges: 1-99 the CUDA runtime API,
+        /// 100-199 the driver API, 200-299 libc, 300-399 the kernel.
+        #[repr(u16)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum EventKind {
+            $($(#[$doc])* $name = $value,)*
+        }
+
+        impl EventKind {
+            pub const ALL: &'static [EventKind] = &[$(EventKind::$name,)*];
+
+            /// The kind with this number, if there is one.
+            pub const fn from_u16(value: u16) -> Option<Self> {
+                match value {
+                    $($value => Some(EventKind::$name),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+event_kinds! {
+    CudaMalloc = 1,
+    CudaFree = 2,
+    CudaMallocHost = 3,
+    CudaHostAlloc = 4,
+    CudaFreeHost = 5,
+    CudaHostRegister = 6,
+    CudaHostUnregister = 7,
+    CudaMemcpy = 8,
+    CudaMemcpyAsync = 9,
+    CudaMemcpy2D = 10,
+    CudaMemcpy2DAsync = 11,
+
+    CuMemAlloc = 100,
+    CuMemFree = 101,
+    CuMemAllocHost = 102,
+    CuMemHostAlloc = 103,
+    CuMemFreeHost = 104,
+    CuMemHostRegister = 105,
+    CuMemHostUnregister = 106,
+    CuMemcpyHtoD = 107,
+    CuMemcpyDtoH = 108,
+    CuMemcpyHtoDAsync = 109,
+    CuMemcpyDtoHAsync = 110,
+    CuMemcpy = 111,
+    CuMemcpyAsync = 112,
+}
+
+/// Which API layer a probed function belongs to; the kernel side uses it to mark driver calls
+/// nested in runtime calls.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    Other = 0,
+    Runtime = 1,
+    Driver = 2,
+}
+
+/// What userspace tells an attached program through `bpf_get_attach_cookie`.
+///
+/// Bits 0-15: the [`EventKind`]; 16-19: index of the out-parameter plus one (0: none);
+/// 20-21: the [`Layer`]; 24-27: how many arguments to read from the stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeCookie(pub u64);
+
+impl ProbeCookie {
+    pub const fn new(kind: EventKind, out_arg: Option<u8>, layer: Layer, stack_args: u8) -> Self {
+        let out = match out_arg {
+            Some(index) => (index as u64 & 0x7) + 1,
+            None => 0,
+        };
+        Self(
+            kind as u64
+                | (out << 16)
+                | ((layer as u64 & 0x3) << 20)
+                | ((stack_args as u64 & 0xf) << 24),
+        )
+    }
+
+    pub const fn kind(self) -> u16 {
+        self.0 as u16
+    }
+
+    pub const fn out_arg(self) -> Option<usize> {
+        match (self.0 >> 16) & 0xf {
+            0 => None,
+            n => Some(n as usize - 1),
+        }
+    }
+
+    pub const fn layer(self) -> u8 {
+        ((self.0 >> 20) & 0x3) as u8
+    }
+
+    pub const fn stack_args(self) -> usize {
+        let n = ((self.0 >> 24) & 0xf) as usize;
+        if n > MAX_STACK_ARGS { MAX_STACK_ARGS } else { n }
+    }
+}
+
+/// Why a byte slice from the ring buffer is not an [`Event`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The record is shorter than an event.
+    Truncated { len: usize },
+}
+
+impl Event {
+    /// Reads an event from a ring-buffer record, checking its length first. The record may be
+    /// unaligned and longer than an event (the kernel rounds records to 8 bytes).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        if bytes.len() < EVENT_SIZE {
+            return Err(DecodeError::Truncated { len: bytes.len() });
+        }
+        // SAFETY: the length was checked above, and `Event` is plain old data: every bit
+        // pattern is a valid value. `read_unaligned` needs no alignment.
+        Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Event>()) })
+    }
+
+    /// The raw kind, if it is one this build knows.
+    pub fn kind(&self) -> Option<EventKind> {
+        EventKind::from_u16(self.header.kind)
+    }
+}
+
+#[cfg(feature = "user")]
+// SAFETY: `Event` is `#[repr(C)]`, `Copy`, has explicit padding and no invalid bit patterns.
+unsafe impl aya::Pod for Event {}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn cookie_round_trips_every_field() {
+        let cookie = ProbeCookie::new(EventKind::CudaMemcpy2DAsync, Some(0), Layer::Runtime, 2);
+        assert_eq!(cookie.kind(), EventKind::CudaMemcpy2DAsync as u16);
+        assert_eq!(cookie.out_arg(), Some(0));
+        assert_eq!(cookie.layer(), Layer::Runtime as u8);
+        assert_eq!(cookie.stack_args(), 2);
+        let none = ProbeCookie::new(EventKind::CuMemcpy, None, Layer::Driver, 0);
+        assert_eq!(none.out_arg(), None);
+        assert_eq!(none.layer(), Layer::Driver as u8);
+    }
+
+    #[test]
+    fn every_kind_decodes_from_its_number() {
+        for kind in EventKind::ALL {
+            assert_eq!(EventKind::from_u16(*kind as u16), Some(*kind));
+        }
+        assert_eq!(EventKind::from_u16(0), None);
+        assert_eq!(EventKind::from_u16(9999), None);
+    }
+
+    #[test]
+    fn decode_checks_length_and_reads_unaligned() {
+        let mut event = Event::default();
+        event.header.kind = EventKind::CudaMemcpy as u16;
+        event.args[2] = 4096;
+        event.ret = 7;
+        // SAFETY: Event is plain old data of EVENT_SIZE bytes.
+        let raw: [u8; EVENT_SIZE] = unsafe { core::mem::transmute(event) };
+        let mut shifted = std::vec![0u8; EVENT_SIZE + 1];
+        shifted[1..].copy_from_slice(&raw);
+        assert_eq!(Event::from_bytes(&shifted[1..]), Ok(event));
+        assert_eq!(
+            Event::from_bytes(&raw[..EVENT_SIZE - 1]),
+            Err(DecodeError::Truncated { len: EVENT_SIZE - 1 })
+        );
+    }
+}

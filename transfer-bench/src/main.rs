@@ -1,0 +1,200 @@
+//! `transfer-bench`: the pattern of the original design's benchmark.
+//!
+//! H hot host buffers are each copied host-to-device and back N times; C cold buffers are
+//! each copied once each way. The CUDA runtime is dlopened (`--cudart`), so the same binary
+//! runs against real CUDA or the test stand-in. Prints one JSON summary on stdout.
+
+use std::{ffi::c_void, time::Instant};
+
+use allocator::cuda::{CudaRuntime, MemcpyKind};
+use anyhow::{Context as _, Result, bail, ensure};
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Mode {
+    /// Every host buffer from malloc (pageable).
+    Unpinned,
+    /// Every host buffer from cudaMallocHost (pinned).
+    Pinned,
+}
+
+#[derive(Parser, Debug)]
+#[command(about, version)]
+struct Args {
+    /// The CUDA runtime to load: a path, or a name for the dynamic loader.
+    #[arg(long, default_value = "libcudart.so.13")]
+    cudart: String,
+    /// How host buffers are allocated.
+    #[arg(long, value_enum, default_value_t = Mode::Unpinned)]
+    mode: Mode,
+    /// Size of every buffer, in bytes (suffixes K, M, G are powers of 1024).
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    size: usize,
+    /// Number of hot buffers.
+    #[arg(long, default_value_t = 2)]
+    hot: usize,
+    /// Round trips (host-to-device then device-to-host) per hot buffer.
+    #[arg(long, default_value_t = 175)]
+    transfers: usize,
+    /// Number of cold buffers (one round trip each).
+    #[arg(long, default_value_t = 25)]
+    cold: usize,
+}
+
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let (digits, shift) = match text.chars().last() {
+        Some('K' | 'k') => (&text[..text.len() - 1], 10),
+        Some('M' | 'm') => (&text[..text.len() - 1], 20),
+        Some('G' | 'g') => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    let value: usize = digits.parse().map_err(|e| format!("bad size {text:?}: {e}"))?;
+    value
+        .checked_mul(1 << shift)
+        .filter(|&size| size > 0)
+        .ok_or_else(|| format!("size {text:?} is zero or too large"))
+}
+
+#[derive(Serialize)]
+struct Summary {
+    mode: Mode,
+    cudart: String,
+    size: usize,
+    hot: usize,
+    cold: usize,
+    transfers: usize,
+    /// Host-to-device plus device-to-host calls made.
+    copies: usize,
+    bytes_moved: u64,
+    bytes_allocated: u64,
+    bytes_pinned: u64,
+    alloc_s: f64,
+    copy_s: f64,
+    free_s: f64,
+    total_s: f64,
+}
+
+/// A host buffer and how to give it back.
+struct HostBuffer {
+    ptr: *mut c_void,
+    pinned: bool,
+}
+
+fn alloc_host(cuda: &CudaRuntime, mode: Mode, size: usize) -> Result<HostBuffer> {
+    let buffer = match mode {
+        Mode::Unpinned => {
+            // SAFETY: plain malloc; checked for null below.
+            let ptr = unsafe { libc::malloc(size) };
+            ensure!(!ptr.is_null(), "malloc({size}) failed");
+            HostBuffer { ptr, pinned: false }
+        }
+        Mode::Pinned => HostBuffer {
+            ptr: cuda
+                .malloc_host(size)
+                .map_err(|e| anyhow::anyhow!("cudaMallocHost({size}): {e}"))?,
+            pinned: true,
+        },
+    };
+    // Touch every page, as a program filling its buffer would.
+    // SAFETY: `ptr` is valid for `size` bytes.
+    unsafe { std::ptr::write_bytes(buffer.ptr.cast::<u8>(), 0xa5, size) };
+    Ok(buffer)
+}
+
+fn free_host(cuda: &CudaRuntime, buffer: HostBuffer) -> Result<()> {
+    if buffer.pinned {
+        // SAFETY: from cudaMallocHost, freed once.
+        unsafe { cuda.free_host(buffer.ptr) }.map_err(|e| anyhow::anyhow!("cudaFreeHost: {e}"))
+    } else {
+        // SAFETY: from malloc, freed once.
+        unsafe { libc::free(buffer.ptr) };
+        Ok(())
+    }
+}
+
+fn round_trip(cuda: &CudaRuntime, host: &HostBuffer, device: *mut c_void, size: usize) -> Result<()> {
+    // SAFETY: both buffers are `size` bytes, host memory and device memory respectively.
+    unsafe {
+        cuda.memcpy(device, host.ptr, size, MemcpyKind::HostToDevice)
+            .map_err(|e| anyhow::anyhow!("cudaMemcpy host-to-device: {e}"))?;
+        cuda.memcpy(host.ptr, device, size, MemcpyKind::DeviceToHost)
+            .map_err(|e| anyhow::anyhow!("cudaMemcpy device-to-host: {e}"))?;
+    }
+    Ok(())
+}
+
+fn run(args: &Args) -> Result<Summary> {
+    let cuda = CudaRuntime::load(&args.cudart)?;
+    let devices = cuda.device_count().map_err(|e| anyhow::anyhow!("cudaGetDeviceCount: {e}"))?;
+    if devices == 0 {
+        bail!("{} reports no CUDA device", cuda.path());
+    }
+    let size = args.size;
+    let device = cuda
+        .malloc(size)
+        .map_err(|e| anyhow::anyhow!("cudaMalloc({size}): {e}"))?;
+
+    let start = Instant::now();
+    let hot = (0..args.hot)
+        .map(|_| alloc_host(&cuda, args.mode, size))
+        .collect::<Result<Vec<_>>>()?;
+    let cold = (0..args.cold)
+        .map(|_| alloc_host(&cuda, args.mode, size))
+        .collect::<Result<Vec<_>>>()?;
+    let allocated = start.elapsed();
+
+    let copy_start = Instant::now();
+    for _ in 0..args.transfers {
+        for buffer in &hot {
+            round_trip(&cuda, buffer, device, size)?;
+        }
+    }
+    for buffer in &cold {
+        round_trip(&cuda, buffer, device, size)?;
+    }
+    cuda.device_synchronize()
+        .map_err(|e| anyhow::anyhow!("cudaDeviceSynchronize: {e}"))?;
+    let copied = copy_start.elapsed();
+    for buffer in hot.iter().chain(&cold) {
+        // SAFETY: every buffer is at least one byte.
+        let first = unsafe { *buffer.ptr.cast::<u8>() };
+        ensure!(first == 0xa5, "a buffer came back changed from its round trips");
+    }
+
+    let free_start = Instant::now();
+    let pinned = if args.mode == Mode::Pinned { args.hot + args.cold } else { 0 };
+    for buffer in hot.into_iter().chain(cold) {
+        free_host(&cuda, buffer)?;
+    }
+    let freed = free_start.elapsed();
+    // SAFETY: from cudaMalloc, freed once.
+    unsafe { cuda.free(device) }.map_err(|e| anyhow::anyhow!("cudaFree: {e}"))?;
+
+    let copies = 2 * (args.hot * args.transfers + args.cold);
+    Ok(Summary {
+        mode: args.mode,
+        cudart: cuda.path().to_string(),
+        size,
+        hot: args.hot,
+        cold: args.cold,
+        transfers: args.transfers,
+        copies,
+        bytes_moved: copies as u64 * size as u64,
+        bytes_allocated: ((args.hot + args.cold) * size) as u64,
+        bytes_pinned: (pinned * size) as u64,
+        alloc_s: allocated.as_secs_f64(),
+        copy_s: copied.as_secs_f64(),
+        free_s: freed.as_secs_f64(),
+        total_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let summary = run(&args).context("transfer-bench failed")?;
+    println!("{}", serde_json::to_string(&summary)?);
+    Ok(())
+}
