@@ -40,14 +40,39 @@ pub struct Event {
     pub ret: u64,
     /// The value the callee stored through its out-parameter (e.g. `*devPtr` of `cudaMalloc`).
     pub out: u64,
-    /// Return address at entry: the call site inside the traced process.
-    pub caller: u64,
     /// Entry to return, in ns; zero for one-shot events.
     pub duration_ns: u64,
-    pub _pad: u64,
+    /// The call site: the return address in the caller.
+    pub caller: u64,
+    /// The call site as the kernel resolved it at the time of the call, for probes that ask
+    /// for it (allocations): see [`CallSiteRaw`].
+    pub site: CallSiteRaw,
 }
-pub const EVENT_SIZE: usize = 128;
+pub const EVENT_SIZE: usize = 160;
 const _: () = assert!(size_of::<Event>() == EVENT_SIZE);
+
+/// A call site resolved by the kernel (`bpf_get_stack` with `BPF_F_USER_BUILD_ID`): the ELF
+/// build id of the module the caller is in, and the caller's offset in that file. Resolved at
+/// the time of the call, so it holds even when the process exits before the agent reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallSiteRaw {
+    /// `SITE_*`.
+    pub status: u32,
+    pub _pad: u32,
+    /// File offset when `status` is [`SITE_BUILD_ID`], else the address.
+    pub offset: u64,
+    pub build_id: [u8; 20],
+    pub _pad2: [u8; 4],
+}
+const _: () = assert!(size_of::<CallSiteRaw>() == 40);
+
+/// No call site was asked for or found.
+pub const SITE_NONE: u32 = 0;
+/// `build_id` and `offset` are valid.
+pub const SITE_BUILD_ID: u32 = 1;
+/// The module had no build id (or it was not readable): `offset` is the address.
+pub const SITE_IP: u32 = 2;
 
 /// A driver call made while a runtime call was in progress on the same thread: the runtime
 /// event already stands for it.
@@ -134,12 +159,19 @@ pub enum Layer {
 /// What userspace tells an attached program through `bpf_get_attach_cookie`.
 ///
 /// Bits 0-15: the [`EventKind`]; 16-19: index of the out-parameter plus one (0: none);
-/// 20-21: the [`Layer`]; 24-27: how many arguments to read from the stack.
+/// 20-21: the [`Layer`]; 24-27: how many arguments to read from the stack; 28: resolve the
+/// call site in the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie(pub u64);
 
 impl ProbeCookie {
-    pub const fn new(kind: EventKind, out_arg: Option<u8>, layer: Layer, stack_args: u8) -> Self {
+    pub const fn new(
+        kind: EventKind,
+        out_arg: Option<u8>,
+        layer: Layer,
+        stack_args: u8,
+        want_site: bool,
+    ) -> Self {
         let out = match out_arg {
             Some(index) => (index as u64 & 0x7) + 1,
             None => 0,
@@ -148,8 +180,13 @@ impl ProbeCookie {
             kind as u64
                 | (out << 16)
                 | ((layer as u64 & 0x3) << 20)
-                | ((stack_args as u64 & 0xf) << 24),
+                | ((stack_args as u64 & 0xf) << 24)
+                | ((want_site as u64) << 28),
         )
+    }
+
+    pub const fn want_site(self) -> bool {
+        (self.0 >> 28) & 1 == 1
     }
 
     pub const fn kind(self) -> u16 {
@@ -209,12 +246,15 @@ mod tests {
 
     #[test]
     fn cookie_round_trips_every_field() {
-        let cookie = ProbeCookie::new(EventKind::CudaMemcpy2DAsync, Some(0), Layer::Runtime, 2);
+        let cookie =
+            ProbeCookie::new(EventKind::CudaMemcpy2DAsync, Some(0), Layer::Runtime, 2, true);
         assert_eq!(cookie.kind(), EventKind::CudaMemcpy2DAsync as u16);
         assert_eq!(cookie.out_arg(), Some(0));
         assert_eq!(cookie.layer(), Layer::Runtime as u8);
         assert_eq!(cookie.stack_args(), 2);
-        let none = ProbeCookie::new(EventKind::CuMemcpy, None, Layer::Driver, 0);
+        assert!(cookie.want_site());
+        let none = ProbeCookie::new(EventKind::CuMemcpy, None, Layer::Driver, 0, false);
+        assert!(!none.want_site());
         assert_eq!(none.out_arg(), None);
         assert_eq!(none.layer(), Layer::Driver as u8);
     }

@@ -9,18 +9,21 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{
+        BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP,
+        BPF_RB_NO_WAKEUP, bpf_stack_build_id,
+    },
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use tracer_common::{
-    Event, EventHeader, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, Layer, MAX_ARGS,
-    MAX_TARGETS, ProbeCookie, counter,
+    CallSiteRaw, Event, EventHeader, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, Layer,
+    MAX_ARGS, MAX_TARGETS, ProbeCookie, SITE_BUILD_ID, SITE_IP, SITE_NONE, counter,
 };
 
 /// Default ring size; the agent may set another with `EbpfLoader::map_max_entries`.
@@ -59,7 +62,6 @@ struct PendingKey {
 #[derive(Clone, Copy)]
 struct Pending {
     ts_ns: u64,
-    caller: u64,
     args: [u64; MAX_ARGS],
 }
 
@@ -104,17 +106,48 @@ fn stack_pointer(ctx: &ProbeContext) -> u64 {
     unsafe { (*ctx.regs).sp }
 }
 
-/// At entry, the return address: on the stack on x86-64, in the link register on arm64.
+/// In a uretprobe the instruction pointer is the original return address: the call site.
 #[cfg(bpf_target_arch = "x86_64")]
-fn caller_address(ctx: &ProbeContext) -> u64 {
-    // SAFETY: a user read of the traced process's stack; failure gives 0.
-    unsafe { bpf_probe_read_user(stack_pointer(ctx) as *const u64) }.unwrap_or(0)
+fn return_address(ctx: &RetProbeContext) -> u64 {
+    // SAFETY: `regs` points at the probe's pt_regs for the duration of the program.
+    unsafe { (*ctx.regs).rip }
 }
 
 #[cfg(bpf_target_arch = "aarch64")]
-fn caller_address(ctx: &ProbeContext) -> u64 {
+fn return_address(ctx: &RetProbeContext) -> u64 {
     // SAFETY: as above.
-    unsafe { (*ctx.regs).regs[30] }
+    unsafe { (*ctx.regs).pc }
+}
+
+/// The caller as (build id, file offset), resolved by the kernel while the process's memory
+/// map is certain to be there.
+fn call_site(ctx: &RetProbeContext) -> CallSiteRaw {
+    // SAFETY: all-zero is a valid bpf_stack_build_id (a plain C struct with a union of u64s).
+    let mut frame: bpf_stack_build_id = unsafe { core::mem::zeroed() };
+    // SAFETY: the buffer is one frame, exactly its size; the helper writes within it.
+    let written = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            (&raw mut frame).cast(),
+            size_of::<bpf_stack_build_id>() as u32,
+            (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID).into(),
+        )
+    };
+    if written < size_of::<bpf_stack_build_id>() as i64 {
+        return CallSiteRaw::default();
+    }
+    let mut site = CallSiteRaw::default();
+    // SAFETY: both union members are u64.
+    site.offset = unsafe { frame.__bindgen_anon_1.offset };
+    site.status = match frame.status {
+        1 => {
+            site.build_id = frame.build_id;
+            SITE_BUILD_ID
+        }
+        2 => SITE_IP,
+        _ => SITE_NONE,
+    };
+    site
 }
 
 fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
@@ -126,7 +159,6 @@ fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
     let mut pending = Pending {
         // SAFETY: no preconditions.
         ts_ns: unsafe { bpf_ktime_get_ns() },
-        caller: caller_address(ctx),
         args: [0; MAX_ARGS],
     };
     for (index, slot) in pending.args.iter_mut().take(6).enumerate() {
@@ -175,11 +207,11 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
     // SAFETY: the value is copied out before the entry is removed.
     let pending = unsafe { PENDING.get(&key) }.copied();
     let _ = PENDING.remove(&key);
-    let (args, caller, duration_ns) = match pending {
-        Some(p) => (p.args, p.caller, now.saturating_sub(p.ts_ns)),
+    let (args, duration_ns) = match pending {
+        Some(p) => (p.args, now.saturating_sub(p.ts_ns)),
         None => {
             flags |= FLAG_NO_ENTRY;
-            ([0; MAX_ARGS], 0, 0)
+            ([0; MAX_ARGS], 0)
         }
     };
 
@@ -213,6 +245,8 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         }
     }
 
+    let site = if cookie.want_site() { call_site(ctx) } else { CallSiteRaw::default() };
+
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         bump(counter::RINGBUF_FULL);
         return Ok(());
@@ -230,9 +264,9 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         args,
         ret: ctx.ret::<u64>(),
         out,
-        caller,
         duration_ns,
-        _pad: 0,
+        caller: return_address(ctx),
+        site,
     });
     let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
         BPF_RB_FORCE_WAKEUP

@@ -1,0 +1,244 @@
+//! [`TracerAgent`]: the library API. Attach to a process, record its CUDA memory traffic into
+//! a [`MemHistory`], and query hot and cold allocations while it runs.
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, RwLockReadGuard, atomic::Ordering},
+    thread::JoinHandle,
+};
+
+use tokio::sync::watch;
+
+use crate::{
+    error::TracerError,
+    events::CudaCall,
+    history::{Allocation, CallSite, MemHistory},
+    probes::{ProbeState, ProbeStatus, Probes, registry::Library},
+    recorder::{LiveStatus, Recorder, RecorderConfig, RecorderEnd, Shared},
+    target::{self, CallSiteResolver},
+};
+
+/// Ring buffer size by default: 16 MiB holds about 120k events, a second of the heaviest
+/// CUDA call rate we have measured, between two drains.
+pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
+
+/// How an agent traces.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The processes to trace.
+    pub pids: Vec<u32>,
+    /// Attach to this CUDA runtime file instead of (and besides) what the targets map.
+    pub cuda_runtime: Option<PathBuf>,
+    /// Attach to this CUDA driver file instead of (and besides) what the targets map.
+    pub cuda_driver: Option<PathBuf>,
+    /// Files whose call sites should be named even if the process exits before its memory
+    /// map is read (the program `tracer record -- CMD` starts).
+    pub modules: Vec<PathBuf>,
+    /// Kernel ring buffer size in bytes: a power of two, at least a page.
+    pub ring_bytes: u32,
+    pub recorder: RecorderConfig,
+}
+
+impl AgentConfig {
+    pub fn new(pid: u32) -> Self {
+        Self {
+            pids: vec![pid],
+            cuda_runtime: None,
+            cuda_driver: None,
+            modules: Vec::new(),
+            ring_bytes: DEFAULT_RING_BYTES,
+            recorder: RecorderConfig::default(),
+        }
+    }
+}
+
+/// An event from outside the kernel probes, e.g. the allocator announcing an allocation.
+#[derive(Clone, Debug)]
+pub enum AgentEvent {
+    /// A CUDA call seen elsewhere.
+    Cuda(CudaCall),
+    /// A host allocation with its identity.
+    HostAlloc {
+        pid: u32,
+        addr: u64,
+        size: u64,
+        kind: crate::history::AllocKind,
+        call_site: Option<CallSite>,
+        ts_ns: u64,
+    },
+    HostFree { pid: u32, addr: u64, ts_ns: u64 },
+}
+
+struct Running {
+    stop: watch::Sender<bool>,
+    thread: JoinHandle<Result<RecorderEnd, TracerError>>,
+}
+
+/// The tracer as a library.
+pub struct TracerAgent {
+    config: AgentConfig,
+    shared: Arc<Shared>,
+    running: Option<Running>,
+    probes: Vec<ProbeStatus>,
+}
+
+impl TracerAgent {
+    /// An agent for process `pid`; nothing is attached until [`Self::start`].
+    pub fn new(pid: u32) -> Self {
+        Self::with_config(AgentConfig::new(pid))
+    }
+
+    /// An agent for the calling process.
+    pub fn for_current_process() -> Self {
+        Self::new(std::process::id())
+    }
+
+    pub fn with_config(config: AgentConfig) -> Self {
+        Self { config, shared: Arc::default(), running: None, probes: Vec::new() }
+    }
+
+    /// An agent over a history loaded from a dump, for queries.
+    pub fn from_history(history: MemHistory) -> Self {
+        let agent = Self::with_config(AgentConfig { pids: Vec::new(), ..AgentConfig::new(0) });
+        *agent.shared.history.write().expect("history lock poisoned") = history;
+        agent
+    }
+
+    /// Loads the kernel programs, attaches them to the CUDA libraries of the targets (and the
+    /// configured overrides), and starts recording. Probes that cannot attach are reported in
+    /// [`Self::probes`], not fatal; a missing process or an unloadable program is.
+    pub fn start(&mut self) -> Result<(), TracerError> {
+        if self.running.is_some() {
+            return Err(TracerError::AlreadyRunning);
+        }
+        let mut probes = Probes::load(self.config.ring_bytes)?;
+        let mut libraries = Vec::new();
+        for &pid in &self.config.pids {
+            probes.add_target(pid)?;
+            libraries.extend(target::cuda_libraries(pid)?);
+        }
+        if let Some(path) = &self.config.cuda_runtime {
+            libraries.insert(0, (path.clone(), Library::CudaRuntime));
+        }
+        if let Some(path) = &self.config.cuda_driver {
+            libraries.insert(0, (path.clone(), Library::CudaDriver));
+        }
+        for (path, library) in &libraries {
+            probes.attach_library(path, *library)?;
+        }
+        self.probes = probes.status().to_vec();
+        let ring = probes.take_events()?;
+        let mut resolver = CallSiteResolver::new();
+        for path in self.config.modules.iter().chain(libraries.iter().map(|(path, _)| path)) {
+            resolver.learn_file(path, &path.display().to_string());
+        }
+        for &pid in &self.config.pids {
+            resolver.learn_process(pid);
+        }
+        let recorder = Recorder {
+            resolver,
+            probes,
+            ring,
+            shared: Arc::clone(&self.shared),
+            targets: self.config.pids.clone(),
+            config: self.config.recorder.clone(),
+        };
+        let (stop, stop_rx) = watch::channel(false);
+        let thread = std::thread::Builder::new()
+            .name("hotpin-recorder".into())
+            .spawn(move || recorder.run(stop_rx))
+            .map_err(|source| TracerError::Io { what: "starting the recorder thread".into(), source })?;
+        self.running = Some(Running { stop, thread });
+        Ok(())
+    }
+
+    /// Detaches, drains the last events into the history, and keeps the history.
+    pub fn stop(&mut self) -> Result<(), TracerError> {
+        let running = self.running.take().ok_or(TracerError::NotRunning)?;
+        let _ = running.stop.send(true);
+        let end = running
+            .thread
+            .join()
+            .map_err(|_| TracerError::Recorder("the recorder thread panicked".into()))??;
+        self.probes = end.probes;
+        Ok(())
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// True once every target process has exited (while running).
+    pub fn targets_exited(&self) -> bool {
+        self.shared.live.targets_exited.load(Ordering::Relaxed)
+    }
+
+    /// Each probe attach attempted: attached, or unavailable and why.
+    pub fn probes(&self) -> &[ProbeStatus] {
+        &self.probes
+    }
+
+    /// How many probes are in place.
+    pub fn attached_probes(&self) -> usize {
+        self.probes.iter().filter(|p| p.state == ProbeState::Attached).count()
+    }
+
+    /// Read access to the history; recording waits while the guard is held, so keep it short.
+    pub fn history(&self) -> RwLockReadGuard<'_, MemHistory> {
+        self.shared.history.read().expect("history lock poisoned")
+    }
+
+    /// Events, transfers, allocations and lost events so far.
+    pub fn live_status(&self) -> LiveStatus {
+        let history = self.history();
+        LiveStatus {
+            events: self.shared.live.events.load(Ordering::Relaxed),
+            transfers: history.stats().transfers,
+            allocations: history.allocations().len() as u64,
+            lost_events: self.shared.live.lost.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The `n` host allocations copied most, most first (cloned out of the lock).
+    pub fn hotspots(&self, n: usize) -> Vec<Allocation> {
+        self.history().hotspots(n).into_iter().cloned().collect()
+    }
+
+    /// The `n` host allocations copied least, least first.
+    pub fn coldspots(&self, n: usize) -> Vec<Allocation> {
+        self.history().coldspots(n).into_iter().cloned().collect()
+    }
+
+    /// Host allocations copied at least `min_transfers` times.
+    pub fn hotspots_threshold(&self, min_transfers: u64) -> Vec<Allocation> {
+        self.history().hotspots_threshold(min_transfers).into_iter().cloned().collect()
+    }
+
+    /// Host allocations copied at most `max_transfers` times.
+    pub fn coldspots_threshold(&self, max_transfers: u64) -> Vec<Allocation> {
+        self.history().coldspots_threshold(max_transfers).into_iter().cloned().collect()
+    }
+
+    /// Feeds an event from elsewhere into the history.
+    pub fn handle_event(&self, event: AgentEvent) {
+        let mut history = self.shared.history.write().expect("history lock poisoned");
+        match event {
+            AgentEvent::Cuda(call) => history.apply(&call, None),
+            AgentEvent::HostAlloc { pid, addr, size, kind, call_site, ts_ns } => {
+                let site = call_site.map(|site| history.intern_call_site(site));
+                history.alloc(pid, addr, size, kind, site, ts_ns);
+            }
+            AgentEvent::HostFree { pid, addr, ts_ns } => {
+                history.free(pid, addr, ts_ns);
+            }
+        }
+    }
+}
+
+impl Drop for TracerAgent {
+    fn drop(&mut self) {
+        if self.running.is_some() {
+            let _ = self.stop();
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Decoding ring-buffer records into typed CUDA calls, with the registry.
+
+use serde::{Deserialize, Serialize};
+use tracer_common::{
+    Event, EventKind, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, SITE_BUILD_ID, SITE_IP,
+};
+
+use crate::probes::registry::{
+    AllocSpace, BytesFrom, CopyDirection, DirectionFrom, Semantics, call_probe,
+};
+
+/// What a CUDA call did to memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Op {
+    Alloc { addr: u64, size: u64, space: AllocSpace },
+    Free { addr: u64, space: AllocSpace },
+    Register { addr: u64, size: u64 },
+    Unregister { addr: u64 },
+    Copy { dst: u64, src: u64, bytes: u64, direction: CopyDirection },
+}
+
+/// A call site as the kernel resolved it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawSite {
+    /// The module's ELF build id and the file offset in it.
+    BuildId { build_id: [u8; 20], offset: u64 },
+    /// Only the address (the module has no build id, or it could not be read).
+    Address(u64),
+}
+
+/// One completed CUDA call of a traced process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaCall {
+    pub kind: EventKind,
+    pub pid: u32,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC at return, in ns.
+    pub ts_ns: u64,
+    pub duration_ns: u64,
+    /// The call site: the return address in the caller.
+    pub caller: u64,
+    /// The call site resolved by the kernel, for allocation calls.
+    pub site: Option<RawSite>,
+    /// `cudaError_t` or `CUresult`; 0 is success.
+    pub result: i32,
+    /// A driver call made inside a runtime call: the runtime call stands for it.
+    pub nested: bool,
+    /// The return was seen without the entry: the arguments are unknown.
+    pub partial: bool,
+    pub op: Op,
+}
+
+/// Why a record could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("ring-buffer record of {len} bytes is shorter than an event")]
+    Truncated { len: usize },
+    #[error("unknown event kind {0}")]
+    UnknownKind(u16),
+}
+
+impl From<tracer_common::DecodeError> for DecodeError {
+    fn from(error: tracer_common::DecodeError) -> Self {
+        match error {
+            tracer_common::DecodeError::Truncated { len } => DecodeError::Truncated { len },
+        }
+    }
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode(record: &[u8]) -> Result<CudaCall, DecodeError> {
+    let event = Event::from_bytes(record)?;
+    decode_event(&event)
+}
+
+/// Reads an event's arguments with its registry row.
+pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
+    let raw_kind = event.header.kind;
+    let kind = event.kind().ok_or(DecodeError::UnknownKind(raw_kind))?;
+    let probe = call_probe(kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
+    let args = &event.args;
+    let op = match probe.semantics {
+        Semantics::Alloc { size, space, .. } => Op::Alloc {
+            addr: if event.header.flags & FLAG_OUT_UNREADABLE != 0 { 0 } else { event.out },
+            size: args[size],
+            space,
+        },
+        Semantics::Free { ptr, space } => Op::Free { addr: args[ptr], space },
+        Semantics::Register { ptr, size } => Op::Register { addr: args[ptr], size: args[size] },
+        Semantics::Unregister { ptr } => Op::Unregister { addr: args[ptr] },
+        Semantics::Copy { dst, src, bytes, direction } => Op::Copy {
+            dst: args[dst],
+            src: args[src],
+            bytes: match bytes {
+                BytesFrom::Arg(index) => args[index],
+                BytesFrom::Rect { width, height } => args[width].saturating_mul(args[height]),
+            },
+            direction: match direction {
+                DirectionFrom::Fixed(direction) => direction,
+                DirectionFrom::KindArg(index) => CopyDirection::from_memcpy_kind(args[index]),
+                DirectionFrom::Pointers => CopyDirection::Unresolved,
+            },
+        },
+    };
+    Ok(CudaCall {
+        kind,
+        pid: event.header.pid,
+        tid: event.header.tid,
+        ts_ns: event.header.ts_ns,
+        duration_ns: event.duration_ns,
+        caller: event.caller,
+        site: match event.site.status {
+            SITE_BUILD_ID => Some(RawSite::BuildId {
+                build_id: event.site.build_id,
+                offset: event.site.offset,
+            }),
+            SITE_IP => Some(RawSite::Address(event.site.offset)),
+            _ => None,
+        },
+        // cudaError_t and CUresult are C ints: the upper half of the register is not theirs.
+        result: event.ret as u32 as i32,
+        nested: event.header.flags & FLAG_NESTED != 0,
+        partial: event.header.flags & FLAG_NO_ENTRY != 0,
+        op,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::EventHeader;
+
+    use super::*;
+
+    fn event(kind: EventKind, args: &[u64], ret: u64) -> Event {
+        let mut event = Event {
+            header: EventHeader { kind: kind as u16, pid: 7, tid: 8, ts_ns: 100, ..Default::default() },
+            ret,
+            ..Default::default()
+        };
+        event.args[..args.len()].copy_from_slice(args);
+        event
+    }
+
+    #[test]
+    fn memcpy_reads_direction_from_its_kind_argument() {
+        let call = decode_event(&event(EventKind::CudaMemcpy, &[0xd000, 0x4000, 4096, 1], 0))
+            .expect("decodes");
+        assert_eq!(
+            call.op,
+            Op::Copy { dst: 0xd000, src: 0x4000, bytes: 4096, direction: CopyDirection::HostToDevice }
+        );
+        assert_eq!((call.pid, call.tid, call.result), (7, 8, 0));
+    }
+
+    #[test]
+    fn memcpy_2d_moves_width_times_height_with_kind_from_the_stack() {
+        let args = [0xd000, 512, 0x4000, 256, 200, 10, 2];
+        let call = decode_event(&event(EventKind::CudaMemcpy2D, &args, 0)).expect("decodes");
+        assert_eq!(
+            call.op,
+            Op::Copy { dst: 0xd000, src: 0x4000, bytes: 2000, direction: CopyDirection::DeviceToHost }
+        );
+    }
+
+    #[test]
+    fn alloc_takes_the_pointer_from_the_out_parameter() {
+        let mut raw = event(EventKind::CudaMallocHost, &[0x7ff0, 1 << 20], 0);
+        raw.out = 0x7f00_0000_0000;
+        let call = decode_event(&raw).expect("decodes");
+        assert_eq!(
+            call.op,
+            Op::Alloc { addr: 0x7f00_0000_0000, size: 1 << 20, space: AllocSpace::PinnedHost }
+        );
+        raw.header.flags = FLAG_OUT_UNREADABLE;
+        let call = decode_event(&raw).expect("decodes");
+        assert!(matches!(call.op, Op::Alloc { addr: 0, .. }));
+    }
+
+    #[test]
+    fn result_is_the_low_32_bits_as_a_signed_int() {
+        let call = decode_event(&event(EventKind::CudaFree, &[0x10], 0xdead_beef_0000_0002))
+            .expect("decodes");
+        assert_eq!(call.result, 2);
+    }
+
+    #[test]
+    fn kernel_resolved_call_sites_are_kept() {
+        let mut raw = event(EventKind::CudaMallocHost, &[0x10, 64], 0);
+        raw.site.status = SITE_BUILD_ID;
+        raw.site.build_id = [7; 20];
+        raw.site.offset = 0x1234;
+        let call = decode_event(&raw).expect("decodes");
+        assert_eq!(call.site, Some(RawSite::BuildId { build_id: [7; 20], offset: 0x1234 }));
+        raw.site.status = SITE_IP;
+        assert_eq!(decode_event(&raw).expect("decodes").site, Some(RawSite::Address(0x1234)));
+    }
+
+    #[test]
+    fn unknown_kinds_and_short_records_are_errors() {
+        let mut raw = event(EventKind::CudaFree, &[], 0);
+        raw.header.kind = 4242;
+        assert_eq!(decode_event(&raw), Err(DecodeError::UnknownKind(4242)));
+        assert_eq!(decode(&[0u8; 12]), Err(DecodeError::Truncated { len: 12 }));
+    }
+
+    #[test]
+    fn nested_and_partial_flags_are_kept() {
+        let mut raw = event(EventKind::CuMemcpyHtoD, &[1, 2, 3], 0);
+        raw.header.flags = FLAG_NESTED | FLAG_NO_ENTRY;
+        let call = decode_event(&raw).expect("decodes");
+        assert!(call.nested && call.partial);
+    }
+}

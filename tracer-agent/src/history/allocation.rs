@@ -1,0 +1,136 @@
+//! One host or device allocation and everything that happened to it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::probes::registry::CopyDirection;
+
+/// Index of an allocation in its [`super::MemHistory`].
+pub type AllocId = u64;
+/// Index of a call site in its [`super::MemHistory`].
+pub type CallSiteId = u32;
+
+/// Where an allocation was made: the return address of the allocating call, as a module and
+/// an offset in that module's file, so it is the same in every run despite ASLR.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CallSite {
+    /// The file mapped at the address (or `[anon]` for code outside any file).
+    pub module: String,
+    pub offset: u64,
+    /// The function containing the address, where the module's symbols say.
+    pub symbol: Option<String>,
+}
+
+/// What kind of memory an allocation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocKind {
+    /// malloc and friends.
+    Pageable,
+    /// An anonymous mmap.
+    Mmap,
+    /// cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc.
+    Pinned,
+    /// Pageable memory registered with cudaHostRegister: pinned in place.
+    Registered,
+    /// GPU memory (cudaMalloc / cuMemAlloc).
+    Device,
+    /// A host pointer used in a transfer that no tracked allocation contains: the entry
+    /// collects those transfers so none is dropped. Its size is the largest copy seen.
+    Untracked,
+}
+
+impl AllocKind {
+    /// Host memory that copies fast (no staging).
+    pub fn is_pinned(self) -> bool {
+        matches!(self, AllocKind::Pinned | AllocKind::Registered)
+    }
+
+    pub fn is_host(self) -> bool {
+        self != AllocKind::Device
+    }
+}
+
+/// Something that happened to an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum AllocEvent {
+    Alloc { ts_ns: u64 },
+    Transfer { ts_ns: u64, direction: CopyDirection, bytes: u64 },
+    PageFault { ts_ns: u64, addr: u64 },
+    Register { ts_ns: u64 },
+    Unregister { ts_ns: u64 },
+    Free { ts_ns: u64 },
+}
+
+impl AllocEvent {
+    pub fn ts_ns(&self) -> u64 {
+        match *self {
+            AllocEvent::Alloc { ts_ns }
+            | AllocEvent::Transfer { ts_ns, .. }
+            | AllocEvent::PageFault { ts_ns, .. }
+            | AllocEvent::Register { ts_ns }
+            | AllocEvent::Unregister { ts_ns }
+            | AllocEvent::Free { ts_ns } => ts_ns,
+        }
+    }
+}
+
+/// Counters kept current as events arrive, for fast reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferStats {
+    /// Host-to-device plus device-to-host copies.
+    pub transfers: u64,
+    pub h2d_count: u64,
+    pub d2h_count: u64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    /// Copies whose direction could not be resolved (unified addressing, unknown pointers).
+    pub other_count: u64,
+    pub other_bytes: u64,
+    pub first_transfer_ns: Option<u64>,
+    pub last_transfer_ns: Option<u64>,
+    pub page_faults: u64,
+}
+
+/// An allocation: what it is (the static part) and what happened to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub id: AllocId,
+    pub pid: u32,
+    pub start: u64,
+    pub size: u64,
+    pub kind: AllocKind,
+    pub call_site: Option<CallSiteId>,
+    /// This is the nth allocation (from 0) made at its call site in its process.
+    pub ordinal: u32,
+    pub alloc_ns: u64,
+    /// When it was freed; `None` while live.
+    pub free_ns: Option<u64>,
+    pub stats: TransferStats,
+    /// The timeline, ordered by timestamp.
+    pub events: Vec<AllocEvent>,
+}
+
+impl Allocation {
+    pub fn is_live(&self) -> bool {
+        self.free_ns.is_none()
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr - self.start < self.size.max(1)
+    }
+
+    /// Transfers per MiB of the allocation: how much pinning it would pay back.
+    pub fn transfers_per_mib(&self) -> f64 {
+        let mib = (self.size.max(1) as f64) / (1 << 20) as f64;
+        self.stats.transfers as f64 / mib
+    }
+
+    /// Inserts an event keeping the timeline ordered; events arrive nearly in order (ring
+    /// buffers are per-CPU), so the search starts from the end.
+    pub(super) fn push_event(&mut self, event: AllocEvent) {
+        let ts = event.ts_ns();
+        let at = self.events.iter().rposition(|e| e.ts_ns() <= ts).map_or(0, |i| i + 1);
+        self.events.insert(at, event);
+    }
+}

@@ -1,0 +1,218 @@
+use super::*;
+
+const PID: u32 = 100;
+const MIB: u64 = 1 << 20;
+
+fn site(history: &mut MemHistory, offset: u64) -> CallSiteId {
+    history.intern_call_site(CallSite { module: "/bin/app".into(), offset, symbol: None })
+}
+
+#[test]
+fn find_returns_the_live_allocation_containing_a_pointer() {
+    let mut h = MemHistory::new();
+    let a = h.alloc(PID, 0x1000, 0x100, AllocKind::Pageable, None, 1);
+    let b = h.alloc(PID, 0x2000, 0x100, AllocKind::Pinned, None, 2);
+    assert_eq!(h.find(PID, 0x1000).map(|a| a.id), Some(a));
+    assert_eq!(h.find(PID, 0x10ff).map(|a| a.id), Some(a));
+    assert_eq!(h.find(PID, 0x1100).map(|a| a.id), None, "one past the end is outside");
+    assert_eq!(h.find(PID, 0x2050).map(|a| a.id), Some(b));
+    assert_eq!(h.find(PID + 1, 0x2050).map(|a| a.id), None, "other processes are separate");
+    assert_eq!(h.find(PID, 0xfff).map(|a| a.id), None);
+}
+
+#[test]
+fn an_address_reused_after_free_keeps_both_histories_with_one_active() {
+    let mut h = MemHistory::new();
+    let first = h.alloc(PID, 0x1000, 64, AllocKind::Pageable, None, 1);
+    h.transfer(PID, 0xd000, 0x1000, 64, CopyDirection::HostToDevice, 2);
+    assert_eq!(h.free(PID, 0x1000, 3), Some(first));
+    assert!(h.find(PID, 0x1000).is_none(), "nothing is live there after the free");
+    let second = h.alloc(PID, 0x1000, 128, AllocKind::Pinned, None, 4);
+    h.transfer(PID, 0x1000, 0xd000, 128, CopyDirection::DeviceToHost, 5);
+    h.transfer(PID, 0x1000, 0xd000, 128, CopyDirection::DeviceToHost, 6);
+    assert_ne!(first, second);
+    assert_eq!(h.find(PID, 0x1000).map(|a| a.id), Some(second));
+    let first = h.allocation(first).expect("kept");
+    assert_eq!((first.stats.transfers, first.free_ns), (1, Some(3)));
+    let second = h.allocation(second).expect("kept");
+    assert_eq!((second.stats.d2h_count, second.stats.d2h_bytes), (2, 256));
+}
+
+#[test]
+fn an_alloc_over_a_live_start_closes_the_old_history() {
+    let mut h = MemHistory::new();
+    let old = h.alloc(PID, 0x1000, 64, AllocKind::Pageable, None, 1);
+    let new = h.alloc(PID, 0x1000, 64, AllocKind::Pageable, None, 2);
+    assert_eq!(h.allocation(old).and_then(|a| a.free_ns), Some(2));
+    assert_eq!(h.find(PID, 0x1000).map(|a| a.id), Some(new));
+}
+
+#[test]
+fn hot_and_cold_queries_order_by_transfer_count() {
+    let mut h = MemHistory::new();
+    let ids: Vec<_> = (0..5u64)
+        .map(|i| h.alloc(PID, 0x10000 * (i + 1), MIB, AllocKind::Pageable, None, i))
+        .collect();
+    for (i, &id) in ids.iter().enumerate() {
+        let start = h.allocation(id).expect("exists").start;
+        for t in 0..(i as u64 * 10) {
+            h.transfer(PID, 0xd000_0000, start + 8, 4096, CopyDirection::HostToDevice, 100 + t);
+        }
+    }
+    let device = h.alloc(PID, 0xd000_0000, MIB, AllocKind::Device, None, 0);
+    let hot: Vec<_> = h.hotspots(2).iter().map(|a| a.id).collect();
+    assert_eq!(hot, vec![ids[4], ids[3]]);
+    let cold: Vec<_> = h.coldspots(2).iter().map(|a| a.id).collect();
+    assert_eq!(cold, vec![ids[0], ids[1]]);
+    let at_least_20: Vec<_> = h.hotspots_threshold(20).iter().map(|a| a.stats.transfers).collect();
+    assert_eq!(at_least_20, vec![40, 30, 20]);
+    let at_most_10: Vec<_> = h.coldspots_threshold(10).iter().map(|a| a.stats.transfers).collect();
+    assert_eq!(at_most_10, vec![0, 10]);
+    assert!(
+        h.hotspots(100).iter().all(|a| a.id != device),
+        "device memory is not a host hotspot"
+    );
+}
+
+#[test]
+fn a_transfer_from_unknown_memory_goes_to_an_untracked_entry() {
+    let mut h = MemHistory::new();
+    h.transfer(PID, 0xd000, 0x5000, 100, CopyDirection::HostToDevice, 1);
+    h.transfer(PID, 0xd000, 0x5000, 300, CopyDirection::HostToDevice, 2);
+    h.transfer(PID, 0x5000, 0xd000, 200, CopyDirection::DeviceToHost, 3);
+    assert_eq!(h.stats().untracked_transfers, 3);
+    assert_eq!(h.stats().transfers, 3);
+    let hot = h.hotspots(1);
+    let entry = hot.first().expect("the untracked entry is a hotspot");
+    assert_eq!(entry.kind, AllocKind::Untracked);
+    assert_eq!((entry.start, entry.size, entry.stats.transfers), (0x5000, 300, 3));
+    assert!(h.find(PID, 0x5000).is_none(), "untracked entries are not live allocations");
+}
+
+#[test]
+fn unified_copies_resolve_direction_from_device_allocations() {
+    let mut h = MemHistory::new();
+    h.alloc(PID, 0xd000, 4096, AllocKind::Device, None, 1);
+    let host = h.alloc(PID, 0x1000, 4096, AllocKind::Pageable, None, 2);
+    h.transfer(PID, 0xd000, 0x1000, 4096, CopyDirection::Unresolved, 3);
+    h.transfer(PID, 0x1000, 0xd000, 10, CopyDirection::Unresolved, 4);
+    h.transfer(PID, 0xd100, 0xd000, 10, CopyDirection::Unresolved, 5);
+    let stats = h.allocation(host).expect("exists").stats;
+    assert_eq!((stats.h2d_count, stats.d2h_count, stats.transfers), (1, 1, 2));
+    assert_eq!(h.stats().other_copies, 1, "device to device is not a bus transfer");
+}
+
+#[test]
+fn register_pins_a_known_allocation_in_place_and_unregister_undoes_it() {
+    let mut h = MemHistory::new();
+    let id = h.alloc(PID, 0x1000, 4096, AllocKind::Pageable, None, 1);
+    assert_eq!(h.register(PID, 0x1000, 4096, None, 2), id);
+    assert_eq!(h.allocation(id).map(|a| a.kind), Some(AllocKind::Registered));
+    h.unregister(PID, 0x1000, 3);
+    assert_eq!(h.allocation(id).map(|a| a.kind), Some(AllocKind::Pageable));
+    let new = h.register(PID, 0x9000, 4096, None, 4);
+    assert_ne!(new, id);
+    let new = h.allocation(new).expect("exists");
+    assert_eq!(new.kind, AllocKind::Registered);
+    assert_eq!(new.events, vec![AllocEvent::Register { ts_ns: 4 }]);
+}
+
+#[test]
+fn ordinals_count_allocations_per_call_site_and_process() {
+    let mut h = MemHistory::new();
+    let a = site(&mut h, 0x10);
+    let b = site(&mut h, 0x20);
+    assert_eq!(site(&mut h, 0x10), a, "interning is stable");
+    let ordinals: Vec<_> = [(PID, a), (PID, a), (PID, b), (PID + 1, a), (PID, a)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(pid, s))| {
+            let id = h.alloc(pid, 0x1000 * (i as u64 + 1), 8, AllocKind::Pageable, Some(s), 0);
+            h.allocation(id).expect("exists").ordinal
+        })
+        .collect();
+    assert_eq!(ordinals, vec![0, 1, 0, 0, 2]);
+    assert_eq!(h.at_call_site(a).count(), 4);
+}
+
+#[test]
+fn events_stay_in_timestamp_order_when_they_arrive_out_of_order() {
+    let mut h = MemHistory::new();
+    let id = h.alloc(PID, 0x1000, 64, AllocKind::Pageable, None, 10);
+    for ts in [30, 20, 40, 25] {
+        h.transfer(PID, 0xd000, 0x1000, 8, CopyDirection::HostToDevice, ts);
+    }
+    let times: Vec<_> = h.allocation(id).expect("exists").events.iter().map(|e| e.ts_ns()).collect();
+    assert_eq!(times, vec![10, 20, 25, 30, 40]);
+    let stats = h.allocation(id).expect("exists").stats;
+    assert_eq!((stats.first_transfer_ns, stats.last_transfer_ns), (Some(20), Some(40)));
+}
+
+#[test]
+fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
+    use crate::events::{CudaCall, Op};
+    use tracer_common::EventKind;
+    let copy = |nested, partial, result| CudaCall {
+        kind: EventKind::CuMemcpyHtoD,
+        pid: PID,
+        tid: PID,
+        ts_ns: 1,
+        duration_ns: 0,
+        caller: 0,
+        site: None,
+        result,
+        nested,
+        partial,
+        op: Op::Copy { dst: 0xd000, src: 0x1000, bytes: 8, direction: CopyDirection::HostToDevice },
+    };
+    let mut h = MemHistory::new();
+    h.apply(&copy(true, false, 0), None);
+    h.apply(&copy(false, true, 0), None);
+    h.apply(&copy(false, false, 2), None);
+    assert_eq!(h.stats().transfers, 0);
+    h.apply(&copy(false, false, 0), None);
+    let s = h.stats();
+    assert_eq!(
+        (s.calls, s.nested_calls, s.partial_calls, s.failed_calls, s.transfers),
+        (4, 1, 1, 1, 1)
+    );
+}
+
+#[test]
+fn from_data_rebuilds_every_index_and_rejects_inconsistent_content() {
+    let mut h = MemHistory::new();
+    let s = site(&mut h, 0x42);
+    let live = h.alloc(PID, 0x1000, 64, AllocKind::Pageable, Some(s), 1);
+    let freed = h.alloc(PID, 0x2000, 64, AllocKind::Pageable, Some(s), 2);
+    h.free(PID, 0x2000, 3);
+    h.transfer(PID, 0xd000, 0x1000, 64, CopyDirection::HostToDevice, 4);
+    h.transfer(PID, 0xd000, 0x7000, 64, CopyDirection::HostToDevice, 5);
+
+    let mut rebuilt = MemHistory::from_data(h.data().clone()).expect("consistent");
+    assert_eq!(rebuilt, h);
+    assert_eq!(rebuilt.find(PID, 0x1010).map(|a| a.id), Some(live));
+    assert!(rebuilt.find(PID, 0x2000).is_none());
+    assert_eq!(rebuilt.hotspots(1)[0].id, h.hotspots(1)[0].id);
+    assert_eq!(rebuilt.at_call_site(s).count(), 2);
+    // Further recording continues the ordinals and the untracked entries.
+    let next = rebuilt.alloc(PID, 0x3000, 8, AllocKind::Pageable, Some(s), 6);
+    assert_eq!(rebuilt.allocation(next).map(|a| a.ordinal), Some(2));
+    rebuilt.transfer(PID, 0xd000, 0x7000, 64, CopyDirection::HostToDevice, 7);
+    let untracked = rebuilt.allocations().iter().filter(|a| a.kind == AllocKind::Untracked).count();
+    assert_eq!(untracked, 1);
+    let _ = freed;
+
+    let mut bad = h.data().clone();
+    bad.allocations[0].call_site = Some(99);
+    assert!(matches!(
+        MemHistory::from_data(bad),
+        Err(InvalidHistory::UnknownCallSite { site: 99, .. })
+    ));
+    let mut bad = h.data().clone();
+    bad.allocations.swap(0, 1);
+    assert!(matches!(MemHistory::from_data(bad), Err(InvalidHistory::IdOutOfOrder { .. })));
+    let mut bad = h.data().clone();
+    bad.allocations[1].start = 0x1000;
+    bad.allocations[1].free_ns = None;
+    assert!(matches!(MemHistory::from_data(bad), Err(InvalidHistory::DuplicateLive { .. })));
+}

@@ -1,0 +1,14 @@
+//! hotpin's tracer: eBPF probes on the CUDA runtime and driver of a process, a lossless event
+//! stream, and the [`MemHistory`](history::MemHistory) of which host allocations are copied to
+//! and from the GPU often (hot) and which rarely (cold).
+
+pub mod agent;
+pub mod error;
+pub mod events;
+pub mod history;
+pub mod probes;
+pub mod recorder;
+pub mod target;
+
+pub use error::TracerError;
+pub use agent::{AgentConfig, AgentEvent, TracerAgent};

@@ -1,0 +1,212 @@
+//! Loading the kernel programs and attaching them, from the one registry, to the CUDA
+//! libraries a process maps.
+
+pub mod registry;
+pub mod symbols;
+
+use std::{
+    collections::HashSet,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
+};
+use serde::Serialize;
+use tracer_common::counter;
+
+use self::{
+    registry::{CALL_PROBES, Library},
+    symbols::SymbolTable,
+};
+use crate::error::TracerError;
+
+/// The compiled `tracer-ebpf` object, embedded at build time.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+
+const ENTRY_PROGRAM: &str = "cuda_call_uprobe";
+const RETURN_PROGRAM: &str = "cuda_call_uretprobe";
+
+/// Whether a probe is in place, and if not, why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum ProbeState {
+    Attached,
+    Unavailable { reason: String },
+}
+
+/// One line of `tracer probes`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeStatus {
+    pub symbol: String,
+    pub library: Library,
+    pub path: PathBuf,
+    #[serde(flatten)]
+    pub state: ProbeState,
+}
+
+/// Events the kernel side could not deliver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct KernelCounters {
+    /// Events dropped because the ring buffer was full.
+    pub ringbuf_full: u64,
+    /// Calls whose entry could not be remembered (their event has no arguments).
+    pub pending_full: u64,
+}
+
+/// The loaded kernel programs and what they are attached to.
+pub struct Probes {
+    ebpf: Ebpf,
+    /// Files already attached, by (device, inode): a library mapped by several targets, or
+    /// under several paths, is attached once.
+    attached_files: HashSet<(u64, u64)>,
+    status: Vec<ProbeStatus>,
+}
+
+impl Probes {
+    /// Loads the embedded object with a ring buffer of `ring_bytes` (a power of two, at least
+    /// one page) and loads both programs into the kernel.
+    pub fn load(ring_bytes: u32) -> Result<Self, TracerError> {
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", ring_bytes)
+            .load(EBPF_OBJECT)
+            .map_err(|source| TracerError::Load { source })?;
+        for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
+            program(&mut ebpf, name)?
+                .load()
+                .map_err(|source| TracerError::Program { program: name, source })?;
+        }
+        Ok(Self {
+            ebpf,
+            attached_files: HashSet::new(),
+            status: Vec::new(),
+        })
+    }
+
+    /// Traces `pid` from now on (the kernel programs ignore every other process).
+    pub fn add_target(&mut self, pid: u32) -> Result<(), TracerError> {
+        self.targets()?
+            .insert(pid, 0, 0)
+            .map_err(|source| TracerError::Map { map: "TARGETS", source })
+    }
+
+    /// Stops tracing `pid`.
+    pub fn remove_target(&mut self, pid: u32) -> Result<(), TracerError> {
+        match self.targets()?.remove(&pid) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(TracerError::Map { map: "TARGETS", source }),
+        }
+    }
+
+    fn targets(&mut self) -> Result<BpfHashMap<&mut MapData, u32, u32>, TracerError> {
+        let map = self.ebpf.map_mut("TARGETS").expect("the object defines TARGETS");
+        BpfHashMap::try_from(map).map_err(|source| TracerError::Map { map: "TARGETS", source })
+    }
+
+    /// Whether this file was attached already.
+    pub fn is_attached(&self, path: &Path) -> bool {
+        file_id(path).is_some_and(|id| self.attached_files.contains(&id))
+    }
+
+    /// Attaches every registry probe of `library` to the file at `path`, for all processes
+    /// (the kernel side filters by target). Returns the status of each probe; a symbol the file
+    /// lacks or a probe the kernel refuses is reported and skipped. A file already attached is
+    /// skipped and returns nothing.
+    pub fn attach_library(
+        &mut self,
+        path: &Path,
+        library: Library,
+    ) -> Result<Vec<ProbeStatus>, TracerError> {
+        let id = file_id(path).ok_or_else(|| TracerError::Io {
+            what: format!("reading {}", path.display()),
+            source: std::io::Error::last_os_error(),
+        })?;
+        if !self.attached_files.insert(id) {
+            return Ok(Vec::new());
+        }
+        let symbols = SymbolTable::read(path)?;
+        let mut report = Vec::new();
+        for probe in CALL_PROBES.iter().filter(|p| p.library == library && p.default_on) {
+            for &symbol in probe.symbols {
+                let state = match symbols.offset(symbol) {
+                    None => ProbeState::Unavailable {
+                        reason: format!("{} does not export {symbol}", path.display()),
+                    },
+                    Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
+                        Ok(()) => ProbeState::Attached,
+                        Err(error) => ProbeState::Unavailable { reason: error.to_string() },
+                    },
+                };
+                if let ProbeState::Unavailable { reason } = &state {
+                    tracing::debug!(symbol, reason, "probe unavailable");
+                }
+                report.push(ProbeStatus {
+                    symbol: symbol.to_string(),
+                    library,
+                    path: path.to_path_buf(),
+                    state,
+                });
+            }
+        }
+        self.status.extend(report.iter().cloned());
+        Ok(report)
+    }
+
+    fn attach_call(&mut self, path: &Path, offset: u64, cookie: u64) -> Result<(), TracerError> {
+        for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: Some(cookie),
+            };
+            program(&mut self.ebpf, name)?
+                .attach(point, path, UProbeScope::AllProcesses)
+                .map_err(|source| TracerError::Program { program: name, source })?;
+        }
+        Ok(())
+    }
+
+    /// Every probe attach attempted so far.
+    pub fn status(&self) -> &[ProbeStatus] {
+        &self.status
+    }
+
+    /// Takes the ring buffer for reading; call once.
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, TracerError> {
+        let map = self.ebpf.take_map("EVENTS").expect("the object defines EVENTS");
+        RingBuf::try_from(map).map_err(|source| TracerError::Map { map: "EVENTS", source })
+    }
+
+    /// The kernel side's loss counters, summed over CPUs.
+    pub fn counters(&self) -> Result<KernelCounters, TracerError> {
+        let map = self.ebpf.map("COUNTERS").expect("the object defines COUNTERS");
+        let array = PerCpuArray::<_, u64>::try_from(map)
+            .map_err(|source| TracerError::Map { map: "COUNTERS", source })?;
+        let sum = |index: u32| -> Result<u64, TracerError> {
+            let values = array
+                .get(&index, 0)
+                .map_err(|source| TracerError::Map { map: "COUNTERS", source })?;
+            Ok(values.iter().sum())
+        };
+        Ok(KernelCounters {
+            ringbuf_full: sum(counter::RINGBUF_FULL)?,
+            pending_full: sum(counter::PENDING_FULL)?,
+        })
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut UProbe, TracerError> {
+    ebpf.program_mut(name)
+        .expect("the object defines both programs")
+        .try_into()
+        .map_err(|source| TracerError::Program { program: name, source })
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}

@@ -1,0 +1,275 @@
+//! The one probe registry: every function the tracer probes, where it lives, what the kernel
+//! must support for it, whether it is on by default, and how to read its arguments.
+//!
+//! The loader attaches from this table alone (see [`super::Probes::attach_library`]); the decoder
+//! reads events with it (see [`crate::events`]).
+
+use tracer_common::{EventKind, Layer, ProbeCookie};
+
+/// The library a probed function lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Library {
+    /// The CUDA runtime: `libcudart.so*`, or an executable linked with it statically.
+    CudaRuntime,
+    /// The CUDA driver: `libcuda.so*`.
+    CudaDriver,
+}
+
+impl Library {
+    pub const fn layer(self) -> Layer {
+        match self {
+            Library::CudaRuntime => Layer::Runtime,
+            Library::CudaDriver => Layer::Driver,
+        }
+    }
+}
+
+/// What the kernel must offer for a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelFeature {
+    /// uprobes and uretprobes with BPF attach cookies (Linux 5.15).
+    UprobeWithCookie,
+}
+
+/// Memory an allocation function hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocSpace {
+    Device,
+    /// Pinned host memory from cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc.
+    PinnedHost,
+}
+
+/// Where a copy's direction comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectionFrom {
+    /// Fixed by the function (`cuMemcpyHtoD_v2`).
+    Fixed(CopyDirection),
+    /// A `cudaMemcpyKind` argument at this index.
+    KindArg(usize),
+    /// Unified addressing (`cuMemcpy`, `cudaMemcpyDefault`): resolved from which pointers are
+    /// known device allocations.
+    Pointers,
+}
+
+/// The direction of a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CopyDirection {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+    HostToHost,
+    /// Unified addressing with neither pointer resolved yet.
+    Unresolved,
+}
+
+impl CopyDirection {
+    /// From a `cudaMemcpyKind` value.
+    pub fn from_memcpy_kind(kind: u64) -> Self {
+        match kind as u32 {
+            0 => CopyDirection::HostToHost,
+            1 => CopyDirection::HostToDevice,
+            2 => CopyDirection::DeviceToHost,
+            3 => CopyDirection::DeviceToDevice,
+            _ => CopyDirection::Unresolved,
+        }
+    }
+}
+
+/// How many bytes a copy moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BytesFrom {
+    Arg(usize),
+    /// `width * height` (2D copies).
+    Rect { width: usize, height: usize },
+}
+
+/// What a call does, with the argument indexes to read it from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Semantics {
+    /// The new pointer is written through the out-parameter at `out_arg`.
+    Alloc { out_arg: u8, size: usize, space: AllocSpace },
+    Free { ptr: usize, space: AllocSpace },
+    Register { ptr: usize, size: usize },
+    Unregister { ptr: usize },
+    Copy { dst: usize, src: usize, bytes: BytesFrom, direction: DirectionFrom },
+}
+
+/// One probed function: a uprobe at its entry and a uretprobe at its return.
+#[derive(Clone, Copy, Debug)]
+pub struct CallProbe {
+    pub kind: EventKind,
+    pub library: Library,
+    /// The exported symbols: the function and its `_ptds`/`_ptsz`/`_v2` variants. Each one the
+    /// library exports is probed; the rest are reported unavailable.
+    pub symbols: &'static [&'static str],
+    pub feature: KernelFeature,
+    pub default_on: bool,
+    pub semantics: Semantics,
+    /// Arguments beyond the sixth, read from the stack at entry.
+    pub stack_args: u8,
+}
+
+impl CallProbe {
+    /// The cookie the kernel programs receive for this function.
+    pub fn cookie(&self) -> ProbeCookie {
+        let out_arg = match self.semantics {
+            Semantics::Alloc { out_arg, .. } => Some(out_arg),
+            _ => None,
+        };
+        let want_site = matches!(self.semantics, Semantics::Alloc { .. } | Semantics::Register { .. });
+        ProbeCookie::new(self.kind, out_arg, self.library.layer(), self.stack_args, want_site)
+    }
+}
+
+use AllocSpace::{Device, PinnedHost};
+use CopyDirection::{DeviceToHost, HostToDevice};
+use Library::{CudaDriver, CudaRuntime};
+
+const fn call(
+    kind: EventKind,
+    library: Library,
+    symbols: &'static [&'static str],
+    semantics: Semantics,
+) -> CallProbe {
+    CallProbe {
+        kind,
+        library,
+        symbols,
+        feature: KernelFeature::UprobeWithCookie,
+        default_on: true,
+        semantics,
+        stack_args: 0,
+    }
+}
+
+const fn copy(dst: usize, src: usize, bytes: usize, direction: DirectionFrom) -> Semantics {
+    Semantics::Copy { dst, src, bytes: BytesFrom::Arg(bytes), direction }
+}
+
+/// `cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind[, stream])`: the 7th and 8th
+/// arguments are on the stack.
+const fn copy_2d(kind: EventKind, symbols: &'static [&'static str], stack_args: u8) -> CallProbe {
+    CallProbe {
+        stack_args,
+        ..call(
+            kind,
+            CudaRuntime,
+            symbols,
+            Semantics::Copy {
+                dst: 0,
+                src: 2,
+                bytes: BytesFrom::Rect { width: 4, height: 5 },
+                direction: DirectionFrom::KindArg(6),
+            },
+        )
+    }
+}
+
+/// Every probed CUDA function.
+pub static CALL_PROBES: &[CallProbe] = &[
+    // The runtime API.
+    call(EventKind::CudaMalloc, CudaRuntime, &["cudaMalloc"],
+        Semantics::Alloc { out_arg: 0, size: 1, space: Device }),
+    call(EventKind::CudaFree, CudaRuntime, &["cudaFree"],
+        Semantics::Free { ptr: 0, space: Device }),
+    call(EventKind::CudaMallocHost, CudaRuntime, &["cudaMallocHost"],
+        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
+    call(EventKind::CudaHostAlloc, CudaRuntime, &["cudaHostAlloc"],
+        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
+    call(EventKind::CudaFreeHost, CudaRuntime, &["cudaFreeHost"],
+        Semantics::Free { ptr: 0, space: PinnedHost }),
+    call(EventKind::CudaHostRegister, CudaRuntime, &["cudaHostRegister"],
+        Semantics::Register { ptr: 0, size: 1 }),
+    call(EventKind::CudaHostUnregister, CudaRuntime, &["cudaHostUnregister"],
+        Semantics::Unregister { ptr: 0 }),
+    call(EventKind::CudaMemcpy, CudaRuntime, &["cudaMemcpy", "cudaMemcpy_ptds"],
+        copy(0, 1, 2, DirectionFrom::KindArg(3))),
+    call(EventKind::CudaMemcpyAsync, CudaRuntime, &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
+        copy(0, 1, 2, DirectionFrom::KindArg(3))),
+    copy_2d(EventKind::CudaMemcpy2D, &["cudaMemcpy2D", "cudaMemcpy2D_ptds"], 1),
+    copy_2d(EventKind::CudaMemcpy2DAsync, &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"], 2),
+    // The driver API.
+    call(EventKind::CuMemAlloc, CudaDriver, &["cuMemAlloc_v2"],
+        Semantics::Alloc { out_arg: 0, size: 1, space: Device }),
+    call(EventKind::CuMemFree, CudaDriver, &["cuMemFree_v2"],
+        Semantics::Free { ptr: 0, space: Device }),
+    call(EventKind::CuMemAllocHost, CudaDriver, &["cuMemAllocHost_v2"],
+        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
+    call(EventKind::CuMemHostAlloc, CudaDriver, &["cuMemHostAlloc"],
+        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
+    call(EventKind::CuMemFreeHost, CudaDriver, &["cuMemFreeHost"],
+        Semantics::Free { ptr: 0, space: PinnedHost }),
+    call(EventKind::CuMemHostRegister, CudaDriver, &["cuMemHostRegister_v2"],
+        Semantics::Register { ptr: 0, size: 1 }),
+    call(EventKind::CuMemHostUnregister, CudaDriver, &["cuMemHostUnregister"],
+        Semantics::Unregister { ptr: 0 }),
+    call(EventKind::CuMemcpyHtoD, CudaDriver, &["cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"],
+        copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice))),
+    call(EventKind::CuMemcpyDtoH, CudaDriver, &["cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds"],
+        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost))),
+    call(EventKind::CuMemcpyHtoDAsync, CudaDriver,
+        &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"],
+        copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice))),
+    call(EventKind::CuMemcpyDtoHAsync, CudaDriver,
+        &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"],
+        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost))),
+    call(EventKind::CuMemcpy, CudaDriver, &["cuMemcpy", "cuMemcpy_ptds"],
+        copy(0, 1, 2, DirectionFrom::Pointers)),
+    call(EventKind::CuMemcpyAsync, CudaDriver, &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
+        copy(0, 1, 2, DirectionFrom::Pointers)),
+];
+
+/// The name of the function an event kind stands for (its first symbol).
+pub fn function_name(kind: EventKind) -> &'static str {
+    call_probe(kind).map_or("unknown", |probe| probe.symbols[0])
+}
+
+/// The registry row for an event kind.
+pub fn call_probe(kind: EventKind) -> Option<&'static CallProbe> {
+    CALL_PROBES.iter().find(|probe| probe.kind == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_exactly_one_row() {
+        for kind in EventKind::ALL {
+            let rows = CALL_PROBES.iter().filter(|p| p.kind == *kind).count();
+            assert_eq!(rows, 1, "{kind:?} has {rows} registry rows");
+        }
+    }
+
+    #[test]
+    fn argument_indexes_fit_the_captured_arguments() {
+        for probe in CALL_PROBES {
+            let max = match probe.semantics {
+                Semantics::Alloc { out_arg, size, .. } => (out_arg as usize).max(size),
+                Semantics::Free { ptr, .. } | Semantics::Unregister { ptr } => ptr,
+                Semantics::Register { ptr, size } => ptr.max(size),
+                Semantics::Copy { dst, src, bytes, direction } => {
+                    let bytes = match bytes {
+                        BytesFrom::Arg(i) => i,
+                        BytesFrom::Rect { width, height } => width.max(height),
+                    };
+                    let kind = match direction {
+                        DirectionFrom::KindArg(i) => i,
+                        _ => 0,
+                    };
+                    dst.max(src).max(bytes).max(kind)
+                }
+            };
+            assert!(
+                max < 6 + probe.stack_args as usize,
+                "{:?} reads argument {max} but captures {} ",
+                probe.kind,
+                6 + probe.stack_args
+            );
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! ELF symbol tables: a library is parsed once, and each probed symbol becomes a file offset.
+//!
+//! aya can resolve a symbol by name itself, but it re-reads and re-parses the whole file for
+//! every symbol; libcuda is tens of megabytes and the registry names dozens of symbols.
+
+use std::{collections::HashMap, fs, path::Path};
+
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+use crate::error::TracerError;
+
+/// Function symbols of one ELF file as file offsets (what uprobes attach to), by name and by
+/// address.
+#[derive(Debug, Default)]
+pub struct SymbolTable {
+    offsets: HashMap<String, u64>,
+    /// (file offset, size, name), sorted by offset.
+    functions: Vec<(u64, u64, String)>,
+    build_id: Option<Vec<u8>>,
+}
+
+impl SymbolTable {
+    /// Reads the dynamic and static symbol tables of `path`.
+    pub fn read(path: &Path) -> Result<Self, TracerError> {
+        let data = fs::read(path).map_err(|source| TracerError::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        })?;
+        let file = object::File::parse(&*data).map_err(|source| TracerError::Elf {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+        let mut offsets = HashMap::new();
+        let mut functions = Vec::new();
+        for symbol in file.dynamic_symbols().chain(file.symbols()) {
+            if symbol.kind() != object::SymbolKind::Text || !symbol.is_definition() {
+                continue;
+            }
+            let (Ok(name), Some(index)) = (symbol.name(), symbol.section_index()) else {
+                continue;
+            };
+            let Ok(section) = file.section_by_index(index) else {
+                continue;
+            };
+            let Some((section_offset, _)) = section.file_range() else {
+                continue;
+            };
+            let Some(offset) = symbol
+                .address()
+                .checked_sub(section.address())
+                .and_then(|delta| delta.checked_add(section_offset))
+            else {
+                continue;
+            };
+            // A versioned name ("cudaMemcpy@@libcudart.so.13") is found under its base name too.
+            let base = name.split('@').next().unwrap_or(name);
+            offsets.entry(base.to_string()).or_insert(offset);
+            functions.push((offset, symbol.size(), base.to_string()));
+        }
+        functions.sort();
+        functions.dedup_by_key(|f| f.0);
+        Ok(Self { offsets, functions, build_id })
+    }
+
+    /// The ELF build id (the GNU build-id note), if the file has one.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.build_id.as_deref()
+    }
+
+    /// The function whose code contains the file offset `offset`.
+    pub fn function_at(&self, offset: u64) -> Option<&str> {
+        let index = self.functions.partition_point(|f| f.0 <= offset).checked_sub(1)?;
+        let (start, size, name) = &self.functions[index];
+        (offset - start < (*size).max(1)).then_some(name.as_str())
+    }
+
+    /// The file offset of `name`, if the file defines it.
+    pub fn offset(&self, name: &str) -> Option<u64> {
+        self.offsets.get(name).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_functions_of_the_standin_runtime_at_their_file_offsets() {
+        let dir = std::env::temp_dir().join(format!("symbols-test-{}", std::process::id()));
+        let installed = cuda_standin::install(&dir).expect("install the stand-in");
+        let table = SymbolTable::read(&installed.runtime).expect("parse the stand-in runtime");
+        let offset = table.offset("cudaMemcpy").expect("cudaMemcpy is exported");
+        assert!(offset > 0, "a function cannot sit at offset 0");
+        assert!(table.offset("cudaMemcpy2DAsync_ptsz").is_some());
+        assert_eq!(table.function_at(offset), Some("cudaMemcpy"));
+        assert_eq!(table.function_at(offset + 1), Some("cudaMemcpy"));
+        assert_eq!(table.build_id().map(<[u8]>::len), Some(20), "gcc links a build id");
+        assert_eq!(table.offset("noSuchFunction"), None);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_file_that_is_not_elf_is_a_clear_error() {
+        let path = std::env::temp_dir().join(format!("not-elf-{}", std::process::id()));
+        std::fs::write(&path, b"hello").expect("write a temp file");
+        let error = SymbolTable::read(&path).expect_err("not ELF");
+        assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+        std::fs::remove_file(&path).expect("clean up");
+    }
+}

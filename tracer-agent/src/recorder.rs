@@ -1,0 +1,247 @@
+//! The recording thread: reads the ring buffer in batches, decodes, and feeds the MemHistory
+//! through a bounded channel; attaches CUDA libraries the targets load after the start.
+
+use std::{
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use aya::maps::{MapData, RingBuf};
+use serde::Serialize;
+use tokio::{io::unix::AsyncFd, sync::mpsc, sync::watch, time::MissedTickBehavior};
+
+use crate::{
+    error::TracerError,
+    events::{self, CudaCall, Op},
+    history::MemHistory,
+    probes::{KernelCounters, ProbeStatus, Probes},
+    target::{self, CallSiteResolver},
+};
+
+/// Records per batch sent to the history writer.
+const BATCH: usize = 4096;
+/// Batches in flight between reader and writer; when full the reader waits and the kernel
+/// ring buffer absorbs the burst (and counts what it cannot).
+const CHANNEL_BATCHES: usize = 64;
+
+/// Tuning of the recording thread.
+#[derive(Clone, Debug)]
+pub struct RecorderConfig {
+    /// How often the ring buffer is drained when the kernel has not woken the reader.
+    pub drain_interval: Duration,
+    /// How often the targets' memory maps are checked for new CUDA libraries and exits.
+    pub rescan_interval: Duration,
+}
+
+impl Default for RecorderConfig {
+    fn default() -> Self {
+        Self {
+            drain_interval: Duration::from_millis(10),
+            rescan_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Counters readable at any time while recording.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    pub events: AtomicU64,
+    pub lost: AtomicU64,
+    pub decode_errors: AtomicU64,
+    /// Set when every target has exited.
+    pub targets_exited: AtomicBool,
+}
+
+/// A snapshot of [`LiveCounters`] plus what the history holds.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct LiveStatus {
+    pub events: u64,
+    pub transfers: u64,
+    pub allocations: u64,
+    pub lost_events: u64,
+}
+
+/// State shared between the recording thread and the agent's readers.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub history: RwLock<MemHistory>,
+    pub live: LiveCounters,
+}
+
+/// Everything the thread owns.
+pub(crate) struct Recorder {
+    pub resolver: CallSiteResolver,
+    pub probes: Probes,
+    pub ring: RingBuf<MapData>,
+    pub shared: Arc<Shared>,
+    pub targets: Vec<u32>,
+    pub config: RecorderConfig,
+}
+
+/// What the recording thread hands back when it ends.
+pub(crate) struct RecorderEnd {
+    pub probes: Vec<ProbeStatus>,
+}
+
+impl Recorder {
+    /// Runs until `stop` turns true, then drains what is left.
+    pub fn run(self, stop: watch::Receiver<bool>) -> Result<RecorderEnd, TracerError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| TracerError::Io { what: "starting the tokio runtime".into(), source })?;
+        runtime.block_on(self.record(stop))
+    }
+
+    async fn record(self, mut stop: watch::Receiver<bool>) -> Result<RecorderEnd, TracerError> {
+        let Recorder { resolver, mut probes, ring, shared, mut targets, config } = self;
+        let (tx, rx) = mpsc::channel::<Vec<CudaCall>>(CHANNEL_BATCHES);
+        let writer = tokio::spawn(write_batches(rx, Arc::clone(&shared), resolver));
+        // SAFETY: the RingBuf owns its map's descriptor, keeps it open while it lives, and
+        // always returns the same one; it is moved into the AsyncFd and never swapped.
+        let mut ring = unsafe { AsyncFd::register(ring) }.map_err(|error| TracerError::Io {
+            what: "polling the ring buffer".into(),
+            source: error.into(),
+        })?;
+        let mut drain_tick = tokio::time::interval(config.drain_interval);
+        drain_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut rescan_tick = tokio::time::interval(config.rescan_interval);
+        rescan_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+
+        loop {
+            tokio::select! {
+                guard = ring.readable_mut() => {
+                    let mut guard = guard.map_err(|source| TracerError::Io {
+                        what: "polling the ring buffer".into(),
+                        source,
+                    })?;
+                    drain(guard.get_inner_mut(), &tx, &shared).await;
+                    guard.clear_ready();
+                }
+                _ = drain_tick.tick() => drain(ring.get_mut(), &tx, &shared).await,
+                _ = rescan_tick.tick() => {
+                    rescan(&mut probes, &mut targets, &shared);
+                    publish_counters(&probes, &shared);
+                }
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        break;
+                    }
+                }
+            }
+        }
+        // The targets may still have events in the ring: take all of them.
+        drain(ring.get_mut(), &tx, &shared).await;
+        drop(tx);
+        writer
+            .await
+            .map_err(|error| TracerError::Recorder(format!("history writer failed: {error}")))?;
+        let counters = probes.counters()?;
+        let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
+        {
+            let mut history = shared.history.write().expect("history lock poisoned");
+            let stats = history.stats_mut();
+            stats.kernel = counters;
+            stats.decode_errors = decode_errors;
+        }
+        publish_counters(&probes, &shared);
+        Ok(RecorderEnd { probes: probes.status().to_vec() })
+    }
+}
+
+/// Takes every record in the ring, decodes it, and sends it on in batches.
+async fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<CudaCall>>, shared: &Shared) {
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        // The record borrows the ring: decode it and let it go before awaiting.
+        let decoded = match ring.next() {
+            None => break,
+            Some(record) => events::decode(&record),
+        };
+        match decoded {
+            Ok(call) => batch.push(call),
+            Err(error) => {
+                shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, "dropping a ring-buffer record that does not decode");
+            }
+        }
+        if batch.len() == BATCH {
+            shared.live.events.fetch_add(BATCH as u64, Ordering::Relaxed);
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+            if tx.send(full).await.is_err() {
+                return;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        shared.live.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let _ = tx.send(batch).await;
+    }
+}
+
+/// Applies batches to the history, resolving allocation call sites.
+async fn write_batches(
+    mut rx: mpsc::Receiver<Vec<CudaCall>>,
+    shared: Arc<Shared>,
+    mut resolver: CallSiteResolver,
+) {
+    while let Some(batch) = rx.recv().await {
+        let mut history = shared.history.write().expect("history lock poisoned");
+        for call in &batch {
+            let site = match (call.op, call.site) {
+                (Op::Alloc { .. } | Op::Register { .. }, Some(raw)) if !call.nested => {
+                    Some(history.intern_call_site(resolver.resolve(call.pid, raw)))
+                }
+                _ => None,
+            };
+            history.apply(call, site);
+        }
+    }
+}
+
+/// Attaches CUDA libraries the targets mapped since the last look, and notices exits.
+fn rescan(probes: &mut Probes, targets: &mut Vec<u32>, shared: &Shared) {
+    targets.retain(|&pid| {
+        match target::cuda_libraries(pid) {
+            Ok(libraries) => {
+                for (path, library) in libraries {
+                    if probes.is_attached(&path) {
+                        continue;
+                    }
+                    match probes.attach_library(&path, library) {
+                        Ok(report) => tracing::info!(
+                            pid,
+                            path = %path.display(),
+                            attached = report.iter().filter(|s| s.state == crate::probes::ProbeState::Attached).count(),
+                            "attached a CUDA library loaded after the start"
+                        ),
+                        Err(error) => tracing::warn!(pid, path = %path.display(), %error, "cannot attach"),
+                    }
+                }
+                true
+            }
+            Err(TracerError::NoSuchProcess { .. }) => {
+                tracing::info!(pid, "target exited");
+                let _ = probes.remove_target(pid);
+                false
+            }
+            Err(error) => {
+                tracing::warn!(pid, %error, "cannot read the target's memory map");
+                true
+            }
+        }
+    });
+    if targets.is_empty() {
+        shared.live.targets_exited.store(true, Ordering::Relaxed);
+    }
+}
+
+fn publish_counters(probes: &Probes, shared: &Shared) {
+    if let Ok(KernelCounters { ringbuf_full, .. }) = probes.counters() {
+        let lost = ringbuf_full + shared.live.decode_errors.load(Ordering::Relaxed);
+        shared.live.lost.store(lost, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,368 @@
+//! The traced process as `/proc` shows it: its memory map, the CUDA libraries in it, and call
+//! sites as module + offset.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    error::TracerError,
+    events::RawSite,
+    history::CallSite,
+    probes::{registry::Library, symbols::SymbolTable},
+};
+
+/// One file-backed mapping of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset of `start` in the file.
+    pub file_offset: u64,
+    pub path: String,
+}
+
+/// Parses the text of `/proc/PID/maps`, keeping file-backed mappings; lines that do not parse
+/// are skipped.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let range = fields.next()?;
+            let _perms = fields.next()?;
+            let offset = fields.next()?;
+            let _dev = fields.next()?;
+            let inode = fields.next()?;
+            // The path is the rest of the line and may contain spaces.
+            let path = line.splitn(6, |c: char| c.is_ascii_whitespace()).nth(5)?.trim_start();
+            if inode == "0" || !path.starts_with('/') {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                file_offset: u64::from_str_radix(offset, 16).ok()?,
+                path: path.strip_suffix(" (deleted)").unwrap_or(path).to_string(),
+            })
+        })
+        .collect()
+}
+
+/// A process's file mappings, sorted by address.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessMaps {
+    mappings: Vec<Mapping>,
+}
+
+impl ProcessMaps {
+    pub fn read(pid: u32) -> Result<Self, TracerError> {
+        let text = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                TracerError::NoSuchProcess { pid }
+            } else {
+                TracerError::Io { what: format!("reading /proc/{pid}/maps"), source }
+            }
+        })?;
+        Ok(Self::from_text(&text))
+    }
+
+    pub fn from_text(text: &str) -> Self {
+        let mut mappings = parse_maps(text);
+        mappings.sort_by_key(|m| m.start);
+        Self { mappings }
+    }
+
+    /// The module and file offset of an address, if a file is mapped there.
+    pub fn module_offset(&self, addr: u64) -> Option<(&str, u64)> {
+        let index = self.mappings.partition_point(|m| m.start <= addr).checked_sub(1)?;
+        let mapping = &self.mappings[index];
+        (addr < mapping.end)
+            .then(|| (mapping.path.as_str(), addr - mapping.start + mapping.file_offset))
+    }
+
+    /// Distinct mapped files.
+    pub fn files(&self) -> impl Iterator<Item = &str> {
+        let mut seen = std::collections::HashSet::new();
+        self.mappings.iter().map(|m| m.path.as_str()).filter(move |p| seen.insert(*p))
+    }
+}
+
+/// Which CUDA library a mapped file is, from its name.
+pub fn classify_library(path: &str) -> Option<Library> {
+    let name = Path::new(path).file_name()?.to_str()?;
+    if name.starts_with("libcudart.so") {
+        Some(Library::CudaRuntime)
+    } else if name.starts_with("libcuda.so") {
+        Some(Library::CudaDriver)
+    } else {
+        None
+    }
+}
+
+/// The path under which this tracer can open a file the target maps: through
+/// `/proc/PID/root`, so a process in another mount namespace (a container) works too.
+pub fn host_path(pid: u32, path: &str) -> PathBuf {
+    let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if through_root.exists() { through_root } else { PathBuf::from(path) }
+}
+
+/// The CUDA libraries `pid` maps now: shared runtime and driver libraries by name, and the
+/// executable itself when it carries the runtime statically (nvcc's default).
+pub fn cuda_libraries(pid: u32) -> Result<Vec<(PathBuf, Library)>, TracerError> {
+    let maps = ProcessMaps::read(pid)?;
+    let mut found: Vec<(PathBuf, Library)> = maps
+        .files()
+        .filter_map(|path| classify_library(path).map(|lib| (host_path(pid, path), lib)))
+        .collect();
+    if !found.iter().any(|(_, lib)| *lib == Library::CudaRuntime) {
+        let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+        if let Ok(symbols) = SymbolTable::read(&exe) {
+            if symbols.offset("cudaMemcpy").is_some() {
+                found.push((exe, Library::CudaRuntime));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Turns the call sites the kernel resolved into module paths and function names.
+///
+/// The kernel gives (build id, file offset). The module with that build id is found among the
+/// files the traced processes map (their maps are read when a build id is new, and the files
+/// seen are remembered, so a process that has exited resolves too when its modules were seen
+/// before); failing that, the module is named `build-id:<hex>`, which still identifies it.
+#[derive(Debug, Default)]
+pub struct CallSiteResolver {
+    /// Files known, by build id.
+    by_build_id: HashMap<Vec<u8>, (String, Option<SymbolTable>)>,
+    /// Files whose build id was read already (so each is read once).
+    seen_files: HashSet<String>,
+}
+
+impl CallSiteResolver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Learns the build ids of every file `pid` maps now.
+    pub fn learn_process(&mut self, pid: u32) {
+        if let Ok(maps) = ProcessMaps::read(pid) {
+            let files: Vec<String> = maps.files().map(str::to_string).collect();
+            for file in files {
+                self.learn_file(&host_path(pid, &file), &file);
+            }
+        }
+    }
+
+    /// Learns the build id of a file (shown as `name`).
+    pub fn learn_file(&mut self, path: &Path, name: &str) {
+        if !self.seen_files.insert(name.to_string()) {
+            return;
+        }
+        if let Ok(table) = SymbolTable::read(path) {
+            if let Some(id) = table.build_id() {
+                self.by_build_id.insert(id.to_vec(), (name.to_string(), Some(table)));
+            }
+        }
+    }
+
+    /// The call site of a call of `pid`.
+    pub fn resolve(&mut self, pid: u32, site: RawSite) -> CallSite {
+        match site {
+            RawSite::Address(addr) => {
+                let maps = ProcessMaps::read(pid).unwrap_or_default();
+                match maps.module_offset(addr) {
+                    Some((module, offset)) => {
+                        CallSite { module: module.to_string(), offset, symbol: None }
+                    }
+                    None => CallSite { module: "[anon]".into(), offset: addr, symbol: None },
+                }
+            }
+            RawSite::BuildId { build_id, offset } => {
+                if !self.by_build_id.contains_key(&build_id[..]) {
+                    self.learn_process(pid);
+                }
+                match self.by_build_id.get(&build_id[..]) {
+                    Some((module, table)) => CallSite {
+                        module: module.clone(),
+                        offset,
+                        symbol: table.as_ref().and_then(|t| t.function_at(offset)).map(str::to_string),
+                    },
+                    None => CallSite {
+                        module: format!("build-id:{}", hex(&build_id)),
+                        offset,
+                        symbol: None,
+                    },
+                }
+            }
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0a00000-55d0c0a02000 r--p 00000000 fe:01 1234  /usr/bin/app
+55d0c0a02000-55d0c0a05000 r-xp 00002000 fe:01 1234  /usr/bin/app
+7f0000000000-7f0000100000 rw-p 00000000 00:00 0
+7f1000000000-7f1000200000 r-xp 00010000 fe:01 99   /opt/cuda lib/libcudart.so.13.0.48
+7f2000000000-7f2000300000 r-xp 00000000 fe:01 98   /usr/lib/libcuda.so.580.159.04 (deleted)
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0    [stack]
+garbage line
+";
+
+    #[test]
+    fn parses_file_mappings_with_spaces_and_deleted_marks() {
+        let maps = parse_maps(MAPS);
+        assert_eq!(maps.len(), 4, "{maps:?}");
+        assert_eq!(maps[2].path, "/opt/cuda lib/libcudart.so.13.0.48");
+        assert_eq!(maps[3].path, "/usr/lib/libcuda.so.580.159.04");
+        assert_eq!(maps[1].file_offset, 0x2000);
+    }
+
+    #[test]
+    fn module_offset_is_the_file_offset_so_it_survives_aslr() {
+        let maps = ProcessMaps::from_text(MAPS);
+        assert_eq!(maps.module_offset(0x55d0c0a02010), Some(("/usr/bin/app", 0x2010)));
+        assert_eq!(
+            maps.module_offset(0x7f1000000100),
+            Some(("/opt/cuda lib/libcudart.so.13.0.48", 0x10100))
+        );
+        assert_eq!(maps.module_offset(0x7f0000000010), None, "anonymous memory has no module");
+        assert_eq!(maps.module_offset(0x10), None);
+    }
+
+    #[test]
+    fn classifies_cuda_libraries_by_name() {
+        assert_eq!(classify_library("/x/libcudart.so.13"), Some(Library::CudaRuntime));
+        assert_eq!(classify_library("/x/libcuda.so.1"), Some(Library::CudaDriver));
+        assert_eq!(classify_library("/x/libcudnn.so.9"), None);
+        assert_eq!(classify_library("/x/libcublas.so.13"), None);
+    }
+
+    #[test]
+    fn a_missing_process_is_a_clear_error() {
+        let error = ProcessMaps::read(u32::MAX - 1).expect_err("no such pid");
+        assert!(matches!(error, TracerError::NoSuchProcess { .. }), "{error}");
+    }
+}
+
+/// A child process started and held before its program runs until [`PausedChild::resume`],
+/// so probes can be in place before its first instruction.
+///
+/// The child is `/bin/sh` waiting to read one line from a pipe, then `exec`ing the program:
+/// the pid stays the same. (A plain `pre_exec` hook cannot wait, because `Command::spawn`
+/// itself waits for the child's `exec`.)
+#[derive(Debug)]
+pub struct PausedChild {
+    pub child: std::process::Child,
+    release: Option<std::fs::File>,
+}
+
+impl PausedChild {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets the child `exec` its program.
+    pub fn resume(&mut self) -> Result<(), TracerError> {
+        use std::io::Write as _;
+        if let Some(mut release) = self.release.take() {
+            release.write_all(b"go\n").map_err(|source| TracerError::Io {
+                what: format!("resuming child {}", self.child.id()),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The fd on which the paused child reads its start signal.
+const START_FD: i32 = 3;
+/// Waits for the start line, closes the pipe, and becomes the program; exits 126 without
+/// running it if the tracer went away first.
+const TRAMPOLINE: &str = "read _ <&3 || exit 126; exec 3<&-; exec \"$0\" \"$@\"";
+
+/// Spawns `program args...` held before it runs. Environment, working directory and stdio
+/// come from `configure`, applied to the command that starts the child. Dropping the
+/// [`PausedChild`] without resuming ends the child without running the program.
+pub fn spawn_paused(
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+    configure: impl FnOnce(&mut std::process::Command),
+) -> Result<PausedChild, TracerError> {
+    use std::os::{fd::FromRawFd as _, unix::process::CommandExt as _};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(TracerError::Io {
+            what: "creating the start pipe".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    let (read_fd, write_fd) = (fds[0], fds[1]);
+    let mut command = std::process::Command::new("/bin/sh");
+    command.arg("-c").arg(TRAMPOLINE).arg(program).args(args);
+    configure(&mut command);
+    // SAFETY: between fork and exec the hook calls only dup2 and fcntl, which are
+    // async-signal-safe. dup2 clears close-on-exec on the copy; when the pipe already is fd 3
+    // there is no copy, so the flag is cleared directly. Only fd 3 reaches the shell.
+    unsafe {
+        command.pre_exec(move || {
+            let ok = if read_fd == START_FD {
+                libc::fcntl(START_FD, libc::F_SETFD, 0) >= 0
+            } else {
+                libc::dup2(read_fd, START_FD) >= 0
+            };
+            if ok { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        });
+    }
+    let spawned = command.spawn();
+    // SAFETY: the read end is ours and only the child needs it.
+    unsafe { libc::close(read_fd) };
+    // SAFETY: `write_fd` is an open descriptor nothing else owns.
+    let release = unsafe { std::fs::File::from_raw_fd(write_fd) };
+    let child = spawned.map_err(|source| TracerError::Io {
+        what: format!("starting {}", program.to_string_lossy()),
+        source,
+    })?;
+    Ok(PausedChild { child, release: Some(release) })
+}
+
+#[cfg(test)]
+mod spawn_tests {
+    use super::*;
+
+    #[test]
+    fn a_paused_child_runs_its_program_only_after_resume_and_keeps_its_pid() {
+        let mut child = spawn_paused("sh".as_ref(), &["-c".into(), "echo $$".into()], |c| {
+            c.stdout(std::process::Stdio::piped());
+        })
+        .expect("spawn");
+        let pid = child.pid();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(child.child.try_wait().expect("poll").is_none(), "it waits for resume");
+        child.resume().expect("resume");
+        let output = child.child.wait_with_output().expect("wait");
+        assert!(output.status.success());
+        assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), pid.to_string());
+    }
+
+    #[test]
+    fn a_child_never_resumed_does_not_run_its_program() {
+        let child = spawn_paused("sh".as_ref(), &["-c".into(), "exit 0".into()], |_| {})
+            .expect("spawn");
+        let PausedChild { mut child, release } = child;
+        drop(release);
+        assert_eq!(child.wait().expect("wait").code(), Some(126));
+    }
+}

@@ -1,0 +1,116 @@
+//! Helpers for the privileged integration tests: they load real eBPF programs and trace
+//! processes they start themselves, against the CUDA stand-in (a test fixture, not CUDA).
+#![allow(dead_code, reason = "each test binary uses a different part")]
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use cuda_standin::Installed;
+use tracer_agent::{AgentConfig, TracerAgent, target};
+
+/// Fails loudly unless the tests can load eBPF: these tests must run, not skip, in CI.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the privileged integration tests load eBPF programs and must run as root \
+         (CI runs them as root; run `sudo cargo xtask test` locally)"
+    );
+}
+
+/// Installs the stand-in into a fresh directory for this test.
+pub fn standin(test: &str) -> Installed {
+    let dir = std::env::temp_dir().join(format!("hotpin-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    cuda_standin::install(&dir).expect("install the CUDA stand-in")
+}
+
+/// The workload binary, built by cargo alongside the tests (`cargo test --workspace` builds
+/// every binary); built here when a test runs alone.
+pub fn workload() -> PathBuf {
+    let deps = std::env::current_exe().expect("test path");
+    let profile_dir = deps.parent().and_then(Path::parent).expect("target/<profile>");
+    let path = profile_dir.join("transfer-bench");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let release = profile_dir.ends_with("release");
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "transfer-bench"]);
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
+        assert!(status.success(), "building transfer-bench failed");
+    }
+    path
+}
+
+/// A transfer-bench run against the stand-in: the arguments and extra environment.
+pub struct Bench {
+    pub args: Vec<OsString>,
+    pub env: Vec<(String, String)>,
+}
+
+pub fn bench(standin: &Installed, args: &[&str]) -> Bench {
+    let mut all: Vec<OsString> = vec!["--cudart".into(), standin.runtime.clone().into()];
+    all.extend(args.iter().map(OsString::from));
+    Bench { args: all, env: vec![("LD_LIBRARY_PATH".into(), standin.dir.display().to_string())] }
+}
+
+fn configure(bench: &Bench) -> impl FnOnce(&mut Command) + '_ {
+    |command| {
+        command.envs(bench.env.iter().cloned()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+}
+
+/// Starts transfer-bench unpaused and untraced (a bystander).
+pub fn spawn_bench(bench: &Bench) -> std::process::Child {
+    let mut command = Command::new(workload());
+    command.args(&bench.args);
+    configure(bench)(&mut command);
+    command.spawn().expect("start transfer-bench")
+}
+
+/// Starts transfer-bench paused, traces it with probes on the stand-in, lets it run to the
+/// end, and returns the stopped agent with the child's output.
+pub fn trace(standin: &Installed, bench: &Bench) -> (TracerAgent, Output) {
+    let mut child = target::spawn_paused(workload().as_os_str(), &bench.args, configure(bench))
+        .expect("spawn the workload");
+    let mut config = AgentConfig::new(child.pid());
+    config.cuda_runtime = Some(standin.runtime.clone());
+    config.cuda_driver = Some(standin.driver.clone());
+    config.modules = vec![workload()];
+    let mut agent = TracerAgent::with_config(config);
+    agent.start().expect("start tracing (needs root and BPF)");
+    child.resume().expect("resume the workload");
+    let output = wait_with_timeout(child.child, Duration::from_secs(120));
+    agent.stop().expect("stop tracing");
+    (agent, output)
+}
+
+pub fn wait_with_timeout(mut child: std::process::Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait for the workload").is_some() {
+            return child.wait_with_output().expect("collect the workload's output");
+        }
+        assert!(start.elapsed() < limit, "the workload ran over {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The JSON summary transfer-bench prints.
+pub fn summary(output: &Output) -> serde_json::Value {
+    assert!(
+        output.status.success(),
+        "the workload failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("transfer-bench prints one JSON object")
+}
