@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod error;
+pub mod dump;
 pub mod events;
 pub mod history;
 pub mod probes;

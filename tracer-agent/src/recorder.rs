@@ -133,7 +133,8 @@ impl Recorder {
                 }
             }
         }
-        // The targets may still have events in the ring: take all of them.
+        // Detach first so nothing more arrives, then take what the ring still holds.
+        probes.detach_all();
         drain(ring.get_mut(), &tx, &shared).await;
         drop(tx);
         writer

@@ -51,8 +51,9 @@ impl AllocKind {
 }
 
 /// Something that happened to an allocation.
+// Externally tagged (`{"transfer": {...}}`): bincode cannot read internally tagged enums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub enum AllocEvent {
     Alloc { ts_ns: u64 },
     Transfer { ts_ns: u64, direction: CopyDirection, bytes: u64 },
@@ -107,7 +108,7 @@ pub struct Allocation {
     /// When it was freed; `None` while live.
     pub free_ns: Option<u64>,
     pub stats: TransferStats,
-    /// The timeline, ordered by timestamp.
+    /// The timeline, ordered by timestamp; empty in summary dumps.
     pub events: Vec<AllocEvent>,
 }
 

@@ -58,9 +58,22 @@ impl HistoryStats {
     }
 }
 
+/// What was recorded, by whom, when.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingMeta {
+    /// The tracer's version.
+    pub tracer: String,
+    /// Seconds since the Unix epoch when the recording started.
+    pub started_unix_s: u64,
+    pub pids: Vec<u32>,
+    /// The command `tracer record -- CMD` started, if it started one.
+    pub command: Vec<String>,
+}
+
 /// The serialisable content of a history; the indexes are rebuilt from it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryData {
+    pub meta: RecordingMeta,
     pub call_sites: Vec<CallSite>,
     pub allocations: Vec<Allocation>,
     pub stats: HistoryStats,
@@ -162,6 +175,14 @@ impl MemHistory {
 
     pub fn stats_mut(&mut self) -> &mut HistoryStats {
         &mut self.data.stats
+    }
+
+    pub fn meta(&self) -> &RecordingMeta {
+        &self.data.meta
+    }
+
+    pub fn meta_mut(&mut self) -> &mut RecordingMeta {
+        &mut self.data.meta
     }
 
     pub fn allocations(&self) -> &[Allocation] {

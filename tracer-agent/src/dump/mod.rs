@@ -1,0 +1,267 @@
+//! Writing and reading histories: readable JSON and compact binary (bincode, zstd-compressed),
+//! with the same content. A history file is untrusted input: reading checks the magic bytes,
+//! the version, sizes and consistency, and says what is wrong with which file.
+
+use std::{
+    fs,
+    io::{self, Read as _, Write as _},
+    os::unix::fs::OpenOptionsExt as _,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{HistoryData, InvalidHistory, MemHistory};
+
+/// First bytes of a binary dump.
+pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
+/// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
+pub const FORMAT_VERSION: u32 = 1;
+/// The JSON document's `format` field.
+pub const JSON_FORMAT: &str = "hotpin-history";
+/// Largest history file read, compressed or not (a history of 1M allocations is far below).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+/// Largest decompressed content accepted from a binary dump, whatever its compressed size.
+pub const MAX_DECOMPRESSED_BYTES: u64 = 4 << 30;
+
+/// How much a binary dump of `compressed` bytes may expand to: far above what real histories
+/// compress by (3-30x measured), far below what a zstd bomb would make us allocate.
+pub fn decompressed_limit(compressed: usize) -> u64 {
+    (compressed as u64).saturating_mul(256).clamp(64 << 20, MAX_DECOMPRESSED_BYTES)
+}
+
+/// The two dump formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Binary,
+}
+
+impl Format {
+    /// From a file name: `.json` is JSON, anything else binary.
+    pub fn from_path(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(ext) if ext.eq_ignore_ascii_case("json") => Format::Json,
+            _ => Format::Binary,
+        }
+    }
+}
+
+/// Why a history could not be written or read; always names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: not a hotpin history ({what})", path.display())]
+    NotAHistory { path: PathBuf, what: String },
+    #[error("{}: format version {found} is newer than this tracer reads ({FORMAT_VERSION}); upgrade hotpin", path.display())]
+    NewerVersion { path: PathBuf, found: u32 },
+    #[error("{}: file is {size} bytes, over the {limit}-byte limit for history files", path.display())]
+    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    #[error("{}: decompresses to over {limit} bytes; refusing it as a decompression bomb", path.display())]
+    Decompressed { path: PathBuf, limit: u64 },
+    #[error("{}: truncated or corrupted ({what})", path.display())]
+    Corrupted { path: PathBuf, what: String },
+    #[error("{}: the history is inconsistent: {source}", path.display())]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: InvalidHistory,
+    },
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    format: &'static str,
+    schema_version: u32,
+    verbose: bool,
+    #[serde(flatten)]
+    data: &'a HistoryData,
+}
+
+#[derive(Deserialize)]
+struct JsonIn {
+    format: String,
+    schema_version: u32,
+    #[serde(flatten)]
+    data: HistoryData,
+}
+
+/// Writes `history` to `path` atomically (a temporary file in the same directory, then a
+/// rename: no half-written file ever has the final name), readable by the owner only: it holds
+/// another process's addresses. `verbose` keeps each allocation's event timeline.
+pub fn write(history: &MemHistory, path: &Path, format: Format, verbose: bool) -> Result<(), DumpError> {
+    let io_error = |source| DumpError::Io { path: path.to_path_buf(), source };
+    let summary;
+    let data = if verbose {
+        history.data()
+    } else {
+        let mut copy = history.data().clone();
+        for allocation in &mut copy.allocations {
+            allocation.events = Vec::new();
+        }
+        summary = copy;
+        &summary
+    };
+    let bytes = encode(data, format, verbose).map_err(io_error)?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| io_error(io::Error::other("no file name")))?;
+    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(source) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_error(source));
+    }
+    Ok(())
+}
+
+/// The bytes of a dump.
+pub fn encode(data: &HistoryData, format: Format, verbose: bool) -> io::Result<Vec<u8>> {
+    match format {
+        Format::Json => {
+            let out = JsonOut { format: JSON_FORMAT, schema_version: FORMAT_VERSION, verbose, data };
+            let mut bytes = serde_json::to_vec_pretty(&out).map_err(io::Error::other)?;
+            bytes.push(b'\n');
+            Ok(bytes)
+        }
+        Format::Binary => {
+            let body = bincode::serde::encode_to_vec(data, bincode::config::standard())
+                .map_err(io::Error::other)?;
+            let mut bytes = Vec::with_capacity(body.len() / 4 + 16);
+            bytes.extend_from_slice(MAGIC);
+            bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+            // The frame checksum makes any corruption of the body an error, not a different
+            // history.
+            let mut encoder = zstd::stream::write::Encoder::new(bytes, 9)?;
+            encoder.include_checksum(true)?;
+            encoder.write_all(&body)?;
+            encoder.finish()
+        }
+    }
+}
+
+/// Reads a dump of either format (told apart by its first bytes, not its name).
+pub fn read(path: &Path) -> Result<MemHistory, DumpError> {
+    let io_error = |source| DumpError::Io { path: path.to_path_buf(), source };
+    let size = fs::metadata(path).map_err(io_error)?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(DumpError::TooLarge { path: path.to_path_buf(), size, limit: MAX_FILE_BYTES });
+    }
+    let bytes = fs::read(path).map_err(io_error)?;
+    let data = decode(&bytes).map_err(|error| error.at(path))?;
+    MemHistory::from_data(data).map_err(|source| DumpError::Invalid { path: path.to_path_buf(), source })
+}
+
+/// A decoding failure before the file name is attached.
+#[derive(Debug)]
+pub enum DecodeFailure {
+    NotAHistory(String),
+    NewerVersion(u32),
+    /// Decompressed content over this limit.
+    TooLarge(u64),
+    Corrupted(String),
+}
+
+impl DecodeFailure {
+    fn at(self, path: &Path) -> DumpError {
+        let path = path.to_path_buf();
+        match self {
+            DecodeFailure::NotAHistory(what) => DumpError::NotAHistory { path, what },
+            DecodeFailure::NewerVersion(found) => DumpError::NewerVersion { path, found },
+            DecodeFailure::TooLarge(limit) => DumpError::Decompressed { path, limit },
+            DecodeFailure::Corrupted(what) => DumpError::Corrupted { path, what },
+        }
+    }
+}
+
+/// Decodes the bytes of a dump of either format.
+pub fn decode(bytes: &[u8]) -> Result<HistoryData, DecodeFailure> {
+    decode_with_limit(bytes, decompressed_limit(bytes.len()))
+}
+
+/// [`decode`] with an explicit limit on the decompressed size of a binary dump.
+pub fn decode_with_limit(bytes: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> {
+    if bytes.starts_with(MAGIC) {
+        return decode_binary(&bytes[MAGIC.len()..], limit);
+    }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(DecodeFailure::NotAHistory(
+            "neither the binary magic bytes nor a JSON object".into(),
+        ));
+    }
+    // Check the envelope first so a newer schema is reported as such, not as a field error.
+    #[derive(Deserialize)]
+    struct Envelope {
+        format: Option<String>,
+        schema_version: Option<u32>,
+    }
+    let envelope: Envelope = serde_json::from_slice(bytes)
+        .map_err(|e| DecodeFailure::Corrupted(format!("JSON: {e}")))?;
+    if envelope.format.as_deref() != Some(JSON_FORMAT) {
+        return Err(DecodeFailure::NotAHistory(format!(
+            "the JSON \"format\" field is {:?}, not {JSON_FORMAT:?}",
+            envelope.format
+        )));
+    }
+    match envelope.schema_version {
+        Some(v) if v > FORMAT_VERSION => return Err(DecodeFailure::NewerVersion(v)),
+        Some(_) => {}
+        None => return Err(DecodeFailure::Corrupted("no schema_version".into())),
+    }
+    let json: JsonIn = serde_json::from_slice(bytes)
+        .map_err(|e| DecodeFailure::Corrupted(format!("JSON: {e}")))?;
+    debug_assert_eq!(json.format, JSON_FORMAT);
+    let _ = json.schema_version;
+    Ok(json.data)
+}
+
+fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> {
+    let version = rest
+        .get(..4)
+        .ok_or_else(|| DecodeFailure::Corrupted("ends inside the header".into()))?;
+    let version = u32::from_le_bytes(version.try_into().expect("4 bytes"));
+    if version > FORMAT_VERSION {
+        return Err(DecodeFailure::NewerVersion(version));
+    }
+    if version == 0 {
+        return Err(DecodeFailure::Corrupted("format version 0".into()));
+    }
+    let decoder = zstd::stream::read::Decoder::new(&rest[4..])
+        .map_err(|e| DecodeFailure::Corrupted(format!("zstd: {e}")))?;
+    let mut body = Vec::new();
+    decoder
+        .take(limit + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| DecodeFailure::Corrupted(format!("zstd: {e}")))?;
+    if body.len() as u64 > limit {
+        return Err(DecodeFailure::TooLarge(limit));
+    }
+    let config = bincode::config::standard().with_limit::<{ MAX_DECOMPRESSED_BYTES as usize }>();
+    let (data, used): (HistoryData, usize) = bincode::serde::decode_from_slice(&body, config)
+        .map_err(|e| DecodeFailure::Corrupted(format!("bincode: {e}")))?;
+    if used != body.len() {
+        return Err(DecodeFailure::Corrupted(format!(
+            "{} bytes left over after the history",
+            body.len() - used
+        )));
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests;

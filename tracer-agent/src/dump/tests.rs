@@ -1,0 +1,206 @@
+use super::*;
+use crate::{
+    history::{AllocKind, CallSite, MemHistory},
+    probes::registry::CopyDirection,
+};
+
+/// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A random history built through the public recording API: allocations of every kind at
+/// reused addresses, frees, transfers in every direction, registers, faults.
+fn random_history(seed: u64) -> MemHistory {
+    let mut rng = Rng(seed | 1);
+    let mut h = MemHistory::new();
+    h.meta_mut().tracer = "test".into();
+    h.meta_mut().pids = vec![1, 2];
+    h.meta_mut().command = vec!["prog".into(), format!("--seed={seed}")];
+    let sites: Vec<_> = (0..1 + rng.below(6))
+        .map(|i| {
+            h.intern_call_site(CallSite {
+                module: format!("/lib/m{i}.so"),
+                offset: rng.below(1 << 20),
+                symbol: (i % 2 == 0).then(|| format!("f{i}")),
+            })
+        })
+        .collect();
+    let kinds = [AllocKind::Pageable, AllocKind::Mmap, AllocKind::Pinned, AllocKind::Device];
+    let directions = [
+        CopyDirection::HostToDevice,
+        CopyDirection::DeviceToHost,
+        CopyDirection::DeviceToDevice,
+        CopyDirection::Unresolved,
+    ];
+    for ts in 0..rng.below(300) {
+        let pid = 1 + rng.below(2) as u32;
+        let addr = 0x1000 * (1 + rng.below(64));
+        match rng.below(10) {
+            0..=2 => {
+                let site = (rng.below(4) > 0).then(|| sites[rng.below(sites.len() as u64) as usize]);
+                let kind = kinds[rng.below(4) as usize];
+                h.alloc(pid, addr, 1 + rng.below(0x4000), kind, site, ts);
+            }
+            3 => {
+                h.free(pid, addr, ts);
+            }
+            4 => {
+                h.register(pid, addr, 4096, None, ts);
+            }
+            5 => {
+                h.page_fault(pid, addr + rng.below(0x1000), ts);
+            }
+            _ => {
+                let other = 0x1000 * (1 + rng.below(64));
+                let direction = directions[rng.below(4) as usize];
+                h.transfer(pid, addr, other, 1 + rng.below(1 << 20), direction, ts);
+            }
+        }
+    }
+    h.stats_mut().kernel.ringbuf_full = rng.below(3);
+    h.stats_mut().decode_errors = rng.below(2);
+    h
+}
+
+fn without_events(h: &MemHistory) -> HistoryData {
+    let mut data = h.data().clone();
+    for allocation in &mut data.allocations {
+        allocation.events.clear();
+    }
+    data
+}
+
+#[test]
+fn both_formats_give_back_an_equal_history_for_random_histories() {
+    for seed in 1..=200 {
+        let h = random_history(seed);
+        for format in [Format::Json, Format::Binary] {
+            let bytes = encode(h.data(), format, true).expect("encode");
+            let back = MemHistory::from_data(decode(&bytes).expect("decode")).expect("valid");
+            assert_eq!(back, h, "seed {seed}, {format:?} verbose");
+            let summary = encode(&without_events(&h), format, false).expect("encode");
+            let back = decode(&summary).expect("decode summary");
+            assert_eq!(back, without_events(&h), "seed {seed}, {format:?} summary");
+        }
+    }
+}
+
+#[test]
+fn write_is_atomic_owner_only_and_read_round_trips() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("dump-test-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("temp dir");
+    let h = random_history(42);
+    for name in ["h.json", "h.bin"] {
+        let path = dir.join(name);
+        write(&h, &path, Format::from_path(&path), true).expect("write");
+        let mode = fs::metadata(&path).expect("written").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{name} must be readable by its owner only");
+        assert_eq!(read(&path).expect("read back"), h, "{name}");
+    }
+    let leftovers: Vec<_> = fs::read_dir(&dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "no temporary file is left behind: {leftovers:?}");
+    fs::remove_dir_all(&dir).expect("clean up");
+}
+
+fn error_of(bytes: &[u8]) -> String {
+    let dir = std::env::temp_dir().join(format!("dump-bad-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("bad.hist");
+    fs::write(&path, bytes).expect("write the bad file");
+    let error = read(&path).expect_err("a malformed file must not load").to_string();
+    assert!(error.contains("bad.hist"), "the error names the file: {error}");
+    error
+}
+
+#[test]
+fn wrong_magic_is_not_a_history() {
+    let error = error_of(b"GIF89a not a history");
+    assert!(error.contains("not a hotpin history"), "{error}");
+    let error = error_of(br#"{"format": "something-else", "schema_version": 1}"#);
+    assert!(error.contains("not a hotpin history"), "{error}");
+}
+
+#[test]
+fn a_newer_version_asks_for_an_upgrade() {
+    let mut bytes = encode(random_history(3).data(), Format::Binary, false).expect("encode");
+    bytes[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let error = error_of(&bytes);
+    assert!(error.contains("newer") && error.contains("upgrade"), "{error}");
+    let json = br#"{"format": "hotpin-history", "schema_version": 99, "allocations": 5}"#;
+    let error = error_of(json);
+    assert!(error.contains("version 99"), "{error}");
+}
+
+#[test]
+fn every_truncation_of_a_binary_dump_is_an_error() {
+    let bytes = encode(random_history(5).data(), Format::Binary, true).expect("encode");
+    for len in 0..bytes.len() {
+        assert!(decode(&bytes[..len]).is_err(), "a dump cut to {len} of {} bytes loaded", bytes.len());
+    }
+    let json = encode(random_history(5).data(), Format::Json, true).expect("encode");
+    for len in (0..json.len()).step_by(97) {
+        assert!(decode(&json[..len]).is_err(), "a JSON dump cut to {len} bytes loaded");
+    }
+}
+
+#[test]
+fn corrupted_bytes_never_panic_and_never_load_a_different_history() {
+    let h = random_history(9);
+    let bytes = encode(h.data(), Format::Binary, true).expect("encode");
+    let mut rng = Rng(77);
+    for _ in 0..2000 {
+        let mut bad = bytes.clone();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(bad.len() as u64) as usize;
+            bad[at] ^= 1 << rng.below(8);
+        }
+        // zstd frames carry a checksum, so a flipped bit is either caught or harmless.
+        if let Ok(data) = decode(&bad) {
+            if let Ok(loaded) = MemHistory::from_data(data) {
+                assert!(loaded == h, "a corrupted dump loaded as a different history");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_decompression_bomb_is_refused_before_it_is_all_in_memory() {
+    let zeros = vec![0u8; 8 << 20];
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&zstd::bulk::compress(&zeros, 19).expect("compress"));
+    assert!(bytes.len() < 4096, "8 MiB of zeros compress to almost nothing");
+    match decode_with_limit(&bytes, 1 << 20) {
+        Err(DecodeFailure::TooLarge(limit)) => assert_eq!(limit, 1 << 20),
+        other => panic!("expected the bomb to be refused, got {other:?}"),
+    }
+    assert_eq!(decompressed_limit(1000), 64 << 20, "small files get a fixed floor");
+}
+
+#[test]
+fn an_inconsistent_history_is_reported_as_such() {
+    let mut data = random_history(11).into_data();
+    if let Some(allocation) = data.allocations.first_mut() {
+        allocation.id = 12345;
+    }
+    let bytes = encode(&data, Format::Json, true).expect("encode");
+    let error = error_of(&bytes);
+    assert!(error.contains("inconsistent"), "{error}");
+}
