@@ -37,6 +37,13 @@ pub struct AgentConfig {
     /// Kernel ring buffer size in bytes: a power of two, at least a page.
     pub ring_bytes: u32,
     pub recorder: RecorderConfig,
+    /// The command line that was started, recorded in the history's metadata.
+    pub command: Vec<String>,
+    /// Stop a target that opens a CUDA library until its probes are attached (SIGSTOP from the
+    /// kernel, SIGCONT from the agent), so not even its first call is missed. Without it, a
+    /// library loaded after the start is attached as soon as its opening is seen, and calls in
+    /// between are missed.
+    pub stop_on_library_open: bool,
 }
 
 impl AgentConfig {
@@ -48,6 +55,8 @@ impl AgentConfig {
             modules: Vec::new(),
             ring_bytes: DEFAULT_RING_BYTES,
             recorder: RecorderConfig::default(),
+            command: Vec::new(),
+            stop_on_library_open: false,
         }
     }
 }
@@ -112,6 +121,7 @@ impl TracerAgent {
             return Err(TracerError::AlreadyRunning);
         }
         let mut probes = Probes::load(self.config.ring_bytes)?;
+        probes.set_stop_on_library_open(self.config.stop_on_library_open)?;
         let mut libraries = Vec::new();
         for &pid in &self.config.pids {
             probes.add_target(pid)?;
@@ -127,6 +137,16 @@ impl TracerAgent {
             probes.attach_library(path, *library)?;
         }
         self.probes = probes.status().to_vec();
+        {
+            let mut history = self.shared.history.write().expect("history lock poisoned");
+            let meta = history.meta_mut();
+            meta.tracer = format!("hotpin tracer {}", env!("CARGO_PKG_VERSION"));
+            meta.started_unix_s = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            meta.pids = self.config.pids.clone();
+            meta.command = self.config.command.clone();
+        }
         let ring = probes.take_events()?;
         let mut resolver = CallSiteResolver::new();
         for path in self.config.modules.iter().chain(libraries.iter().map(|(path, _)| path)) {
@@ -217,6 +237,16 @@ impl TracerAgent {
     /// Host allocations copied at most `max_transfers` times.
     pub fn coldspots_threshold(&self, max_transfers: u64) -> Vec<Allocation> {
         self.history().coldspots_threshold(max_transfers).into_iter().cloned().collect()
+    }
+
+    /// Writes the history (see [`crate::dump::write`]).
+    pub fn dump(
+        &self,
+        path: &std::path::Path,
+        format: crate::dump::Format,
+        verbose: bool,
+    ) -> Result<(), crate::dump::DumpError> {
+        crate::dump::write(&self.history(), path, format, verbose)
     }
 
     /// Feeds an event from elsewhere into the history.

@@ -68,13 +68,25 @@ impl From<tracer_common::DecodeError> for DecodeError {
     }
 }
 
-/// Decodes one ring-buffer record.
-pub fn decode(record: &[u8]) -> Result<CudaCall, DecodeError> {
-    let event = Event::from_bytes(record)?;
-    decode_event(&event)
+/// Any event from the kernel side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceEvent {
+    Cuda(CudaCall),
+    /// A target opened a file named `libcud*` as `fd`; it may be stopped until the agent has
+    /// looked at it.
+    LibraryOpen { pid: u32, fd: i32 },
 }
 
-/// Reads an event's arguments with its registry row.
+/// Decodes one ring-buffer record.
+pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
+    let event = Event::from_bytes(record)?;
+    if event.kind() == Some(EventKind::LibraryOpen) {
+        return Ok(TraceEvent::LibraryOpen { pid: event.header.pid, fd: event.args[0] as i32 });
+    }
+    decode_event(&event).map(TraceEvent::Cuda)
+}
+
+/// Reads a CUDA call's arguments with its registry row.
 pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
     let raw_kind = event.header.kind;
     let kind = event.kind().ok_or(DecodeError::UnknownKind(raw_kind))?;
@@ -202,6 +214,8 @@ mod tests {
         raw.header.kind = 4242;
         assert_eq!(decode_event(&raw), Err(DecodeError::UnknownKind(4242)));
         assert_eq!(decode(&[0u8; 12]), Err(DecodeError::Truncated { len: 12 }));
+        raw.header.kind = EventKind::LibraryOpen as u16;
+        assert_eq!(decode_event(&raw), Err(DecodeError::UnknownKind(300)), "not a CUDA call");
     }
 
     #[test]

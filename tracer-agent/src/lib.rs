@@ -7,8 +7,10 @@ pub mod error;
 pub mod dump;
 pub mod events;
 pub mod history;
+pub mod privileges;
 pub mod probes;
 pub mod recorder;
+pub mod report;
 pub mod target;
 
 pub use error::TracerError;

@@ -15,7 +15,7 @@ use tokio::{io::unix::AsyncFd, sync::mpsc, sync::watch, time::MissedTickBehavior
 
 use crate::{
     error::TracerError,
-    events::{self, CudaCall, Op},
+    events::{self, CudaCall, Op, TraceEvent},
     history::MemHistory,
     probes::{KernelCounters, ProbeStatus, Probes},
     target::{self, CallSiteResolver},
@@ -118,10 +118,10 @@ impl Recorder {
                         what: "polling the ring buffer".into(),
                         source,
                     })?;
-                    drain(guard.get_inner_mut(), &tx, &shared).await;
+                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes).await;
                     guard.clear_ready();
                 }
-                _ = drain_tick.tick() => drain(ring.get_mut(), &tx, &shared).await,
+                _ = drain_tick.tick() => drain(ring.get_mut(), &tx, &shared, &mut probes).await,
                 _ = rescan_tick.tick() => {
                     rescan(&mut probes, &mut targets, &shared);
                     publish_counters(&probes, &shared);
@@ -135,7 +135,7 @@ impl Recorder {
         }
         // Detach first so nothing more arrives, then take what the ring still holds.
         probes.detach_all();
-        drain(ring.get_mut(), &tx, &shared).await;
+        drain(ring.get_mut(), &tx, &shared, &mut probes).await;
         drop(tx);
         writer
             .await
@@ -153,8 +153,14 @@ impl Recorder {
     }
 }
 
-/// Takes every record in the ring, decodes it, and sends it on in batches.
-async fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<CudaCall>>, shared: &Shared) {
+/// Takes every record in the ring, decodes it, and sends it on in batches. A CUDA library
+/// being opened is handled at once: its process may be stopped until then.
+async fn drain(
+    ring: &mut RingBuf<MapData>,
+    tx: &mpsc::Sender<Vec<CudaCall>>,
+    shared: &Shared,
+    probes: &mut Probes,
+) {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         // The record borrows the ring: decode it and let it go before awaiting.
@@ -163,7 +169,8 @@ async fn drain(ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<CudaCall>>, sh
             Some(record) => events::decode(&record),
         };
         match decoded {
-            Ok(call) => batch.push(call),
+            Ok(TraceEvent::Cuda(call)) => batch.push(call),
+            Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd),
             Err(error) => {
                 shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "dropping a ring-buffer record that does not decode");
@@ -200,6 +207,37 @@ async fn write_batches(
             };
             history.apply(call, site);
         }
+    }
+}
+
+/// A target opened a `libcud*` file: attach to it if it is a CUDA runtime or driver, then let
+/// the process go on if the kernel stopped it.
+fn library_opened(probes: &mut Probes, pid: u32, fd: i32) {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
+    match link {
+        Ok(path) => {
+            let name = path.to_string_lossy().into_owned();
+            if let Some(library) = target::classify_library(&name) {
+                let host = target::host_path(pid, &name);
+                if !probes.is_attached(&host) {
+                    match probes.attach_library(&host, library) {
+                        Ok(report) => tracing::info!(
+                            pid,
+                            path = %host.display(),
+                            probes = report.len(),
+                            "attached a CUDA library as it was opened"
+                        ),
+                        Err(error) => tracing::warn!(pid, %error, "cannot attach a CUDA library"),
+                    }
+                }
+            }
+        }
+        // The process closed it or exited already: a later rescan still finds what it maps.
+        Err(error) => tracing::debug!(pid, fd, %error, "opened library is gone"),
+    }
+    if probes.stops_on_library_open() {
+        // SAFETY: kill has no memory preconditions; the pid is a target the kernel stopped.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     }
 }
 

@@ -91,6 +91,19 @@ pub mod counter {
     pub const COUNT: u32 = 2;
 }
 
+/// Indexes of the array map `CONFIG`, set by the agent.
+pub mod config {
+    /// Non-zero: stop a target (SIGSTOP) when it opens a CUDA library, so the agent can attach
+    /// before the library runs; the agent continues it (SIGCONT).
+    pub const STOP_ON_LIBRARY_OPEN: u32 = 0;
+    pub const COUNT: u32 = 1;
+}
+
+/// Bytes of a path the kernel side reads to recognise a CUDA library.
+pub const PATH_BYTES: usize = 256;
+/// The file-name prefix of the CUDA runtime and driver (`libcudart.so*`, `libcuda.so*`).
+pub const CUDA_LIBRARY_PREFIX: &[u8; 6] = b"libcud";
+
 /// Largest number of processes traced at once.
 pub const MAX_TARGETS: u32 = 4096;
 
@@ -144,6 +157,10 @@ event_kinds! {
     CuMemcpyDtoHAsync = 110,
     CuMemcpy = 111,
     CuMemcpyAsync = 112,
+
+    /// A traced process opened a file named `libcud*` (a CUDA library it may be about to map):
+    /// `args[0]` is the new file descriptor.
+    LibraryOpen = 300,
 }
 
 /// Which API layer a probed function belongs to; the kernel side uses it to mark driver calls

@@ -15,15 +15,17 @@ use aya_ebpf::{
     },
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_send_signal,
     },
-    macros::{map, uprobe, uretprobe},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{ProbeContext, RetProbeContext},
+    macros::{map, tracepoint, uprobe, uretprobe},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use tracer_common::{
-    CallSiteRaw, Event, EventHeader, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, Layer,
-    MAX_ARGS, MAX_TARGETS, ProbeCookie, SITE_BUILD_ID, SITE_IP, SITE_NONE, counter,
+    CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_NESTED, FLAG_NO_ENTRY,
+    FLAG_OUT_UNREADABLE, Layer, MAX_ARGS, MAX_TARGETS, PATH_BYTES, ProbeCookie, SITE_BUILD_ID,
+    SITE_IP, SITE_NONE, config, counter,
 };
 
 /// Default ring size; the agent may set another with `EbpfLoader::map_max_entries`.
@@ -50,6 +52,23 @@ static RUNTIME_DEPTH: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_PE
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Settings from the agent (`config::*` indexes).
+#[map]
+static CONFIG: Array<u64> = Array::with_max_entries(config::COUNT, 0);
+
+/// Threads inside an openat of a CUDA library.
+#[map]
+static OPENING: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
+
+/// Room to read a path into (too large for the BPF stack).
+#[map]
+static PATH_SCRATCH: PerCpuArray<[u8; PATH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
+
+/// `sys_enter_openat`: `filename` at offset 24. `sys_exit_openat`: `ret` at offset 16.
+const OPENAT_FILENAME_OFFSET: usize = 24;
+const SYS_EXIT_RET_OFFSET: usize = 16;
+const SIGSTOP: u32 = 19;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -274,6 +293,114 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         BPF_RB_NO_WAKEUP
     };
     entry.submit(wakeup.into());
+    Ok(())
+}
+
+#[tracepoint]
+pub fn library_open_sys_enter_openat(ctx: TracePointContext) -> u32 {
+    match try_library_open_enter(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+#[tracepoint]
+pub fn library_open_sys_exit_openat(ctx: TracePointContext) -> u32 {
+    match try_library_open_exit(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+/// Whether the path names a file starting with "libcud": it starts so, or contains
+/// "/libcud". One comparison per position and nothing carried between iterations, so the
+/// verifier's work stays linear in the path length. A directory named `libcud*` also matches;
+/// the agent looks at the file and lets the process go on.
+fn is_cuda_library(path: &[u8; PATH_BYTES], len: usize) -> bool {
+    // Reads through `get`, never indexing, so no bounds-check panic reaches the verifier.
+    let byte = |at: usize| path.get(at).copied().unwrap_or(0);
+    let prefix = CUDA_LIBRARY_PREFIX;
+    let matches_at = |at: usize| {
+        byte(at) == prefix[0]
+            && byte(at + 1) == prefix[1]
+            && byte(at + 2) == prefix[2]
+            && byte(at + 3) == prefix[3]
+            && byte(at + 4) == prefix[4]
+            && byte(at + 5) == prefix[5]
+    };
+    if len >= prefix.len() && matches_at(0) {
+        return true;
+    }
+    let mut i = 0;
+    while i + prefix.len() < PATH_BYTES {
+        if i + prefix.len() >= len {
+            return false;
+        }
+        if byte(i) == b'/' && matches_at(i + 1) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+fn try_library_open_enter(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((_, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: the offset of `filename` in this tracepoint's record (see its format file).
+    let filename: u64 = unsafe { ctx.read_at(OPENAT_FILENAME_OFFSET) }.map_err(i64::from)?;
+    let scratch = PATH_SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
+    // SAFETY: per-CPU scratch, used by this program alone while it runs.
+    let buffer = unsafe { &mut *scratch };
+    // SAFETY: a user read of the path the process passed; the helper bounds it to the buffer.
+    let len = unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, buffer) }
+        .map_err(i64::from)?
+        .len();
+    if is_cuda_library(buffer, len) {
+        OPENING.insert(&tid, &1, 0)?;
+    }
+    Ok(())
+}
+
+fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: only tested for presence.
+    if unsafe { OPENING.get(&tid) }.is_none() {
+        return Ok(());
+    }
+    let _ = OPENING.remove(&tid);
+    // SAFETY: the offset of `ret` in this tracepoint's record.
+    let fd: i64 = unsafe { ctx.read_at(SYS_EXIT_RET_OFFSET) }.map_err(i64::from)?;
+    if fd < 0 {
+        return Ok(());
+    }
+    let mut event = Event {
+        header: EventHeader {
+            kind: EventKind::LibraryOpen as u16,
+            flags: 0,
+            // SAFETY: no preconditions.
+            cpu: unsafe { bpf_get_smp_processor_id() },
+            pid: tgid,
+            tid,
+            // SAFETY: no preconditions.
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+        },
+        ..Event::default()
+    };
+    event.args[0] = fd as u64;
+    // Reserve first: a process must never be stopped without the agent being told.
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        bump(counter::RINGBUF_FULL);
+        return Ok(());
+    };
+    entry.write(event);
+    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP.
+    if CONFIG.get(config::STOP_ON_LIBRARY_OPEN).is_some_and(|&stop| stop != 0) {
+        // SAFETY: signals the current process, which is a target.
+        unsafe { bpf_send_signal(SIGSTOP) };
+    }
+    entry.submit(BPF_RB_FORCE_WAKEUP.into());
     Ok(())
 }
 

@@ -12,17 +12,17 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        UProbe,
+        TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
 use serde::Serialize;
-use tracer_common::counter;
+use tracer_common::{config, counter};
 
 use self::{
-    registry::{CALL_PROBES, Library},
+    registry::{CALL_PROBES, Library, TRACEPOINT_PROBES},
     symbols::SymbolTable,
 };
 use crate::error::TracerError;
@@ -41,12 +41,46 @@ pub enum ProbeState {
     Unavailable { reason: String },
 }
 
+/// Where a probe sits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeTarget {
+    /// A uprobe and uretprobe pair on a function of a library file.
+    Call { library: Library, path: PathBuf },
+    /// A kernel tracepoint.
+    Tracepoint { category: &'static str, name: &'static str },
+}
+
+impl ProbeTarget {
+    /// "cuda-runtime /path/libcudart.so.13" or "tracepoint syscalls:sys_enter_openat".
+    pub fn describe(&self) -> String {
+        match self {
+            ProbeTarget::Call { library, path } => {
+                let library = match library {
+                    Library::CudaRuntime => "cuda-runtime",
+                    Library::CudaDriver => "cuda-driver",
+                };
+                format!("{library} {}", path.display())
+            }
+            ProbeTarget::Tracepoint { category, name } => format!("tracepoint {category}:{name}"),
+        }
+    }
+
+    /// The library file, for a uprobe.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ProbeTarget::Call { path, .. } => Some(path),
+            ProbeTarget::Tracepoint { .. } => None,
+        }
+    }
+}
+
 /// One line of `tracer probes`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProbeStatus {
+    /// The function or the program.
     pub symbol: String,
-    pub library: Library,
-    pub path: PathBuf,
+    pub target: ProbeTarget,
     #[serde(flatten)]
     pub state: ProbeState,
 }
@@ -68,6 +102,7 @@ pub struct Probes {
     attached_files: HashSet<(u64, u64)>,
     status: Vec<ProbeStatus>,
     links: Vec<(&'static str, UProbeLinkId)>,
+    stop_on_library_open: bool,
 }
 
 impl Probes {
@@ -83,12 +118,74 @@ impl Probes {
                 .load()
                 .map_err(|source| TracerError::Program { program: name, source })?;
         }
-        Ok(Self {
+        let mut probes = Self {
             ebpf,
             attached_files: HashSet::new(),
             status: Vec::new(),
             links: Vec::new(),
+            stop_on_library_open: false,
+        };
+        mount_tracefs();
+        probes.attach_tracepoints();
+        Ok(probes)
+    }
+
+    /// Loads and attaches every tracepoint of the registry; one the kernel refuses is reported
+    /// and skipped.
+    fn attach_tracepoints(&mut self) {
+        for probe in TRACEPOINT_PROBES.iter().filter(|p| p.default_on) {
+            let result = (|| -> Result<(), TracerError> {
+                let program: &mut TracePoint = self
+                    .ebpf
+                    .program_mut(probe.program)
+                    .expect("the object defines every registry program")
+                    .try_into()
+                    .map_err(|source| TracerError::Program { program: probe.program, source })?;
+                program
+                    .load()
+                    .map_err(|source| TracerError::Program { program: probe.program, source })?;
+                program
+                    .attach(probe.category, probe.name)
+                    .map_err(|source| TracerError::Program { program: probe.program, source })?;
+                Ok(())
+            })();
+            let state = match result {
+                Ok(()) => ProbeState::Attached,
+                Err(error) => {
+                    let reason = short_reason(&error.to_string());
+                    tracing::warn!(reason, tracepoint = probe.name, "tracepoint unavailable");
+                    ProbeState::Unavailable { reason }
+                }
+            };
+            self.status.push(ProbeStatus {
+                symbol: probe.program.to_string(),
+                target: ProbeTarget::Tracepoint { category: probe.category, name: probe.name },
+                state,
+            });
+        }
+    }
+
+    /// Whether the openat tracepoints are in place (a CUDA library opened later is noticed).
+    pub fn watches_library_opens(&self) -> bool {
+        self.status.iter().any(|s| {
+            matches!(s.target, ProbeTarget::Tracepoint { .. }) && s.state == ProbeState::Attached
         })
+    }
+
+    /// Whether a target that opens a CUDA library is stopped until its probes are attached.
+    pub fn set_stop_on_library_open(&mut self, stop: bool) -> Result<(), TracerError> {
+        let map = self.ebpf.map_mut("CONFIG").expect("the object defines CONFIG");
+        let mut array = Array::<_, u64>::try_from(map)
+            .map_err(|source| TracerError::Map { map: "CONFIG", source })?;
+        array
+            .set(config::STOP_ON_LIBRARY_OPEN, u64::from(stop), 0)
+            .map_err(|source| TracerError::Map { map: "CONFIG", source })?;
+        self.stop_on_library_open = stop;
+        Ok(())
+    }
+
+    pub fn stops_on_library_open(&self) -> bool {
+        self.stop_on_library_open
     }
 
     /// Traces `pid` from now on (the kernel programs ignore every other process).
@@ -142,7 +239,7 @@ impl Probes {
                     },
                     Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
                         Ok(()) => ProbeState::Attached,
-                        Err(error) => ProbeState::Unavailable { reason: error.to_string() },
+                        Err(error) => ProbeState::Unavailable { reason: short_reason(&error.to_string()) },
                     },
                 };
                 if let ProbeState::Unavailable { reason } = &state {
@@ -150,8 +247,7 @@ impl Probes {
                 }
                 report.push(ProbeStatus {
                     symbol: symbol.to_string(),
-                    library,
-                    path: path.to_path_buf(),
+                    target: ProbeTarget::Call { library, path: path.to_path_buf() },
                     state,
                 });
             }
@@ -223,6 +319,38 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut UProbe,
         .expect("the object defines both programs")
         .try_into()
         .map_err(|source| TracerError::Program { program: name, source })
+}
+
+/// An error for a one-line report: a verifier log is cut to its first line and its last lines,
+/// where the verifier says why it refused.
+fn short_reason(error: &str) -> String {
+    let lines: Vec<&str> = error.lines().collect();
+    if lines.len() <= 6 {
+        return error.to_string();
+    }
+    format!("{} [...] {}", lines[0], lines[lines.len() - 3..].join(" | "))
+}
+
+/// Mounts tracefs where the kernel expects it if nothing is there (tracepoints need it; some
+/// machines do not mount it at boot). Failure is left to the tracepoint attach to report.
+fn mount_tracefs() {
+    let events = Path::new("/sys/kernel/tracing/events");
+    if events.exists() || Path::new("/sys/kernel/debug/tracing/events").exists() {
+        return;
+    }
+    // SAFETY: constant NUL-terminated strings; mount has no other preconditions.
+    let rc = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            c"/sys/kernel/tracing".as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot mount tracefs");
+    }
 }
 
 fn file_id(path: &Path) -> Option<(u64, u64)> {

@@ -31,6 +31,8 @@ impl Library {
 pub enum KernelFeature {
     /// uprobes and uretprobes with BPF attach cookies (Linux 5.15).
     UprobeWithCookie,
+    /// Syscall tracepoints (CONFIG_FTRACE_SYSCALLS).
+    SyscallTracepoint,
 }
 
 /// Memory an allocation function hands out.
@@ -221,6 +223,40 @@ pub static CALL_PROBES: &[CallProbe] = &[
         copy(0, 1, 2, DirectionFrom::Pointers)),
     call(EventKind::CuMemcpyAsync, CudaDriver, &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
         copy(0, 1, 2, DirectionFrom::Pointers)),
+];
+
+/// A kernel tracepoint the tracer attaches one program to.
+#[derive(Clone, Copy, Debug)]
+pub struct TracepointProbe {
+    /// The program in tracer-ebpf.
+    pub program: &'static str,
+    pub category: &'static str,
+    pub name: &'static str,
+    pub feature: KernelFeature,
+    pub default_on: bool,
+    /// What it is for, shown by `tracer probes`.
+    pub purpose: &'static str,
+}
+
+/// Every tracepoint probe. The openat pair notices a target opening a CUDA library so the
+/// agent attaches before the library runs (PyTorch loads CUDA lazily with dlopen).
+pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
+    TracepointProbe {
+        program: "library_open_sys_enter_openat",
+        category: "syscalls",
+        name: "sys_enter_openat",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "notice a CUDA library being opened",
+    },
+    TracepointProbe {
+        program: "library_open_sys_exit_openat",
+        category: "syscalls",
+        name: "sys_exit_openat",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "hold the process until the library's probes are attached",
+    },
 ];
 
 /// The name of the function an event kind stands for (its first symbol).

@@ -76,14 +76,32 @@ pub fn spawn_bench(bench: &Bench) -> std::process::Child {
     command.spawn().expect("start transfer-bench")
 }
 
+/// How the tracer finds the CUDA libraries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Find {
+    /// Given up front (`--cuda-runtime`, `--cuda-driver`).
+    Named,
+    /// Noticed when the workload opens them (the openat tracepoints).
+    WhenOpened,
+}
+
 /// Starts transfer-bench paused, traces it with probes on the stand-in, lets it run to the
 /// end, and returns the stopped agent with the child's output.
 pub fn trace(standin: &Installed, bench: &Bench) -> (TracerAgent, Output) {
+    trace_with(standin, bench, Find::Named)
+}
+
+pub fn trace_with(standin: &Installed, bench: &Bench, find: Find) -> (TracerAgent, Output) {
     let mut child = target::spawn_paused(workload().as_os_str(), &bench.args, configure(bench))
         .expect("spawn the workload");
     let mut config = AgentConfig::new(child.pid());
-    config.cuda_runtime = Some(standin.runtime.clone());
-    config.cuda_driver = Some(standin.driver.clone());
+    match find {
+        Find::Named => {
+            config.cuda_runtime = Some(standin.runtime.clone());
+            config.cuda_driver = Some(standin.driver.clone());
+        }
+        Find::WhenOpened => config.stop_on_library_open = true,
+    }
     config.modules = vec![workload()];
     let mut agent = TracerAgent::with_config(config);
     agent.start().expect("start tracing (needs root and BPF)");

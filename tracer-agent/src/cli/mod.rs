@@ -1,0 +1,135 @@
+//! The `tracer` command line.
+
+mod probes;
+mod record;
+mod report;
+
+use std::{ffi::OsString, path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand};
+
+/// hotpin's tracer: sees every host<->device copy of a CUDA program through eBPF uprobes on
+/// its CUDA runtime and driver, and records which host allocations are hot (copied often) and
+/// which are cold.
+#[derive(Parser, Debug)]
+#[command(name = "tracer", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// `tracer --pid PID` is `tracer record --pid PID`.
+    #[command(flatten)]
+    record: RecordArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Trace running processes (--pid) or a command (-- CMD ARGS) and write its history.
+    Record(RecordArgs),
+    /// List every probe: attached, or unavailable and why.
+    Probes(ProbesArgs),
+    /// Show the hot/cold report of a saved history.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug, Default)]
+struct TargetArgs {
+    /// Attach to this CUDA runtime (libcudart.so* or an executable linked with it statically)
+    /// besides what the process maps.
+    #[arg(long, value_name = "PATH")]
+    cuda_runtime: Option<PathBuf>,
+    /// Attach to this CUDA driver (libcuda.so*) besides what the process maps.
+    #[arg(long, value_name = "PATH")]
+    cuda_driver: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Default)]
+struct RecordArgs {
+    /// A process to trace (repeat for several). Children it forks are not followed.
+    #[arg(short, long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Where to write the history: `.json` for JSON, anything else for compact binary.
+    /// Default: hotpin-<program>-<pid>.hotpin in the current directory.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Keep every allocation's event timeline in the dump (larger files).
+    #[arg(long)]
+    verbose: bool,
+    /// Stop after this many seconds (default: when the targets exit, or on Ctrl-C/SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Kernel ring buffer size in MiB (a power of two).
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
+    ring_mib: u32,
+    /// With --pid: stop a target for the moment it takes to attach to a CUDA library it opens
+    /// (exact, but its parent sees it stop and continue). A started command always is.
+    #[arg(long)]
+    stop_on_load: bool,
+    /// Print the hot/cold report when the recording ends.
+    #[arg(long)]
+    report: bool,
+    /// The command to start and trace from its first instruction.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct ProbesArgs {
+    /// List the probes for the CUDA libraries this process maps.
+    #[arg(short, long)]
+    pid: Option<u32>,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// A history written by `tracer record` (either format).
+    file: PathBuf,
+    /// Rows per list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// An allocation is hot with at least this many transfers.
+    #[arg(long, default_value_t = tracer_agent::report::HotPolicy::default().min_transfers)]
+    min_transfers: u64,
+    /// ... and at least this many transfers per MiB of its size (0: any).
+    #[arg(long, default_value_t = 0.0)]
+    min_transfers_per_mib: f64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HOTPIN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Record(args)) => record::run(args),
+        Some(Command::Probes(args)) => probes::run(args),
+        Some(Command::Report(args)) => report::run(args),
+        None if !cli.record.pids.is_empty() || !cli.record.command.is_empty() => {
+            record::run(cli.record)
+        }
+        None => {
+            eprintln!("tracer: nothing to trace; see `tracer --help`");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("tracer: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

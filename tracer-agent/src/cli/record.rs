@@ -1,0 +1,210 @@
+//! `tracer record`: trace processes or a command until they exit or a signal, then write the
+//! history.
+//!
+//! A command is started held before `exec` (see `target::spawn_paused`), attached, then let
+//! go, so its first CUDA call is seen. Its children are not followed. SIGINT or SIGTERM to the
+//! tracer is passed on to the command it started; the recording ends when the command exits,
+//! so its last events are kept. With `--pid`, a signal ends the recording and the processes
+//! run on untraced.
+
+use std::{
+    io::{IsTerminal as _, Write as _},
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use tokio::signal::unix::{SignalKind, signal};
+use tracer_agent::{
+    AgentConfig, TracerAgent,
+    dump::Format,
+    privileges,
+    probes::ProbeState,
+    report::{HotPolicy, Report, bytes},
+    target::{self, PausedChild},
+};
+
+use super::RecordArgs;
+
+/// How long a started command has to exit after the tracer passed it a signal.
+const CHILD_GRACE: Duration = Duration::from_secs(10);
+
+/// Resolves a program name the way `execvp` would, for naming call sites in it.
+fn which(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return Some(program.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file())
+    })
+}
+
+fn default_output(args: &RecordArgs, pid: u32) -> PathBuf {
+    let name = args
+        .command
+        .first()
+        .and_then(|c| Path::new(c).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .or_else(|| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+        .unwrap_or_else(|| "process".into());
+    let name: String = name
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect();
+    PathBuf::from(format!("hotpin-{name}-{pid}.hotpin"))
+}
+
+pub fn run(args: RecordArgs) -> Result<ExitCode> {
+    privileges::check()?;
+    if !args.ring_mib.is_power_of_two() {
+        bail!("--ring-mib must be a power of two, not {}", args.ring_mib);
+    }
+    if !args.pids.is_empty() && !args.command.is_empty() {
+        bail!("give either --pid or a command, not both");
+    }
+    let mut child: Option<PausedChild> = None;
+    let mut config = AgentConfig::new(0);
+    config.pids = args.pids.clone();
+    config.cuda_runtime = args.target.cuda_runtime.clone();
+    config.cuda_driver = args.target.cuda_driver.clone();
+    config.ring_bytes = args.ring_mib << 20;
+    config.stop_on_library_open = args.stop_on_load;
+    if let Some((program, rest)) = args.command.split_first() {
+        let paused = target::spawn_paused(program, rest, |_| {})?;
+        config.pids = vec![paused.pid()];
+        config.modules = which(Path::new(program)).into_iter().collect();
+        config.command = args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        // Our own child: holding it while a CUDA library's probes attach is safe and exact.
+        config.stop_on_library_open = true;
+        child = Some(paused);
+    }
+    for &pid in &config.pids {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("process {pid} does not exist");
+        }
+    }
+    let pid = config.pids[0];
+    let output = args.output.clone().unwrap_or_else(|| default_output(&args, pid));
+
+    let mut agent = TracerAgent::with_config(config);
+    agent.start().context("starting the tracer")?;
+    report_probes(&agent, child.is_some());
+    if let Some(child) = &mut child {
+        child.resume()?;
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let child_status = runtime.block_on(wait(&agent, child.as_mut(), args.duration))?;
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    agent.stop().context("stopping the tracer")?;
+    agent.dump(&output, Format::from_path(&output), args.verbose)?;
+
+    let history = agent.history();
+    let stats = history.stats();
+    eprintln!(
+        "tracer: {} CUDA calls, {} transfers ({} to GPU, {} from GPU), {} host allocations, {} events lost",
+        stats.calls,
+        stats.transfers,
+        bytes(stats.h2d_bytes),
+        bytes(stats.d2h_bytes),
+        history.allocations().iter().filter(|a| a.kind.is_host()).count(),
+        stats.lost_events(),
+    );
+    eprintln!("tracer: history written to {}  (see: tracer report {})", output.display(), output.display());
+    if args.report {
+        print!("{}", Report::new(&history, HotPolicy::default(), 10).render());
+    }
+    // The traced command's failure is the caller's to see.
+    Ok(match child_status {
+        Some(status) if !status.success() => {
+            eprintln!("tracer: the traced command exited with {status}");
+            ExitCode::from(status.code().map_or(1, |c| c.clamp(1, 255) as u8))
+        }
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+fn report_probes(agent: &TracerAgent, started: bool) {
+    let attached = agent.attached_probes();
+    let mut libraries: Vec<_> = agent
+        .probes()
+        .iter()
+        .filter(|p| p.state == ProbeState::Attached)
+        .filter_map(|p| p.target.path().map(|path| path.display().to_string()))
+        .collect();
+    libraries.dedup();
+    let calls = agent.probes().iter().filter(|p| p.target.path().is_some()).count();
+    if libraries.is_empty() {
+        eprintln!(
+            "tracer: no CUDA library is mapped {}yet; probes attach when one is opened",
+            if started { "by the command " } else { "in the target " }
+        );
+    } else {
+        eprintln!("tracer: {attached} probes attached ({calls} tried) to {}", libraries.join(", "));
+    }
+    for probe in agent.probes() {
+        if let ProbeState::Unavailable { reason } = &probe.state {
+            tracing::info!(symbol = probe.symbol, reason, "probe unavailable");
+        }
+    }
+}
+
+/// Waits for the end of the recording; returns the started command's exit status.
+async fn wait(
+    agent: &TracerAgent,
+    mut child: Option<&mut PausedChild>,
+    duration: Option<f64>,
+) -> Result<Option<std::process::ExitStatus>> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let started = Instant::now();
+    let deadline = duration.map(|s| started + Duration::from_secs_f64(s));
+    let mut signalled: Option<Instant> = None;
+    let live = std::io::stderr().is_terminal();
+    let mut last = (Instant::now(), 0u64);
+    loop {
+        tokio::select! {
+            _ = interrupt.recv() => signalled = Some(forward(child.as_deref(), libc::SIGINT)),
+            _ = terminate.recv() => signalled = Some(forward(child.as_deref(), libc::SIGTERM)),
+            _ = tick.tick() => {}
+        }
+        if let Some(child) = child.as_deref_mut() {
+            if let Some(status) = child.child.try_wait()? {
+                return Ok(Some(status));
+            }
+            if signalled.is_some_and(|at| at.elapsed() > CHILD_GRACE) {
+                eprintln!("\ntracer: the command did not exit after the signal; stopping anyway");
+                return Ok(None);
+            }
+        } else if signalled.is_some() || agent.targets_exited() {
+            return Ok(None);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        if live {
+            let status = agent.live_status();
+            let elapsed = last.0.elapsed().as_secs_f64().max(1e-3);
+            let rate = (status.events - last.1) as f64 / elapsed;
+            last = (Instant::now(), status.events);
+            eprint!(
+                "\r\x1b[2Ktracer: {:>9} events {:>9.0}/s  {:>8} transfers  {:>6} allocations  {} lost",
+                status.events, rate, status.transfers, status.allocations, status.lost_events
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+}
+
+/// Passes a signal to the command the tracer started.
+fn forward(child: Option<&PausedChild>, signal: i32) -> Instant {
+    if let Some(child) = child {
+        // SAFETY: kill has no memory preconditions; the pid is our own child.
+        unsafe { libc::kill(child.pid() as i32, signal) };
+    }
+    Instant::now()
+}

@@ -1,0 +1,354 @@
+//! The hot/cold report of a history, and the policy that says what is hot.
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{AllocKind, Allocation, CallSiteId, MemHistory};
+
+/// What makes an allocation worth pinning.
+///
+/// Pinning pays back per byte: cudaHostAlloc costs about 0.4 ms per MiB and each transfer of a
+/// MiB saves about 0.1 ms (8.5 vs 52 GB/s host-to-device on our H100), so an allocation copied
+/// 4 times or more repays cudaHostAlloc whatever its size (cudaHostRegister, 17x cheaper,
+/// repays in one). `min_transfers_per_mib` optionally prefers small, busy buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HotPolicy {
+    pub min_transfers: u64,
+    /// Transfers per MiB of the allocation; 0 turns it off.
+    pub min_transfers_per_mib: f64,
+}
+
+impl Default for HotPolicy {
+    fn default() -> Self {
+        Self { min_transfers: 4, min_transfers_per_mib: 0.0 }
+    }
+}
+
+impl HotPolicy {
+    pub fn is_hot(&self, allocation: &Allocation) -> bool {
+        allocation.stats.transfers >= self.min_transfers
+            && allocation.transfers_per_mib() >= self.min_transfers_per_mib
+    }
+}
+
+/// One allocation in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportRow {
+    pub id: u64,
+    pub pid: u32,
+    pub call_site: String,
+    pub ordinal: u32,
+    pub size: u64,
+    pub kind: AllocKind,
+    pub transfers: u64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+}
+
+/// A call site the report recommends pinning (or no longer pinning).
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteAdvice {
+    pub call_site: String,
+    pub allocations: u64,
+    pub bytes: u64,
+    pub transfers: u64,
+}
+
+/// Everything `tracer report` shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub policy: HotPolicy,
+    pub pids: Vec<u32>,
+    pub command: Vec<String>,
+    pub calls: u64,
+    pub transfers: u64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    pub lost_events: u64,
+    pub host_allocations: u64,
+    pub hot: Vec<ReportRow>,
+    pub cold: Vec<ReportRow>,
+    /// Pinned memory transferred fewer times than the policy asks: pinned for nothing.
+    pub wasted_pinned_bytes: u64,
+    pub wasted_pinned: Vec<ReportRow>,
+    /// Pageable memory transferred often: what pinning would speed up.
+    pub candidate_bytes: u64,
+    pub candidates: Vec<ReportRow>,
+    /// Call sites whose allocations were hot and pageable: pin these.
+    pub pin_sites: Vec<SiteAdvice>,
+    /// Bytes pinning `pin_sites` costs (their hot allocations).
+    pub pin_bytes: u64,
+    /// Call sites that pinned and were never hot: stop pinning these.
+    pub unpin_sites: Vec<SiteAdvice>,
+    /// Hot transfers from memory no probe saw allocated (their call site is unknown).
+    pub untracked_hot_bytes: u64,
+}
+
+fn site_name(history: &MemHistory, site: Option<CallSiteId>) -> String {
+    match site.and_then(|id| history.call_site(id)) {
+        Some(site) => {
+            let module = site.module.rsplit('/').next().unwrap_or(&site.module);
+            match &site.symbol {
+                Some(symbol) => format!("{symbol} ({module}+{:#x})", site.offset),
+                None => format!("{module}+{:#x}", site.offset),
+            }
+        }
+        None => "(unknown)".into(),
+    }
+}
+
+fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
+    ReportRow {
+        id: a.id,
+        pid: a.pid,
+        call_site: site_name(history, a.call_site),
+        ordinal: a.ordinal,
+        size: a.size,
+        kind: a.kind,
+        transfers: a.stats.transfers,
+        h2d_bytes: a.stats.h2d_bytes,
+        d2h_bytes: a.stats.d2h_bytes,
+    }
+}
+
+fn advice(history: &MemHistory, sites: BTreeMap<Option<CallSiteId>, SiteAdvice>) -> Vec<SiteAdvice> {
+    let mut list: Vec<_> = sites
+        .into_iter()
+        .map(|(site, mut advice)| {
+            advice.call_site = site_name(history, site);
+            advice
+        })
+        .collect();
+    list.sort_by(|a, b| b.transfers.cmp(&a.transfers).then(b.bytes.cmp(&a.bytes)));
+    list
+}
+
+impl Report {
+    /// Builds the report; `top` bounds each list.
+    pub fn new(history: &MemHistory, policy: HotPolicy, top: usize) -> Self {
+        let stats = history.stats();
+        let host: Vec<&Allocation> =
+            history.allocations().iter().filter(|a| a.kind.is_host()).collect();
+        let mut wasted = Vec::new();
+        let mut candidates = Vec::new();
+        let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
+        let mut pinned_sites: BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)> = BTreeMap::new();
+        let mut untracked_hot_bytes = 0;
+        for a in &host {
+            let hot = policy.is_hot(a);
+            let empty = || SiteAdvice { call_site: String::new(), allocations: 0, bytes: 0, transfers: 0 };
+            if a.kind.is_pinned() {
+                if !hot {
+                    wasted.push(*a);
+                }
+                let (entry, any_hot) = pinned_sites.entry(a.call_site).or_insert_with(|| (empty(), false));
+                entry.allocations += 1;
+                entry.bytes += a.size;
+                entry.transfers += a.stats.transfers;
+                *any_hot |= hot;
+            } else if hot {
+                candidates.push(*a);
+                if a.kind == AllocKind::Untracked {
+                    untracked_hot_bytes += a.size;
+                } else {
+                    let entry = pin.entry(a.call_site).or_insert_with(empty);
+                    entry.allocations += 1;
+                    entry.bytes += a.size;
+                    entry.transfers += a.stats.transfers;
+                }
+            }
+        }
+        candidates.sort_by(|a, b| b.stats.transfers.cmp(&a.stats.transfers));
+        wasted.sort_by(|a, b| b.size.cmp(&a.size));
+        let pin_sites = advice(history, pin);
+        let unpin = pinned_sites.into_iter().filter(|(_, (_, hot))| !hot).map(|(k, (v, _))| (k, v)).collect();
+        Report {
+            policy,
+            pids: history.meta().pids.clone(),
+            command: history.meta().command.clone(),
+            calls: stats.calls,
+            transfers: stats.transfers,
+            h2d_bytes: stats.h2d_bytes,
+            d2h_bytes: stats.d2h_bytes,
+            lost_events: stats.lost_events(),
+            host_allocations: host.len() as u64,
+            hot: history.hotspots(top).into_iter().map(|a| row(history, a)).collect(),
+            cold: history.coldspots(top).into_iter().map(|a| row(history, a)).collect(),
+            wasted_pinned_bytes: wasted.iter().map(|a| a.size).sum(),
+            wasted_pinned: wasted.iter().take(top).map(|a| row(history, a)).collect(),
+            candidate_bytes: candidates.iter().map(|a| a.size).sum(),
+            candidates: candidates.iter().take(top).map(|a| row(history, a)).collect(),
+            pin_bytes: pin_sites.iter().map(|s| s.bytes).sum(),
+            pin_sites,
+            unpin_sites: advice(history, unpin),
+            untracked_hot_bytes,
+        }
+    }
+
+    /// The report as text for a terminal.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "hotpin report");
+        if !self.command.is_empty() {
+            let _ = writeln!(out, "  command      {}", self.command.join(" "));
+        }
+        let _ = writeln!(out, "  processes    {:?}", self.pids);
+        let _ = writeln!(
+            out,
+            "  CUDA calls   {}   transfers {}   host->device {}   device->host {}   lost events {}",
+            self.calls,
+            self.transfers,
+            bytes(self.h2d_bytes),
+            bytes(self.d2h_bytes),
+            self.lost_events
+        );
+        let _ = writeln!(
+            out,
+            "  policy       hot = at least {} transfers{}",
+            self.policy.min_transfers,
+            if self.policy.min_transfers_per_mib > 0.0 {
+                format!(" and {} per MiB", self.policy.min_transfers_per_mib)
+            } else {
+                String::new()
+            }
+        );
+        table(&mut out, "Hot host allocations (most transferred)", &self.hot);
+        table(&mut out, "Cold host allocations (least transferred)", &self.cold);
+        let _ = writeln!(out, "\nPinned but rarely transferred (waste): {}", bytes(self.wasted_pinned_bytes));
+        if !self.wasted_pinned.is_empty() {
+            table(&mut out, "", &self.wasted_pinned);
+        }
+        let _ = writeln!(out, "\nPageable and transferred often (candidates): {}", bytes(self.candidate_bytes));
+        if !self.candidates.is_empty() {
+            table(&mut out, "", &self.candidates);
+        }
+        let _ = writeln!(out, "\nRecommendation");
+        if self.pin_sites.is_empty() {
+            let _ = writeln!(out, "  no pageable call site is hot: nothing to pin");
+        } else {
+            let _ = writeln!(out, "  pin these call sites ({} in all):", bytes(self.pin_bytes));
+            for site in &self.pin_sites {
+                let _ = writeln!(
+                    out,
+                    "    {:<48} {:>4} allocations {:>10} {:>8} transfers",
+                    site.call_site,
+                    site.allocations,
+                    bytes(site.bytes),
+                    site.transfers
+                );
+            }
+        }
+        for site in &self.unpin_sites {
+            let _ = writeln!(
+                out,
+                "  stop pinning {} ({} allocations, {}, {} transfers)",
+                site.call_site,
+                site.allocations,
+                bytes(site.bytes),
+                site.transfers
+            );
+        }
+        if self.untracked_hot_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "  {} of hot transfers came from memory no probe saw allocated; run with the \
+                 hotpin allocator to attribute them to call sites",
+                bytes(self.untracked_hot_bytes)
+            );
+        }
+        out
+    }
+}
+
+fn table(out: &mut String, title: &str, rows: &[ReportRow]) {
+    if !title.is_empty() {
+        let _ = writeln!(out, "\n{title}");
+    }
+    let _ = writeln!(
+        out,
+        "  {:>5} {:<44} {:>4} {:>10} {:<10} {:>9} {:>10} {:>10}",
+        "id", "call site", "nth", "size", "kind", "transfers", "to GPU", "from GPU"
+    );
+    for r in rows {
+        let kind = serde_json::to_value(r.kind).ok().and_then(|v| v.as_str().map(str::to_string));
+        let _ = writeln!(
+            out,
+            "  {:>5} {:<44} {:>4} {:>10} {:<10} {:>9} {:>10} {:>10}",
+            r.id,
+            truncate(&r.call_site, 44),
+            r.ordinal,
+            bytes(r.size),
+            kind.unwrap_or_default(),
+            r.transfers,
+            bytes(r.h2d_bytes),
+            bytes(r.d2h_bytes)
+        );
+    }
+}
+
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let tail: String = text.chars().rev().take(width - 1).collect::<Vec<_>>().into_iter().rev().collect();
+        format!("…{tail}")
+    }
+}
+
+/// Bytes in binary units.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{history::CallSite, probes::registry::CopyDirection};
+
+    #[test]
+    fn recommends_hot_pageable_sites_and_flags_pinned_waste() {
+        let mut h = MemHistory::new();
+        let hot_site = h.intern_call_site(CallSite { module: "/bin/app".into(), offset: 0x10, symbol: Some("load_batch".into()) });
+        let cold_site = h.intern_call_site(CallSite { module: "/bin/app".into(), offset: 0x20, symbol: None });
+        let pin_site = h.intern_call_site(CallSite { module: "/bin/app".into(), offset: 0x30, symbol: None });
+        let hot = h.alloc(1, 0x10000, 1 << 20, AllocKind::Pageable, Some(hot_site), 0);
+        let cold = h.alloc(1, 0x200000, 1 << 20, AllocKind::Pageable, Some(cold_site), 0);
+        let pinned = h.alloc(1, 0x400000, 2 << 20, AllocKind::Pinned, Some(pin_site), 0);
+        for t in 0..10 {
+            h.transfer(1, 0xd0000000, 0x10000, 1 << 20, CopyDirection::HostToDevice, t);
+        }
+        h.transfer(1, 0xd0000000, 0x200000, 1 << 20, CopyDirection::HostToDevice, 20);
+        h.transfer(1, 0x400000, 0xd0000000, 1 << 20, CopyDirection::DeviceToHost, 21);
+        for t in 0..5 {
+            h.transfer(1, 0xd0000000, 0x900000, 4096, CopyDirection::HostToDevice, 30 + t);
+        }
+
+        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert_eq!(report.hot[0].id, hot);
+        assert_eq!(report.pin_sites.len(), 1);
+        assert!(report.pin_sites[0].call_site.starts_with("load_batch"), "{:?}", report.pin_sites);
+        assert_eq!(report.pin_bytes, 1 << 20);
+        assert_eq!(report.wasted_pinned_bytes, 2 << 20);
+        assert_eq!(report.wasted_pinned[0].id, pinned);
+        assert_eq!(report.unpin_sites.len(), 1);
+        assert_eq!(report.untracked_hot_bytes, 4096);
+        assert!(report.cold.iter().any(|r| r.id == cold));
+        let text = report.render();
+        assert!(text.contains("load_batch") && text.contains("pin these call sites"), "{text}");
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
+    }
+}

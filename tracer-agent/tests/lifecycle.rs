@@ -1,0 +1,63 @@
+//! Libraries loaded after the start and other processes using the same library. Needs root.
+
+mod common;
+
+use common::Find;
+
+#[test]
+fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
+    common::require_root();
+    let standin = common::standin("dlopen");
+    // The workload dlopens libcudart.so.13, which dlopens libcuda.so.1, and copies at once:
+    // only holding it while the probes attach sees the first calls.
+    let bench = common::bench(
+        &standin,
+        &["--hot", "2", "--cold", "3", "--size", "16K", "--transfers", "50"],
+    );
+    let (agent, output) = common::trace_with(&standin, &bench, Find::WhenOpened);
+    let summary = common::summary(&output);
+    let history = agent.history();
+    let stats = history.stats();
+    assert_eq!(stats.transfers, summary["copies"].as_u64().expect("copies"), "{stats:?}");
+    assert_eq!(stats.transfers, 2 * (2 * 50 + 3));
+    assert_eq!(stats.lost_events(), 0);
+    assert_eq!(stats.partial_calls, 0, "no call was caught halfway: {stats:?}");
+    let attached: Vec<_> = agent.probes().iter().filter_map(|p| p.target.path()).collect();
+    assert!(
+        attached.iter().any(|p| p.ends_with("libcudart.so.13"))
+            && attached.iter().any(|p| p.ends_with("libcuda.so.1")),
+        "both libraries were attached as they were opened: {attached:?}"
+    );
+}
+
+#[test]
+fn another_process_calling_the_same_library_is_not_traced() {
+    common::require_root();
+    let standin = common::standin("bystander");
+    // A bystander runs the same stand-in libraries (same files, so the same uprobes) at the
+    // same time with a different number of copies.
+    let bystander_bench = common::bench(
+        &standin,
+        &["--hot", "1", "--cold", "0", "--size", "4K", "--transfers", "200000"],
+    );
+    let mut bystander = common::spawn_bench(&bystander_bench);
+    let bench = common::bench(
+        &standin,
+        &["--hot", "1", "--cold", "0", "--size", "4K", "--transfers", "300"],
+    );
+    let (agent, output) = common::trace(&standin, &bench);
+    common::summary(&output);
+    assert!(
+        bystander.try_wait().expect("poll the bystander").is_none(),
+        "the bystander must still be running when the trace ends, or the test proves nothing"
+    );
+    let bystander = common::wait_with_timeout(bystander, std::time::Duration::from_secs(120));
+    common::summary(&bystander);
+    let history = agent.history();
+    assert_eq!(history.stats().transfers, 600, "only the traced process counts");
+    assert!(history.allocations().iter().all(|a| a.pid == output_pid(&history)));
+}
+
+fn output_pid(history: &tracer_agent::history::MemHistory) -> u32 {
+    history.meta().pids[0]
+}
