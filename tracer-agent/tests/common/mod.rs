@@ -92,6 +92,16 @@ pub fn trace(standin: &Installed, bench: &Bench) -> (TracerAgent, Output) {
 }
 
 pub fn trace_with(standin: &Installed, bench: &Bench, find: Find) -> (TracerAgent, Output) {
+    trace_full(standin, bench, find, || {})
+}
+
+/// [`trace_with`], calling `before_stop` once the workload has exited, before tracing stops.
+pub fn trace_full(
+    standin: &Installed,
+    bench: &Bench,
+    find: Find,
+    before_stop: impl FnOnce(),
+) -> (TracerAgent, Output) {
     let mut child = target::spawn_paused(workload().as_os_str(), &bench.args, configure(bench))
         .expect("spawn the workload");
     let mut config = AgentConfig::new(child.pid());
@@ -107,6 +117,7 @@ pub fn trace_with(standin: &Installed, bench: &Bench, find: Find) -> (TracerAgen
     agent.start().expect("start tracing (needs root and BPF)");
     child.resume().expect("resume the workload");
     let output = wait_with_timeout(child.child, Duration::from_secs(120));
+    before_stop();
     agent.stop().expect("stop tracing");
     (agent, output)
 }
