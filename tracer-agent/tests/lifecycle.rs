@@ -34,11 +34,11 @@ fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
 fn another_process_calling_the_same_library_is_not_traced() {
     common::require_root();
     let standin = common::standin("bystander");
-    // A bystander runs the same stand-in libraries (same files, so the same uprobes) at the
-    // same time with a different number of copies.
+    // A bystander runs the same stand-in libraries (same files, so the same uprobes) all the
+    // while, with far more copies.
     let bystander_bench = common::bench(
         &standin,
-        &["--hot", "1", "--cold", "0", "--size", "4K", "--transfers", "200000"],
+        &["--hot", "1", "--cold", "0", "--size", "4K", "--transfers", "50000000"],
     );
     let mut bystander = common::spawn_bench(&bystander_bench);
     let bench = common::bench(
@@ -52,8 +52,9 @@ fn another_process_calling_the_same_library_is_not_traced() {
         );
     });
     common::summary(&output);
-    let bystander = common::wait_with_timeout(bystander, std::time::Duration::from_secs(120));
-    common::summary(&bystander);
+    // It has made its point; it would run for minutes more.
+    bystander.kill().expect("stop the bystander");
+    let _ = bystander.wait();
     let history = agent.history();
     assert_eq!(history.stats().transfers, 600, "only the traced process counts");
     assert!(history.allocations().iter().all(|a| a.pid == output_pid(&history)));
