@@ -77,7 +77,11 @@ pub struct CudaRuntime {
 }
 
 fn check(code: i32) -> Result<(), CudaError> {
-    if code == 0 { Ok(()) } else { Err(CudaError(code)) }
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(CudaError(code))
+    }
 }
 
 impl CudaRuntime {

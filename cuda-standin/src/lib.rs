@@ -39,12 +39,18 @@ pub fn install(dir: &Path) -> io::Result<Installed> {
         runtime: dir.join(RUNTIME_NAME),
         driver: dir.join(DRIVER_NAME),
     };
-    for (name, to) in [(RUNTIME_NAME, &installed.runtime), (DRIVER_NAME, &installed.driver)] {
+    for (name, to) in [
+        (RUNTIME_NAME, &installed.runtime),
+        (DRIVER_NAME, &installed.driver),
+    ] {
         let from = Path::new(BUILD_DIR).join(name);
         // Copy to a temporary name and rename, so a process mapping the old file keeps it.
         let tmp = to.with_extension("tmp");
         fs::copy(&from, &tmp).map_err(|e| {
-            io::Error::new(e.kind(), format!("copying {} to {}: {e}", from.display(), tmp.display()))
+            io::Error::new(
+                e.kind(),
+                format!("copying {} to {}: {e}", from.display(), tmp.display()),
+            )
         })?;
         fs::rename(&tmp, to)?;
     }
@@ -61,7 +67,12 @@ mod tests {
         let installed = install(&dir).expect("install into a temp dir");
         for path in [&installed.runtime, &installed.driver] {
             let bytes = fs::read(path).expect("installed library is readable");
-            assert_eq!(&bytes[..4], b"\x7fELF", "{} is not an ELF file", path.display());
+            assert_eq!(
+                &bytes[..4],
+                b"\x7fELF",
+                "{} is not an ELF file",
+                path.display()
+            );
         }
         fs::remove_dir_all(&dir).expect("clean up");
     }

@@ -75,7 +75,11 @@ pub enum AgentEvent {
         call_site: Option<CallSite>,
         ts_ns: u64,
     },
-    HostFree { pid: u32, addr: u64, ts_ns: u64 },
+    HostFree {
+        pid: u32,
+        addr: u64,
+        ts_ns: u64,
+    },
 }
 
 struct Running {
@@ -103,12 +107,20 @@ impl TracerAgent {
     }
 
     pub fn with_config(config: AgentConfig) -> Self {
-        Self { config, shared: Arc::default(), running: None, probes: Vec::new() }
+        Self {
+            config,
+            shared: Arc::default(),
+            running: None,
+            probes: Vec::new(),
+        }
     }
 
     /// An agent over a history loaded from a dump, for queries.
     pub fn from_history(history: MemHistory) -> Self {
-        let agent = Self::with_config(AgentConfig { pids: Vec::new(), ..AgentConfig::new(0) });
+        let agent = Self::with_config(AgentConfig {
+            pids: Vec::new(),
+            ..AgentConfig::new(0)
+        });
         *agent.shared.history.write().expect("history lock poisoned") = history;
         agent
     }
@@ -149,7 +161,12 @@ impl TracerAgent {
         }
         let ring = probes.take_events()?;
         let mut resolver = CallSiteResolver::new();
-        for path in self.config.modules.iter().chain(libraries.iter().map(|(path, _)| path)) {
+        for path in self
+            .config
+            .modules
+            .iter()
+            .chain(libraries.iter().map(|(path, _)| path))
+        {
             resolver.learn_file(path, &path.display().to_string());
         }
         for &pid in &self.config.pids {
@@ -167,7 +184,10 @@ impl TracerAgent {
         let thread = std::thread::Builder::new()
             .name("hotpin-recorder".into())
             .spawn(move || recorder.run(stop_rx))
-            .map_err(|source| TracerError::Io { what: "starting the recorder thread".into(), source })?;
+            .map_err(|source| TracerError::Io {
+                what: "starting the recorder thread".into(),
+                source,
+            })?;
         self.running = Some(Running { stop, thread });
         Ok(())
     }
@@ -200,7 +220,10 @@ impl TracerAgent {
 
     /// How many probes are in place.
     pub fn attached_probes(&self) -> usize {
-        self.probes.iter().filter(|p| p.state == ProbeState::Attached).count()
+        self.probes
+            .iter()
+            .filter(|p| p.state == ProbeState::Attached)
+            .count()
     }
 
     /// Read access to the history; recording waits while the guard is held, so keep it short.
@@ -231,12 +254,20 @@ impl TracerAgent {
 
     /// Host allocations copied at least `min_transfers` times.
     pub fn hotspots_threshold(&self, min_transfers: u64) -> Vec<Allocation> {
-        self.history().hotspots_threshold(min_transfers).into_iter().cloned().collect()
+        self.history()
+            .hotspots_threshold(min_transfers)
+            .into_iter()
+            .cloned()
+            .collect()
     }
 
     /// Host allocations copied at most `max_transfers` times.
     pub fn coldspots_threshold(&self, max_transfers: u64) -> Vec<Allocation> {
-        self.history().coldspots_threshold(max_transfers).into_iter().cloned().collect()
+        self.history()
+            .coldspots_threshold(max_transfers)
+            .into_iter()
+            .cloned()
+            .collect()
     }
 
     /// Writes the history (see [`crate::dump::write`]).
@@ -254,7 +285,14 @@ impl TracerAgent {
         let mut history = self.shared.history.write().expect("history lock poisoned");
         match event {
             AgentEvent::Cuda(call) => history.apply(&call, None),
-            AgentEvent::HostAlloc { pid, addr, size, kind, call_site, ts_ns } => {
+            AgentEvent::HostAlloc {
+                pid,
+                addr,
+                size,
+                kind,
+                call_site,
+                ts_ns,
+            } => {
                 let site = call_site.map(|site| history.intern_call_site(site));
                 history.alloc(pid, addr, size, kind, site, ts_ns);
             }

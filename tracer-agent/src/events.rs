@@ -13,11 +13,28 @@ use crate::probes::registry::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum Op {
-    Alloc { addr: u64, size: u64, space: AllocSpace },
-    Free { addr: u64, space: AllocSpace },
-    Register { addr: u64, size: u64 },
-    Unregister { addr: u64 },
-    Copy { dst: u64, src: u64, bytes: u64, direction: CopyDirection },
+    Alloc {
+        addr: u64,
+        size: u64,
+        space: AllocSpace,
+    },
+    Free {
+        addr: u64,
+        space: AllocSpace,
+    },
+    Register {
+        addr: u64,
+        size: u64,
+    },
+    Unregister {
+        addr: u64,
+    },
+    Copy {
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        direction: CopyDirection,
+    },
 }
 
 /// A call site as the kernel resolved it.
@@ -74,14 +91,20 @@ pub enum TraceEvent {
     Cuda(CudaCall),
     /// A target opened a file named `libcud*` as `fd`; it may be stopped until the agent has
     /// looked at it.
-    LibraryOpen { pid: u32, fd: i32 },
+    LibraryOpen {
+        pid: u32,
+        fd: i32,
+    },
 }
 
 /// Decodes one ring-buffer record.
 pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
     let event = Event::from_bytes(record)?;
     if event.kind() == Some(EventKind::LibraryOpen) {
-        return Ok(TraceEvent::LibraryOpen { pid: event.header.pid, fd: event.args[0] as i32 });
+        return Ok(TraceEvent::LibraryOpen {
+            pid: event.header.pid,
+            fd: event.args[0] as i32,
+        });
     }
     decode_event(&event).map(TraceEvent::Cuda)
 }
@@ -94,14 +117,29 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
     let args = &event.args;
     let op = match probe.semantics {
         Semantics::Alloc { size, space, .. } => Op::Alloc {
-            addr: if event.header.flags & FLAG_OUT_UNREADABLE != 0 { 0 } else { event.out },
+            addr: if event.header.flags & FLAG_OUT_UNREADABLE != 0 {
+                0
+            } else {
+                event.out
+            },
             size: args[size],
             space,
         },
-        Semantics::Free { ptr, space } => Op::Free { addr: args[ptr], space },
-        Semantics::Register { ptr, size } => Op::Register { addr: args[ptr], size: args[size] },
+        Semantics::Free { ptr, space } => Op::Free {
+            addr: args[ptr],
+            space,
+        },
+        Semantics::Register { ptr, size } => Op::Register {
+            addr: args[ptr],
+            size: args[size],
+        },
         Semantics::Unregister { ptr } => Op::Unregister { addr: args[ptr] },
-        Semantics::Copy { dst, src, bytes, direction } => Op::Copy {
+        Semantics::Copy {
+            dst,
+            src,
+            bytes,
+            direction,
+        } => Op::Copy {
             dst: args[dst],
             src: args[src],
             bytes: match bytes {
@@ -146,7 +184,13 @@ mod tests {
 
     fn event(kind: EventKind, args: &[u64], ret: u64) -> Event {
         let mut event = Event {
-            header: EventHeader { kind: kind as u16, pid: 7, tid: 8, ts_ns: 100, ..Default::default() },
+            header: EventHeader {
+                kind: kind as u16,
+                pid: 7,
+                tid: 8,
+                ts_ns: 100,
+                ..Default::default()
+            },
             ret,
             ..Default::default()
         };
@@ -160,7 +204,12 @@ mod tests {
             .expect("decodes");
         assert_eq!(
             call.op,
-            Op::Copy { dst: 0xd000, src: 0x4000, bytes: 4096, direction: CopyDirection::HostToDevice }
+            Op::Copy {
+                dst: 0xd000,
+                src: 0x4000,
+                bytes: 4096,
+                direction: CopyDirection::HostToDevice
+            }
         );
         assert_eq!((call.pid, call.tid, call.result), (7, 8, 0));
     }
@@ -171,7 +220,12 @@ mod tests {
         let call = decode_event(&event(EventKind::CudaMemcpy2D, &args, 0)).expect("decodes");
         assert_eq!(
             call.op,
-            Op::Copy { dst: 0xd000, src: 0x4000, bytes: 2000, direction: CopyDirection::DeviceToHost }
+            Op::Copy {
+                dst: 0xd000,
+                src: 0x4000,
+                bytes: 2000,
+                direction: CopyDirection::DeviceToHost
+            }
         );
     }
 
@@ -182,7 +236,11 @@ mod tests {
         let call = decode_event(&raw).expect("decodes");
         assert_eq!(
             call.op,
-            Op::Alloc { addr: 0x7f00_0000_0000, size: 1 << 20, space: AllocSpace::PinnedHost }
+            Op::Alloc {
+                addr: 0x7f00_0000_0000,
+                size: 1 << 20,
+                space: AllocSpace::PinnedHost
+            }
         );
         raw.header.flags = FLAG_OUT_UNREADABLE;
         let call = decode_event(&raw).expect("decodes");
@@ -203,9 +261,18 @@ mod tests {
         raw.site.build_id = [7; 20];
         raw.site.offset = 0x1234;
         let call = decode_event(&raw).expect("decodes");
-        assert_eq!(call.site, Some(RawSite::BuildId { build_id: [7; 20], offset: 0x1234 }));
+        assert_eq!(
+            call.site,
+            Some(RawSite::BuildId {
+                build_id: [7; 20],
+                offset: 0x1234
+            })
+        );
         raw.site.status = SITE_IP;
-        assert_eq!(decode_event(&raw).expect("decodes").site, Some(RawSite::Address(0x1234)));
+        assert_eq!(
+            decode_event(&raw).expect("decodes").site,
+            Some(RawSite::Address(0x1234))
+        );
     }
 
     #[test]
@@ -215,7 +282,11 @@ mod tests {
         assert_eq!(decode_event(&raw), Err(DecodeError::UnknownKind(4242)));
         assert_eq!(decode(&[0u8; 12]), Err(DecodeError::Truncated { len: 12 }));
         raw.header.kind = EventKind::LibraryOpen as u16;
-        assert_eq!(decode_event(&raw), Err(DecodeError::UnknownKind(300)), "not a CUDA call");
+        assert_eq!(
+            decode_event(&raw),
+            Err(DecodeError::UnknownKind(300)),
+            "not a CUDA call"
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! and from the GPU often (hot) and which rarely (cold).
 
 pub mod agent;
-pub mod error;
 pub mod dump;
+pub mod error;
 pub mod events;
 pub mod history;
 pub mod privileges;
@@ -13,5 +13,5 @@ pub mod recorder;
 pub mod report;
 pub mod target;
 
-pub use error::TracerError;
 pub use agent::{AgentConfig, AgentEvent, TracerAgent};
+pub use error::TracerError;

@@ -9,7 +9,9 @@ const CAP_SYS_ADMIN: u32 = 21;
 
 /// Why this process cannot load and attach the tracer's programs.
 #[derive(Debug, thiserror::Error)]
-#[error("the tracer needs {missing}; run it as root or grant them (setcap cap_bpf,cap_perfmon+ep tracer)")]
+#[error(
+    "the tracer needs {missing}; run it as root or grant them (setcap cap_bpf,cap_perfmon+ep tracer)"
+)]
 pub struct MissingPrivileges {
     pub missing: String,
 }
@@ -33,5 +35,7 @@ pub fn check() -> Result<(), MissingPrivileges> {
         .filter(|(cap, _)| !has(*cap))
         .map(|(_, name)| name)
         .collect();
-    Err(MissingPrivileges { missing: missing.join(" and ") })
+    Err(MissingPrivileges {
+        missing: missing.join(" and "),
+    })
 }

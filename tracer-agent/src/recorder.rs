@@ -92,12 +92,22 @@ impl Recorder {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|source| TracerError::Io { what: "starting the tokio runtime".into(), source })?;
+            .map_err(|source| TracerError::Io {
+                what: "starting the tokio runtime".into(),
+                source,
+            })?;
         runtime.block_on(self.record(stop))
     }
 
     async fn record(self, mut stop: watch::Receiver<bool>) -> Result<RecorderEnd, TracerError> {
-        let Recorder { resolver, mut probes, ring, shared, mut targets, config } = self;
+        let Recorder {
+            resolver,
+            mut probes,
+            ring,
+            shared,
+            mut targets,
+            config,
+        } = self;
         let (tx, rx) = mpsc::channel::<Vec<CudaCall>>(CHANNEL_BATCHES);
         let writer = tokio::spawn(write_batches(rx, Arc::clone(&shared), resolver));
         // SAFETY: the RingBuf owns its map's descriptor, keeps it open while it lives, and
@@ -149,7 +159,9 @@ impl Recorder {
             stats.decode_errors = decode_errors;
         }
         publish_counters(&probes, &shared);
-        Ok(RecorderEnd { probes: probes.status().to_vec() })
+        Ok(RecorderEnd {
+            probes: probes.status().to_vec(),
+        })
     }
 }
 
@@ -177,7 +189,10 @@ async fn drain(
             }
         }
         if batch.len() == BATCH {
-            shared.live.events.fetch_add(BATCH as u64, Ordering::Relaxed);
+            shared
+                .live
+                .events
+                .fetch_add(BATCH as u64, Ordering::Relaxed);
             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
             if tx.send(full).await.is_err() {
                 return;
@@ -185,7 +200,10 @@ async fn drain(
         }
     }
     if !batch.is_empty() {
-        shared.live.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        shared
+            .live
+            .events
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let _ = tx.send(batch).await;
     }
 }

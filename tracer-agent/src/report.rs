@@ -21,7 +21,10 @@ pub struct HotPolicy {
 
 impl Default for HotPolicy {
     fn default() -> Self {
-        Self { min_transfers: 4, min_transfers_per_mib: 0.0 }
+        Self {
+            min_transfers: 4,
+            min_transfers_per_mib: 0.0,
+        }
     }
 }
 
@@ -112,7 +115,10 @@ fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
     }
 }
 
-fn advice(history: &MemHistory, sites: BTreeMap<Option<CallSiteId>, SiteAdvice>) -> Vec<SiteAdvice> {
+fn advice(
+    history: &MemHistory,
+    sites: BTreeMap<Option<CallSiteId>, SiteAdvice>,
+) -> Vec<SiteAdvice> {
     let mut list: Vec<_> = sites
         .into_iter()
         .map(|(site, mut advice)| {
@@ -128,8 +134,11 @@ impl Report {
     /// Builds the report; `top` bounds each list.
     pub fn new(history: &MemHistory, policy: HotPolicy, top: usize) -> Self {
         let stats = history.stats();
-        let host: Vec<&Allocation> =
-            history.allocations().iter().filter(|a| a.kind.is_host()).collect();
+        let host: Vec<&Allocation> = history
+            .allocations()
+            .iter()
+            .filter(|a| a.kind.is_host())
+            .collect();
         let mut wasted = Vec::new();
         let mut candidates = Vec::new();
         let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
@@ -137,12 +146,19 @@ impl Report {
         let mut untracked_hot_bytes = 0;
         for a in &host {
             let hot = policy.is_hot(a);
-            let empty = || SiteAdvice { call_site: String::new(), allocations: 0, bytes: 0, transfers: 0 };
+            let empty = || SiteAdvice {
+                call_site: String::new(),
+                allocations: 0,
+                bytes: 0,
+                transfers: 0,
+            };
             if a.kind.is_pinned() {
                 if !hot {
                     wasted.push(*a);
                 }
-                let (entry, any_hot) = pinned_sites.entry(a.call_site).or_insert_with(|| (empty(), false));
+                let (entry, any_hot) = pinned_sites
+                    .entry(a.call_site)
+                    .or_insert_with(|| (empty(), false));
                 entry.allocations += 1;
                 entry.bytes += a.size;
                 entry.transfers += a.stats.transfers;
@@ -159,10 +175,14 @@ impl Report {
                 }
             }
         }
-        candidates.sort_by(|a, b| b.stats.transfers.cmp(&a.stats.transfers));
-        wasted.sort_by(|a, b| b.size.cmp(&a.size));
+        candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
+        wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
         let pin_sites = advice(history, pin);
-        let unpin = pinned_sites.into_iter().filter(|(_, (_, hot))| !hot).map(|(k, (v, _))| (k, v)).collect();
+        let unpin = pinned_sites
+            .into_iter()
+            .filter(|(_, (_, hot))| !hot)
+            .map(|(k, (v, _))| (k, v))
+            .collect();
         Report {
             policy,
             pids: history.meta().pids.clone(),
@@ -173,12 +193,24 @@ impl Report {
             d2h_bytes: stats.d2h_bytes,
             lost_events: stats.lost_events(),
             host_allocations: host.len() as u64,
-            hot: history.hotspots(top).into_iter().map(|a| row(history, a)).collect(),
-            cold: history.coldspots(top).into_iter().map(|a| row(history, a)).collect(),
+            hot: history
+                .hotspots(top)
+                .into_iter()
+                .map(|a| row(history, a))
+                .collect(),
+            cold: history
+                .coldspots(top)
+                .into_iter()
+                .map(|a| row(history, a))
+                .collect(),
             wasted_pinned_bytes: wasted.iter().map(|a| a.size).sum(),
             wasted_pinned: wasted.iter().take(top).map(|a| row(history, a)).collect(),
             candidate_bytes: candidates.iter().map(|a| a.size).sum(),
-            candidates: candidates.iter().take(top).map(|a| row(history, a)).collect(),
+            candidates: candidates
+                .iter()
+                .take(top)
+                .map(|a| row(history, a))
+                .collect(),
             pin_bytes: pin_sites.iter().map(|s| s.bytes).sum(),
             pin_sites,
             unpin_sites: advice(history, unpin),
@@ -213,13 +245,29 @@ impl Report {
                 String::new()
             }
         );
-        table(&mut out, "Hot host allocations (most transferred)", &self.hot);
-        table(&mut out, "Cold host allocations (least transferred)", &self.cold);
-        let _ = writeln!(out, "\nPinned but rarely transferred (waste): {}", bytes(self.wasted_pinned_bytes));
+        table(
+            &mut out,
+            "Hot host allocations (most transferred)",
+            &self.hot,
+        );
+        table(
+            &mut out,
+            "Cold host allocations (least transferred)",
+            &self.cold,
+        );
+        let _ = writeln!(
+            out,
+            "\nPinned but rarely transferred (waste): {}",
+            bytes(self.wasted_pinned_bytes)
+        );
         if !self.wasted_pinned.is_empty() {
             table(&mut out, "", &self.wasted_pinned);
         }
-        let _ = writeln!(out, "\nPageable and transferred often (candidates): {}", bytes(self.candidate_bytes));
+        let _ = writeln!(
+            out,
+            "\nPageable and transferred often (candidates): {}",
+            bytes(self.candidate_bytes)
+        );
         if !self.candidates.is_empty() {
             table(&mut out, "", &self.candidates);
         }
@@ -227,7 +275,11 @@ impl Report {
         if self.pin_sites.is_empty() {
             let _ = writeln!(out, "  no pageable call site is hot: nothing to pin");
         } else {
-            let _ = writeln!(out, "  pin these call sites ({} in all):", bytes(self.pin_bytes));
+            let _ = writeln!(
+                out,
+                "  pin these call sites ({} in all):",
+                bytes(self.pin_bytes)
+            );
             for site in &self.pin_sites {
                 let _ = writeln!(
                     out,
@@ -271,7 +323,9 @@ fn table(out: &mut String, title: &str, rows: &[ReportRow]) {
         "id", "call site", "nth", "size", "kind", "transfers", "to GPU", "from GPU"
     );
     for r in rows {
-        let kind = serde_json::to_value(r.kind).ok().and_then(|v| v.as_str().map(str::to_string));
+        let kind = serde_json::to_value(r.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string));
         let _ = writeln!(
             out,
             "  {:>5} {:<44} {:>4} {:>10} {:<10} {:>9} {:>10} {:>10}",
@@ -291,7 +345,14 @@ fn truncate(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         text.to_string()
     } else {
-        let tail: String = text.chars().rev().take(width - 1).collect::<Vec<_>>().into_iter().rev().collect();
+        let tail: String = text
+            .chars()
+            .rev()
+            .take(width - 1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         format!("…{tail}")
     }
 }
@@ -305,7 +366,11 @@ pub fn bytes(n: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 #[cfg(test)]
@@ -316,25 +381,76 @@ mod tests {
     #[test]
     fn recommends_hot_pageable_sites_and_flags_pinned_waste() {
         let mut h = MemHistory::new();
-        let hot_site = h.intern_call_site(CallSite { module: "/bin/app".into(), offset: 0x10, symbol: Some("load_batch".into()) });
-        let cold_site = h.intern_call_site(CallSite { module: "/bin/app".into(), offset: 0x20, symbol: None });
-        let pin_site = h.intern_call_site(CallSite { module: "/bin/app".into(), offset: 0x30, symbol: None });
+        let hot_site = h.intern_call_site(CallSite {
+            module: "/bin/app".into(),
+            offset: 0x10,
+            symbol: Some("load_batch".into()),
+        });
+        let cold_site = h.intern_call_site(CallSite {
+            module: "/bin/app".into(),
+            offset: 0x20,
+            symbol: None,
+        });
+        let pin_site = h.intern_call_site(CallSite {
+            module: "/bin/app".into(),
+            offset: 0x30,
+            symbol: None,
+        });
         let hot = h.alloc(1, 0x10000, 1 << 20, AllocKind::Pageable, Some(hot_site), 0);
-        let cold = h.alloc(1, 0x200000, 1 << 20, AllocKind::Pageable, Some(cold_site), 0);
+        let cold = h.alloc(
+            1,
+            0x200000,
+            1 << 20,
+            AllocKind::Pageable,
+            Some(cold_site),
+            0,
+        );
         let pinned = h.alloc(1, 0x400000, 2 << 20, AllocKind::Pinned, Some(pin_site), 0);
         for t in 0..10 {
-            h.transfer(1, 0xd0000000, 0x10000, 1 << 20, CopyDirection::HostToDevice, t);
+            h.transfer(
+                1,
+                0xd0000000,
+                0x10000,
+                1 << 20,
+                CopyDirection::HostToDevice,
+                t,
+            );
         }
-        h.transfer(1, 0xd0000000, 0x200000, 1 << 20, CopyDirection::HostToDevice, 20);
-        h.transfer(1, 0x400000, 0xd0000000, 1 << 20, CopyDirection::DeviceToHost, 21);
+        h.transfer(
+            1,
+            0xd0000000,
+            0x200000,
+            1 << 20,
+            CopyDirection::HostToDevice,
+            20,
+        );
+        h.transfer(
+            1,
+            0x400000,
+            0xd0000000,
+            1 << 20,
+            CopyDirection::DeviceToHost,
+            21,
+        );
         for t in 0..5 {
-            h.transfer(1, 0xd0000000, 0x900000, 4096, CopyDirection::HostToDevice, 30 + t);
+            h.transfer(
+                1,
+                0xd0000000,
+                0x900000,
+                4096,
+                CopyDirection::HostToDevice,
+                30 + t,
+            );
         }
 
         let report = Report::new(&h, HotPolicy::default(), 10);
         assert_eq!(report.hot[0].id, hot);
         assert_eq!(report.pin_sites.len(), 1);
-        assert!(report.pin_sites[0].call_site.starts_with("load_batch"), "{:?}", report.pin_sites);
+        assert!(
+            report.pin_sites[0].call_site.starts_with("load_batch"),
+            "{:?}",
+            report.pin_sites
+        );
         assert_eq!(report.pin_bytes, 1 << 20);
         assert_eq!(report.wasted_pinned_bytes, 2 << 20);
         assert_eq!(report.wasted_pinned[0].id, pinned);
@@ -342,7 +458,10 @@ mod tests {
         assert_eq!(report.untracked_hot_bytes, 4096);
         assert!(report.cold.iter().any(|r| r.id == cold));
         let text = report.render();
-        assert!(text.contains("load_batch") && text.contains("pin these call sites"), "{text}");
+        assert!(
+            text.contains("load_batch") && text.contains("pin these call sites"),
+            "{text}"
+        );
     }
 
     #[test]

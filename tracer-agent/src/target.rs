@@ -36,7 +36,10 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
             let _dev = fields.next()?;
             let inode = fields.next()?;
             // The path is the rest of the line and may contain spaces.
-            let path = line.splitn(6, |c: char| c.is_ascii_whitespace()).nth(5)?.trim_start();
+            let path = line
+                .splitn(6, |c: char| c.is_ascii_whitespace())
+                .nth(5)?
+                .trim_start();
             if inode == "0" || !path.starts_with('/') {
                 return None;
             }
@@ -63,7 +66,10 @@ impl ProcessMaps {
             if source.kind() == std::io::ErrorKind::NotFound {
                 TracerError::NoSuchProcess { pid }
             } else {
-                TracerError::Io { what: format!("reading /proc/{pid}/maps"), source }
+                TracerError::Io {
+                    what: format!("reading /proc/{pid}/maps"),
+                    source,
+                }
             }
         })?;
         Ok(Self::from_text(&text))
@@ -77,16 +83,26 @@ impl ProcessMaps {
 
     /// The module and file offset of an address, if a file is mapped there.
     pub fn module_offset(&self, addr: u64) -> Option<(&str, u64)> {
-        let index = self.mappings.partition_point(|m| m.start <= addr).checked_sub(1)?;
+        let index = self
+            .mappings
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
         let mapping = &self.mappings[index];
-        (addr < mapping.end)
-            .then(|| (mapping.path.as_str(), addr - mapping.start + mapping.file_offset))
+        (addr < mapping.end).then(|| {
+            (
+                mapping.path.as_str(),
+                addr - mapping.start + mapping.file_offset,
+            )
+        })
     }
 
     /// Distinct mapped files.
     pub fn files(&self) -> impl Iterator<Item = &str> {
         let mut seen = std::collections::HashSet::new();
-        self.mappings.iter().map(|m| m.path.as_str()).filter(move |p| seen.insert(*p))
+        self.mappings
+            .iter()
+            .map(|m| m.path.as_str())
+            .filter(move |p| seen.insert(*p))
     }
 }
 
@@ -106,7 +122,11 @@ pub fn classify_library(path: &str) -> Option<Library> {
 /// `/proc/PID/root`, so a process in another mount namespace (a container) works too.
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
     let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    if through_root.exists() { through_root } else { PathBuf::from(path) }
+    if through_root.exists() {
+        through_root
+    } else {
+        PathBuf::from(path)
+    }
 }
 
 /// The CUDA libraries `pid` maps now: shared runtime and driver libraries by name, and the
@@ -119,10 +139,10 @@ pub fn cuda_libraries(pid: u32) -> Result<Vec<(PathBuf, Library)>, TracerError> 
         .collect();
     if !found.iter().any(|(_, lib)| *lib == Library::CudaRuntime) {
         let exe = PathBuf::from(format!("/proc/{pid}/exe"));
-        if let Ok(symbols) = SymbolTable::read(&exe) {
-            if symbols.offset("cudaMemcpy").is_some() {
-                found.push((exe, Library::CudaRuntime));
-            }
+        if let Ok(symbols) = SymbolTable::read(&exe)
+            && symbols.offset("cudaMemcpy").is_some()
+        {
+            found.push((exe, Library::CudaRuntime));
         }
     }
     Ok(found)
@@ -162,10 +182,11 @@ impl CallSiteResolver {
         if !self.seen_files.insert(name.to_string()) {
             return;
         }
-        if let Ok(table) = SymbolTable::read(path) {
-            if let Some(id) = table.build_id() {
-                self.by_build_id.insert(id.to_vec(), (name.to_string(), Some(table)));
-            }
+        if let Ok(table) = SymbolTable::read(path)
+            && let Some(id) = table.build_id()
+        {
+            self.by_build_id
+                .insert(id.to_vec(), (name.to_string(), Some(table)));
         }
     }
 
@@ -175,10 +196,16 @@ impl CallSiteResolver {
             RawSite::Address(addr) => {
                 let maps = ProcessMaps::read(pid).unwrap_or_default();
                 match maps.module_offset(addr) {
-                    Some((module, offset)) => {
-                        CallSite { module: module.to_string(), offset, symbol: None }
-                    }
-                    None => CallSite { module: "[anon]".into(), offset: addr, symbol: None },
+                    Some((module, offset)) => CallSite {
+                        module: module.to_string(),
+                        offset,
+                        symbol: None,
+                    },
+                    None => CallSite {
+                        module: "[anon]".into(),
+                        offset: addr,
+                        symbol: None,
+                    },
                 }
             }
             RawSite::BuildId { build_id, offset } => {
@@ -189,7 +216,10 @@ impl CallSiteResolver {
                     Some((module, table)) => CallSite {
                         module: module.clone(),
                         offset,
-                        symbol: table.as_ref().and_then(|t| t.function_at(offset)).map(str::to_string),
+                        symbol: table
+                            .as_ref()
+                            .and_then(|t| t.function_at(offset))
+                            .map(str::to_string),
                     },
                     None => CallSite {
                         module: format!("build-id:{}", hex(&build_id)),
@@ -232,19 +262,32 @@ garbage line
     #[test]
     fn module_offset_is_the_file_offset_so_it_survives_aslr() {
         let maps = ProcessMaps::from_text(MAPS);
-        assert_eq!(maps.module_offset(0x55d0c0a02010), Some(("/usr/bin/app", 0x2010)));
+        assert_eq!(
+            maps.module_offset(0x55d0c0a02010),
+            Some(("/usr/bin/app", 0x2010))
+        );
         assert_eq!(
             maps.module_offset(0x7f1000000100),
             Some(("/opt/cuda lib/libcudart.so.13.0.48", 0x10100))
         );
-        assert_eq!(maps.module_offset(0x7f0000000010), None, "anonymous memory has no module");
+        assert_eq!(
+            maps.module_offset(0x7f0000000010),
+            None,
+            "anonymous memory has no module"
+        );
         assert_eq!(maps.module_offset(0x10), None);
     }
 
     #[test]
     fn classifies_cuda_libraries_by_name() {
-        assert_eq!(classify_library("/x/libcudart.so.13"), Some(Library::CudaRuntime));
-        assert_eq!(classify_library("/x/libcuda.so.1"), Some(Library::CudaDriver));
+        assert_eq!(
+            classify_library("/x/libcudart.so.13"),
+            Some(Library::CudaRuntime)
+        );
+        assert_eq!(
+            classify_library("/x/libcuda.so.1"),
+            Some(Library::CudaDriver)
+        );
         assert_eq!(classify_library("/x/libcudnn.so.9"), None);
         assert_eq!(classify_library("/x/libcublas.so.13"), None);
     }
@@ -252,7 +295,10 @@ garbage line
     #[test]
     fn a_missing_process_is_a_clear_error() {
         let error = ProcessMaps::read(u32::MAX - 1).expect_err("no such pid");
-        assert!(matches!(error, TracerError::NoSuchProcess { .. }), "{error}");
+        assert!(
+            matches!(error, TracerError::NoSuchProcess { .. }),
+            "{error}"
+        );
     }
 }
 
@@ -277,10 +323,12 @@ impl PausedChild {
     pub fn resume(&mut self) -> Result<(), TracerError> {
         use std::io::Write as _;
         if let Some(mut release) = self.release.take() {
-            release.write_all(b"go\n").map_err(|source| TracerError::Io {
-                what: format!("resuming child {}", self.child.id()),
-                source,
-            })?;
+            release
+                .write_all(b"go\n")
+                .map_err(|source| TracerError::Io {
+                    what: format!("resuming child {}", self.child.id()),
+                    source,
+                })?;
         }
         Ok(())
     }
@@ -323,7 +371,11 @@ pub fn spawn_paused(
             } else {
                 libc::dup2(read_fd, START_FD) >= 0
             };
-            if ok { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+            if ok {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
         });
     }
     let spawned = command.spawn();
@@ -335,7 +387,10 @@ pub fn spawn_paused(
         what: format!("starting {}", program.to_string_lossy()),
         source,
     })?;
-    Ok(PausedChild { child, release: Some(release) })
+    Ok(PausedChild {
+        child,
+        release: Some(release),
+    })
 }
 
 #[cfg(test)]
@@ -350,17 +405,23 @@ mod spawn_tests {
         .expect("spawn");
         let pid = child.pid();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(child.child.try_wait().expect("poll").is_none(), "it waits for resume");
+        assert!(
+            child.child.try_wait().expect("poll").is_none(),
+            "it waits for resume"
+        );
         child.resume().expect("resume");
         let output = child.child.wait_with_output().expect("wait");
         assert!(output.status.success());
-        assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), pid.to_string());
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            pid.to_string()
+        );
     }
 
     #[test]
     fn a_child_never_resumed_does_not_run_its_program() {
-        let child = spawn_paused("sh".as_ref(), &["-c".into(), "exit 0".into()], |_| {})
-            .expect("spawn");
+        let child =
+            spawn_paused("sh".as_ref(), &["-c".into(), "exit 0".into()], |_| {}).expect("spawn");
         let PausedChild { mut child, release } = child;
         drop(release);
         assert_eq!(child.wait().expect("wait").code(), Some(126));

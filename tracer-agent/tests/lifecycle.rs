@@ -12,17 +12,37 @@ fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
     // only holding it while the probes attach sees the first calls.
     let bench = common::bench(
         &standin,
-        &["--hot", "2", "--cold", "3", "--size", "16K", "--transfers", "50"],
+        &[
+            "--hot",
+            "2",
+            "--cold",
+            "3",
+            "--size",
+            "16K",
+            "--transfers",
+            "50",
+        ],
     );
     let (agent, output) = common::trace_with(&standin, &bench, Find::WhenOpened);
     let summary = common::summary(&output);
     let history = agent.history();
     let stats = history.stats();
-    assert_eq!(stats.transfers, summary["copies"].as_u64().expect("copies"), "{stats:?}");
+    assert_eq!(
+        stats.transfers,
+        summary["copies"].as_u64().expect("copies"),
+        "{stats:?}"
+    );
     assert_eq!(stats.transfers, 2 * (2 * 50 + 3));
     assert_eq!(stats.lost_events(), 0);
-    assert_eq!(stats.partial_calls, 0, "no call was caught halfway: {stats:?}");
-    let attached: Vec<_> = agent.probes().iter().filter_map(|p| p.target.path()).collect();
+    assert_eq!(
+        stats.partial_calls, 0,
+        "no call was caught halfway: {stats:?}"
+    );
+    let attached: Vec<_> = agent
+        .probes()
+        .iter()
+        .filter_map(|p| p.target.path())
+        .collect();
     assert!(
         attached.iter().any(|p| p.ends_with("libcudart.so.13"))
             && attached.iter().any(|p| p.ends_with("libcuda.so.1")),
@@ -38,12 +58,30 @@ fn another_process_calling_the_same_library_is_not_traced() {
     // while, with far more copies.
     let bystander_bench = common::bench(
         &standin,
-        &["--hot", "1", "--cold", "0", "--size", "4K", "--transfers", "50000000"],
+        &[
+            "--hot",
+            "1",
+            "--cold",
+            "0",
+            "--size",
+            "4K",
+            "--transfers",
+            "50000000",
+        ],
     );
     let mut bystander = common::spawn_bench(&bystander_bench);
     let bench = common::bench(
         &standin,
-        &["--hot", "1", "--cold", "0", "--size", "4K", "--transfers", "300"],
+        &[
+            "--hot",
+            "1",
+            "--cold",
+            "0",
+            "--size",
+            "4K",
+            "--transfers",
+            "300",
+        ],
     );
     let (agent, output) = common::trace_full(&standin, &bench, Find::Named, || {
         assert!(
@@ -56,8 +94,17 @@ fn another_process_calling_the_same_library_is_not_traced() {
     bystander.kill().expect("stop the bystander");
     let _ = bystander.wait();
     let history = agent.history();
-    assert_eq!(history.stats().transfers, 600, "only the traced process counts");
-    assert!(history.allocations().iter().all(|a| a.pid == output_pid(&history)));
+    assert_eq!(
+        history.stats().transfers,
+        600,
+        "only the traced process counts"
+    );
+    assert!(
+        history
+            .allocations()
+            .iter()
+            .all(|a| a.pid == output_pid(&history))
+    );
 }
 
 fn output_pid(history: &tracer_agent::history::MemHistory) -> u32 {

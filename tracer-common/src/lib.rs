@@ -120,6 +120,11 @@ macro_rules! event_kinds {
         impl EventKind {
             pub const ALL: &'static [EventKind] = &[$(EventKind::$name,)*];
 
+            /// A call of the CUDA runtime or driver API (the ranges below 200).
+            pub const fn is_cuda_call(self) -> bool {
+                (self as u16) < 200
+            }
+
             /// The kind with this number, if there is one.
             pub const fn from_u16(value: u16) -> Option<Self> {
                 match value {
@@ -223,7 +228,11 @@ impl ProbeCookie {
 
     pub const fn stack_args(self) -> usize {
         let n = ((self.0 >> 24) & 0xf) as usize;
-        if n > MAX_STACK_ARGS { MAX_STACK_ARGS } else { n }
+        if n > MAX_STACK_ARGS {
+            MAX_STACK_ARGS
+        } else {
+            n
+        }
     }
 }
 
@@ -263,8 +272,13 @@ mod tests {
 
     #[test]
     fn cookie_round_trips_every_field() {
-        let cookie =
-            ProbeCookie::new(EventKind::CudaMemcpy2DAsync, Some(0), Layer::Runtime, 2, true);
+        let cookie = ProbeCookie::new(
+            EventKind::CudaMemcpy2DAsync,
+            Some(0),
+            Layer::Runtime,
+            2,
+            true,
+        );
         assert_eq!(cookie.kind(), EventKind::CudaMemcpy2DAsync as u16);
         assert_eq!(cookie.out_arg(), Some(0));
         assert_eq!(cookie.layer(), Layer::Runtime as u8);
@@ -298,7 +312,9 @@ mod tests {
         assert_eq!(Event::from_bytes(&shifted[1..]), Ok(event));
         assert_eq!(
             Event::from_bytes(&raw[..EVENT_SIZE - 1]),
-            Err(DecodeError::Truncated { len: EVENT_SIZE - 1 })
+            Err(DecodeError::Truncated {
+                len: EVENT_SIZE - 1
+            })
         );
     }
 }

@@ -14,9 +14,8 @@ use aya_ebpf::{
         BPF_RB_NO_WAKEUP, bpf_stack_build_id,
     },
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
-        bpf_send_signal,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_get_stack,
+        bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes, bpf_send_signal,
     },
     macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -103,7 +102,7 @@ fn traced_thread() -> Option<(u32, u32)> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the value is only tested for presence.
-    unsafe { TARGETS.get(&tgid) }.map(|_| (tgid, pid_tgid as u32))
+    unsafe { TARGETS.get(tgid) }.map(|_| (tgid, pid_tgid as u32))
 }
 
 fn bump(index: u32) {
@@ -194,16 +193,16 @@ fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
         tid,
         kind: cookie.kind() as u32,
     };
-    if PENDING.insert(&key, &pending, 0).is_err() {
+    if PENDING.insert(key, pending, 0).is_err() {
         bump(counter::PENDING_FULL);
     }
     if cookie.layer() == Layer::Runtime as u8 {
-        let depth = RUNTIME_DEPTH.get_ptr_mut(&tid);
+        let depth = RUNTIME_DEPTH.get_ptr_mut(tid);
         match depth {
             // SAFETY: the entry belongs to this thread, which is running this program.
             Some(depth) => unsafe { *depth += 1 },
             None => {
-                let _ = RUNTIME_DEPTH.insert(&tid, &1, 0);
+                let _ = RUNTIME_DEPTH.insert(tid, 1, 0);
             }
         }
     }
@@ -224,8 +223,8 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
     };
     let mut flags = 0u16;
     // SAFETY: the value is copied out before the entry is removed.
-    let pending = unsafe { PENDING.get(&key) }.copied();
-    let _ = PENDING.remove(&key);
+    let pending = unsafe { PENDING.get(key) }.copied();
+    let _ = PENDING.remove(key);
     let (args, duration_ns) = match pending {
         Some(p) => (p.args, now.saturating_sub(p.ts_ns)),
         None => {
@@ -234,7 +233,7 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         }
     };
 
-    let depth = RUNTIME_DEPTH.get_ptr_mut(&tid);
+    let depth = RUNTIME_DEPTH.get_ptr_mut(tid);
     if cookie.layer() == Layer::Runtime as u8 {
         if let Some(depth) = depth {
             // SAFETY: this thread's entry.
@@ -244,27 +243,32 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
                 }
             }
         }
-    } else if cookie.layer() == Layer::Driver as u8 {
-        if let Some(depth) = depth {
-            // SAFETY: this thread's entry.
-            if unsafe { *depth } > 0 {
-                flags |= FLAG_NESTED;
-            }
+    } else if cookie.layer() == Layer::Driver as u8
+        && let Some(depth) = depth
+    {
+        // SAFETY: this thread's entry.
+        if unsafe { *depth } > 0 {
+            flags |= FLAG_NESTED;
         }
     }
 
     let mut out = 0;
-    if let Some(index) = cookie.out_arg() {
-        if index < MAX_ARGS && args[index] != 0 {
-            // SAFETY: a user read of the out-parameter the callee just wrote.
-            match unsafe { bpf_probe_read_user(args[index] as *const u64) } {
-                Ok(value) => out = value,
-                Err(_) => flags |= FLAG_OUT_UNREADABLE,
-            }
+    if let Some(index) = cookie.out_arg()
+        && index < MAX_ARGS
+        && args[index] != 0
+    {
+        // SAFETY: a user read of the out-parameter the callee just wrote.
+        match unsafe { bpf_probe_read_user(args[index] as *const u64) } {
+            Ok(value) => out = value,
+            Err(_) => flags |= FLAG_OUT_UNREADABLE,
         }
     }
 
-    let site = if cookie.want_site() { call_site(ctx) } else { CallSiteRaw::default() };
+    let site = if cookie.want_site() {
+        call_site(ctx)
+    } else {
+        CallSiteRaw::default()
+    };
 
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         bump(counter::RINGBUF_FULL);
@@ -356,7 +360,7 @@ fn try_library_open_enter(ctx: &TracePointContext) -> Result<(), i64> {
         .map_err(i64::from)?
         .len();
     if is_cuda_library(buffer, len) {
-        OPENING.insert(&tid, &1, 0)?;
+        OPENING.insert(tid, 1, 0)?;
     }
     Ok(())
 }
@@ -366,10 +370,10 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     };
     // SAFETY: only tested for presence.
-    if unsafe { OPENING.get(&tid) }.is_none() {
+    if unsafe { OPENING.get(tid) }.is_none() {
         return Ok(());
     }
-    let _ = OPENING.remove(&tid);
+    let _ = OPENING.remove(tid);
     // SAFETY: the offset of `ret` in this tracepoint's record.
     let fd: i64 = unsafe { ctx.read_at(SYS_EXIT_RET_OFFSET) }.map_err(i64::from)?;
     if fd < 0 {
@@ -396,7 +400,10 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
     };
     entry.write(event);
     // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP.
-    if CONFIG.get(config::STOP_ON_LIBRARY_OPEN).is_some_and(|&stop| stop != 0) {
+    if CONFIG
+        .get(config::STOP_ON_LIBRARY_OPEN)
+        .is_some_and(|&stop| stop != 0)
+    {
         // SAFETY: signals the current process, which is a target.
         unsafe { bpf_send_signal(SIGSTOP) };
     }

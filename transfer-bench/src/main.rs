@@ -51,7 +51,9 @@ fn parse_size(text: &str) -> Result<usize, String> {
         Some('G' | 'g') => (&text[..text.len() - 1], 30),
         _ => (text, 0),
     };
-    let value: usize = digits.parse().map_err(|e| format!("bad size {text:?}: {e}"))?;
+    let value: usize = digits
+        .parse()
+        .map_err(|e| format!("bad size {text:?}: {e}"))?;
     value
         .checked_mul(1 << shift)
         .filter(|&size| size > 0)
@@ -115,7 +117,12 @@ fn free_host(cuda: &CudaRuntime, buffer: HostBuffer) -> Result<()> {
     }
 }
 
-fn round_trip(cuda: &CudaRuntime, host: &HostBuffer, device: *mut c_void, size: usize) -> Result<()> {
+fn round_trip(
+    cuda: &CudaRuntime,
+    host: &HostBuffer,
+    device: *mut c_void,
+    size: usize,
+) -> Result<()> {
     // SAFETY: both buffers are `size` bytes, host memory and device memory respectively.
     unsafe {
         cuda.memcpy(device, host.ptr, size, MemcpyKind::HostToDevice)
@@ -128,7 +135,9 @@ fn round_trip(cuda: &CudaRuntime, host: &HostBuffer, device: *mut c_void, size: 
 
 fn run(args: &Args) -> Result<Summary> {
     let cuda = CudaRuntime::load(&args.cudart)?;
-    let devices = cuda.device_count().map_err(|e| anyhow::anyhow!("cudaGetDeviceCount: {e}"))?;
+    let devices = cuda
+        .device_count()
+        .map_err(|e| anyhow::anyhow!("cudaGetDeviceCount: {e}"))?;
     if devices == 0 {
         bail!("{} reports no CUDA device", cuda.path());
     }
@@ -161,11 +170,18 @@ fn run(args: &Args) -> Result<Summary> {
     for buffer in hot.iter().chain(&cold) {
         // SAFETY: every buffer is at least one byte.
         let first = unsafe { *buffer.ptr.cast::<u8>() };
-        ensure!(first == 0xa5, "a buffer came back changed from its round trips");
+        ensure!(
+            first == 0xa5,
+            "a buffer came back changed from its round trips"
+        );
     }
 
     let free_start = Instant::now();
-    let pinned = if args.mode == Mode::Pinned { args.hot + args.cold } else { 0 };
+    let pinned = if args.mode == Mode::Pinned {
+        args.hot + args.cold
+    } else {
+        0
+    };
     for buffer in hot.into_iter().chain(cold) {
         free_host(&cuda, buffer)?;
     }

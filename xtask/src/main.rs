@@ -1,1 +1,83 @@
-fn main(){}
+//! `cargo xtask`: orchestration only. Each command runs one function of a module here.
+
+mod demo;
+mod setup;
+mod test;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "hotpin's build tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what a fresh machine lacks: llvm-22-dev, bpf-linker, nightly rust-src.
+    Setup,
+    /// setup, cargo fmt --check, clippy (user crates, then tracer-ebpf), unit and privileged
+    /// integration tests.
+    Test,
+    /// Build everything, trace the bundled workload, show the hot/cold report.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    std::env::set_current_dir(workspace_root()).context("entering the workspace root")?;
+    match cli.command {
+        Task::Setup => setup::run(),
+        Task::Test => test::run(),
+        Task::Demo(args) => demo::run(args),
+    }
+}
+
+/// The workspace root (xtask's parent directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is in the workspace")
+        .to_path_buf()
+}
+
+/// Runs a command, echoing it, and fails if it fails.
+pub fn sh(command: &mut Command) -> Result<()> {
+    eprintln!("xtask: $ {}", shown(command));
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {}", shown(command)))?;
+    if !status.success() {
+        bail!("{} failed: {status}", shown(command));
+    }
+    Ok(())
+}
+
+/// Runs a command quietly and returns its stdout, or None if it cannot run or fails.
+pub fn output(command: &mut Command) -> Option<String> {
+    let output = command.output().ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn shown(command: &Command) -> String {
+    let mut text = command.get_program().to_string_lossy().into_owned();
+    for arg in command.get_args() {
+        text.push(' ');
+        text.push_str(&arg.to_string_lossy());
+    }
+    text
+}
+
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}

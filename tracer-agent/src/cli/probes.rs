@@ -42,7 +42,9 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
     if libraries.is_empty() {
         bail!(
             "no CUDA runtime or driver found{}; name them with --cuda-runtime/--cuda-driver",
-            args.pid.map(|p| format!(" in process {p}")).unwrap_or_default()
+            args.pid
+                .map(|p| format!(" in process {p}"))
+                .unwrap_or_default()
         );
     }
     let mut probes = Probes::load(1 << 16).context("loading the tracer's eBPF programs")?;
@@ -60,9 +62,16 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
                 ProbeState::Attached => "attached".to_string(),
                 ProbeState::Unavailable { reason } => format!("unavailable: {reason}"),
             };
-            println!("{:<30} {:<60} {state}", probe.symbol, probe.target.describe());
+            println!(
+                "{:<30} {:<60} {state}",
+                probe.symbol,
+                probe.target.describe()
+            );
         }
-        let attached = status.iter().filter(|p| p.state == ProbeState::Attached).count();
+        let attached = status
+            .iter()
+            .filter(|p| p.state == ProbeState::Attached)
+            .count();
         println!("{attached} of {} probes attached", status.len());
     }
     probes.detach_all();

@@ -36,7 +36,9 @@ fn which(program: &Path) -> Option<PathBuf> {
         return Some(program.to_path_buf());
     }
     std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file())
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
     })
 }
 
@@ -44,13 +46,23 @@ fn default_output(args: &RecordArgs, pid: u32) -> PathBuf {
     let name = args
         .command
         .first()
-        .and_then(|c| Path::new(c).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .and_then(|c| {
+            Path::new(c)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
         .or_else(|| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
         .unwrap_or_else(|| "process".into());
     let name: String = name
         .trim()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     PathBuf::from(format!("hotpin-{name}-{pid}.hotpin"))
 }
@@ -74,7 +86,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         let paused = target::spawn_paused(program, rest, |_| {})?;
         config.pids = vec![paused.pid()];
         config.modules = which(Path::new(program)).into_iter().collect();
-        config.command = args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        config.command = args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         // Our own child: holding it while a CUDA library's probes attach is safe and exact.
         config.stop_on_library_open = true;
         child = Some(paused);
@@ -85,7 +101,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
     }
     let pid = config.pids[0];
-    let output = args.output.clone().unwrap_or_else(|| default_output(&args, pid));
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&args, pid));
 
     let mut agent = TracerAgent::with_config(config);
     agent.start().context("starting the tracer")?;
@@ -94,7 +113,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         child.resume()?;
     }
 
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let child_status = runtime.block_on(wait(&agent, child.as_mut(), args.duration))?;
     if std::io::stderr().is_terminal() {
         eprintln!();
@@ -110,12 +131,23 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         stats.transfers,
         bytes(stats.h2d_bytes),
         bytes(stats.d2h_bytes),
-        history.allocations().iter().filter(|a| a.kind.is_host()).count(),
+        history
+            .allocations()
+            .iter()
+            .filter(|a| a.kind.is_host())
+            .count(),
         stats.lost_events(),
     );
-    eprintln!("tracer: history written to {}  (see: tracer report {})", output.display(), output.display());
+    eprintln!(
+        "tracer: history written to {}  (see: tracer report {})",
+        output.display(),
+        output.display()
+    );
     if args.report {
-        print!("{}", Report::new(&history, HotPolicy::default(), 10).render());
+        print!(
+            "{}",
+            Report::new(&history, HotPolicy::default(), 10).render()
+        );
     }
     // The traced command's failure is the caller's to see.
     Ok(match child_status {
@@ -136,14 +168,25 @@ fn report_probes(agent: &TracerAgent, started: bool) {
         .filter_map(|p| p.target.path().map(|path| path.display().to_string()))
         .collect();
     libraries.dedup();
-    let calls = agent.probes().iter().filter(|p| p.target.path().is_some()).count();
+    let calls = agent
+        .probes()
+        .iter()
+        .filter(|p| p.target.path().is_some())
+        .count();
     if libraries.is_empty() {
         eprintln!(
             "tracer: no CUDA library is mapped {}yet; probes attach when one is opened",
-            if started { "by the command " } else { "in the target " }
+            if started {
+                "by the command "
+            } else {
+                "in the target "
+            }
         );
     } else {
-        eprintln!("tracer: {attached} probes attached ({calls} tried) to {}", libraries.join(", "));
+        eprintln!(
+            "tracer: {attached} probes attached ({calls} tried) to {}",
+            libraries.join(", ")
+        );
     }
     for probe in agent.probes() {
         if let ProbeState::Unavailable { reason } = &probe.state {

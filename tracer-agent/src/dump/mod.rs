@@ -27,7 +27,9 @@ pub const MAX_DECOMPRESSED_BYTES: u64 = 4 << 30;
 /// How much a binary dump of `compressed` bytes may expand to: far above what real histories
 /// compress by (3-30x measured), far below what a zstd bomb would make us allocate.
 pub fn decompressed_limit(compressed: usize) -> u64 {
-    (compressed as u64).saturating_mul(256).clamp(64 << 20, MAX_DECOMPRESSED_BYTES)
+    (compressed as u64)
+        .saturating_mul(256)
+        .clamp(64 << 20, MAX_DECOMPRESSED_BYTES)
 }
 
 /// The two dump formats.
@@ -61,7 +63,11 @@ pub enum DumpError {
     #[error("{}: format version {found} is newer than this tracer reads ({FORMAT_VERSION}); upgrade hotpin", path.display())]
     NewerVersion { path: PathBuf, found: u32 },
     #[error("{}: file is {size} bytes, over the {limit}-byte limit for history files", path.display())]
-    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("{}: decompresses to over {limit} bytes; refusing it as a decompression bomb", path.display())]
     Decompressed { path: PathBuf, limit: u64 },
     #[error("{}: truncated or corrupted ({what})", path.display())]
@@ -94,8 +100,16 @@ struct JsonIn {
 /// Writes `history` to `path` atomically (a temporary file in the same directory, then a
 /// rename: no half-written file ever has the final name), readable by the owner only: it holds
 /// another process's addresses. `verbose` keeps each allocation's event timeline.
-pub fn write(history: &MemHistory, path: &Path, format: Format, verbose: bool) -> Result<(), DumpError> {
-    let io_error = |source| DumpError::Io { path: path.to_path_buf(), source };
+pub fn write(
+    history: &MemHistory,
+    path: &Path,
+    format: Format,
+    verbose: bool,
+) -> Result<(), DumpError> {
+    let io_error = |source| DumpError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let summary;
     let data = if verbose {
         history.data()
@@ -108,9 +122,18 @@ pub fn write(history: &MemHistory, path: &Path, format: Format, verbose: bool) -
         &summary
     };
     let bytes = encode(data, format, verbose).map_err(io_error)?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| io_error(io::Error::other("no file name")))?;
-    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io_error(io::Error::other("no file name")))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     let result = (|| {
         let mut file = fs::OpenOptions::new()
             .write(true)
@@ -133,7 +156,12 @@ pub fn write(history: &MemHistory, path: &Path, format: Format, verbose: bool) -
 pub fn encode(data: &HistoryData, format: Format, verbose: bool) -> io::Result<Vec<u8>> {
     match format {
         Format::Json => {
-            let out = JsonOut { format: JSON_FORMAT, schema_version: FORMAT_VERSION, verbose, data };
+            let out = JsonOut {
+                format: JSON_FORMAT,
+                schema_version: FORMAT_VERSION,
+                verbose,
+                data,
+            };
             let mut bytes = serde_json::to_vec_pretty(&out).map_err(io::Error::other)?;
             bytes.push(b'\n');
             Ok(bytes)
@@ -156,14 +184,24 @@ pub fn encode(data: &HistoryData, format: Format, verbose: bool) -> io::Result<V
 
 /// Reads a dump of either format (told apart by its first bytes, not its name).
 pub fn read(path: &Path) -> Result<MemHistory, DumpError> {
-    let io_error = |source| DumpError::Io { path: path.to_path_buf(), source };
+    let io_error = |source| DumpError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let size = fs::metadata(path).map_err(io_error)?.len();
     if size > MAX_FILE_BYTES {
-        return Err(DumpError::TooLarge { path: path.to_path_buf(), size, limit: MAX_FILE_BYTES });
+        return Err(DumpError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit: MAX_FILE_BYTES,
+        });
     }
     let bytes = fs::read(path).map_err(io_error)?;
     let data = decode(&bytes).map_err(|error| error.at(path))?;
-    MemHistory::from_data(data).map_err(|source| DumpError::Invalid { path: path.to_path_buf(), source })
+    MemHistory::from_data(data).map_err(|source| DumpError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// A decoding failure before the file name is attached.

@@ -37,7 +37,12 @@ fn random_history(seed: u64) -> MemHistory {
             })
         })
         .collect();
-    let kinds = [AllocKind::Pageable, AllocKind::Mmap, AllocKind::Pinned, AllocKind::Device];
+    let kinds = [
+        AllocKind::Pageable,
+        AllocKind::Mmap,
+        AllocKind::Pinned,
+        AllocKind::Device,
+    ];
     let directions = [
         CopyDirection::HostToDevice,
         CopyDirection::DeviceToHost,
@@ -49,7 +54,8 @@ fn random_history(seed: u64) -> MemHistory {
         let addr = 0x1000 * (1 + rng.below(64));
         match rng.below(10) {
             0..=2 => {
-                let site = (rng.below(4) > 0).then(|| sites[rng.below(sites.len() as u64) as usize]);
+                let site =
+                    (rng.below(4) > 0).then(|| sites[rng.below(sites.len() as u64) as usize]);
                 let kind = kinds[rng.below(4) as usize];
                 h.alloc(pid, addr, 1 + rng.below(0x4000), kind, site, ts);
             }
@@ -115,7 +121,10 @@ fn write_is_atomic_owner_only_and_read_round_trips() {
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
         .collect();
-    assert!(leftovers.is_empty(), "no temporary file is left behind: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "no temporary file is left behind: {leftovers:?}"
+    );
     fs::remove_dir_all(&dir).expect("clean up");
 }
 
@@ -124,8 +133,13 @@ fn error_of(bytes: &[u8]) -> String {
     fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("bad.hist");
     fs::write(&path, bytes).expect("write the bad file");
-    let error = read(&path).expect_err("a malformed file must not load").to_string();
-    assert!(error.contains("bad.hist"), "the error names the file: {error}");
+    let error = read(&path)
+        .expect_err("a malformed file must not load")
+        .to_string();
+    assert!(
+        error.contains("bad.hist"),
+        "the error names the file: {error}"
+    );
     error
 }
 
@@ -142,7 +156,10 @@ fn a_newer_version_asks_for_an_upgrade() {
     let mut bytes = encode(random_history(3).data(), Format::Binary, false).expect("encode");
     bytes[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
     let error = error_of(&bytes);
-    assert!(error.contains("newer") && error.contains("upgrade"), "{error}");
+    assert!(
+        error.contains("newer") && error.contains("upgrade"),
+        "{error}"
+    );
     let json = br#"{"format": "hotpin-history", "schema_version": 99, "allocations": 5}"#;
     let error = error_of(json);
     assert!(error.contains("version 99"), "{error}");
@@ -152,11 +169,18 @@ fn a_newer_version_asks_for_an_upgrade() {
 fn every_truncation_of_a_binary_dump_is_an_error() {
     let bytes = encode(random_history(5).data(), Format::Binary, true).expect("encode");
     for len in 0..bytes.len() {
-        assert!(decode(&bytes[..len]).is_err(), "a dump cut to {len} of {} bytes loaded", bytes.len());
+        assert!(
+            decode(&bytes[..len]).is_err(),
+            "a dump cut to {len} of {} bytes loaded",
+            bytes.len()
+        );
     }
     let json = encode(random_history(5).data(), Format::Json, true).expect("encode");
     for len in (0..json.len()).step_by(97) {
-        assert!(decode(&json[..len]).is_err(), "a JSON dump cut to {len} bytes loaded");
+        assert!(
+            decode(&json[..len]).is_err(),
+            "a JSON dump cut to {len} bytes loaded"
+        );
     }
 }
 
@@ -172,10 +196,13 @@ fn corrupted_bytes_never_panic_and_never_load_a_different_history() {
             bad[at] ^= 1 << rng.below(8);
         }
         // zstd frames carry a checksum, so a flipped bit is either caught or harmless.
-        if let Ok(data) = decode(&bad) {
-            if let Ok(loaded) = MemHistory::from_data(data) {
-                assert!(loaded == h, "a corrupted dump loaded as a different history");
-            }
+        if let Ok(data) = decode(&bad)
+            && let Ok(loaded) = MemHistory::from_data(data)
+        {
+            assert!(
+                loaded == h,
+                "a corrupted dump loaded as a different history"
+            );
         }
     }
 }
@@ -186,12 +213,19 @@ fn a_decompression_bomb_is_refused_before_it_is_all_in_memory() {
     let mut bytes = MAGIC.to_vec();
     bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     bytes.extend_from_slice(&zstd::bulk::compress(&zeros, 19).expect("compress"));
-    assert!(bytes.len() < 4096, "8 MiB of zeros compress to almost nothing");
+    assert!(
+        bytes.len() < 4096,
+        "8 MiB of zeros compress to almost nothing"
+    );
     match decode_with_limit(&bytes, 1 << 20) {
         Err(DecodeFailure::TooLarge(limit)) => assert_eq!(limit, 1 << 20),
         other => panic!("expected the bomb to be refused, got {other:?}"),
     }
-    assert_eq!(decompressed_limit(1000), 64 << 20, "small files get a fixed floor");
+    assert_eq!(
+        decompressed_limit(1000),
+        64 << 20,
+        "small files get a fixed floor"
+    );
 }
 
 #[test]

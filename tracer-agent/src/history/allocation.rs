@@ -55,12 +55,27 @@ impl AllocKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AllocEvent {
-    Alloc { ts_ns: u64 },
-    Transfer { ts_ns: u64, direction: CopyDirection, bytes: u64 },
-    PageFault { ts_ns: u64, addr: u64 },
-    Register { ts_ns: u64 },
-    Unregister { ts_ns: u64 },
-    Free { ts_ns: u64 },
+    Alloc {
+        ts_ns: u64,
+    },
+    Transfer {
+        ts_ns: u64,
+        direction: CopyDirection,
+        bytes: u64,
+    },
+    PageFault {
+        ts_ns: u64,
+        addr: u64,
+    },
+    Register {
+        ts_ns: u64,
+    },
+    Unregister {
+        ts_ns: u64,
+    },
+    Free {
+        ts_ns: u64,
+    },
 }
 
 impl AllocEvent {
@@ -131,7 +146,11 @@ impl Allocation {
     /// buffers are per-CPU), so the search starts from the end.
     pub(super) fn push_event(&mut self, event: AllocEvent) {
         let ts = event.ts_ns();
-        let at = self.events.iter().rposition(|e| e.ts_ns() <= ts).map_or(0, |i| i + 1);
+        let at = self
+            .events
+            .iter()
+            .rposition(|e| e.ts_ns() <= ts)
+            .map_or(0, |i| i + 1);
         self.events.insert(at, event);
     }
 }

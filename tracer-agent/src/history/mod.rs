@@ -17,7 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     events::{CudaCall, Op},
-    probes::{KernelCounters, registry::{AllocSpace, CopyDirection}},
+    probes::{
+        KernelCounters,
+        registry::{AllocSpace, CopyDirection},
+    },
 };
 
 /// Totals over the whole recording.
@@ -85,9 +88,18 @@ pub enum InvalidHistory {
     #[error("allocation at position {position} has id {id}")]
     IdOutOfOrder { position: usize, id: AllocId },
     #[error("allocation {id} names call site {site}, but there are only {count}")]
-    UnknownCallSite { id: AllocId, site: CallSiteId, count: usize },
+    UnknownCallSite {
+        id: AllocId,
+        site: CallSiteId,
+        count: usize,
+    },
     #[error("allocations {first} and {second} are both live at {start:#x} in process {pid}")]
-    DuplicateLive { pid: u32, start: u64, first: AllocId, second: AllocId },
+    DuplicateLive {
+        pid: u32,
+        start: u64,
+        first: AllocId,
+        second: AllocId,
+    },
 }
 
 /// The multi-indexed history.
@@ -120,13 +132,21 @@ impl MemHistory {
 
     /// Rebuilds a history and its indexes from its content, checking it is consistent.
     pub fn from_data(data: HistoryData) -> Result<Self, InvalidHistory> {
-        let mut history = MemHistory { data: HistoryData::default(), ..Default::default() };
+        let mut history = MemHistory {
+            data: HistoryData::default(),
+            ..Default::default()
+        };
         for (id, site) in data.call_sites.iter().enumerate() {
-            history.site_ids.insert((site.module.clone(), site.offset), id as CallSiteId);
+            history
+                .site_ids
+                .insert((site.module.clone(), site.offset), id as CallSiteId);
         }
         for (position, allocation) in data.allocations.iter().enumerate() {
             if allocation.id != position as AllocId {
-                return Err(InvalidHistory::IdOutOfOrder { position, id: allocation.id });
+                return Err(InvalidHistory::IdOutOfOrder {
+                    position,
+                    id: allocation.id,
+                });
             }
             let id = allocation.id;
             if let Some(site) = allocation.call_site {
@@ -139,22 +159,29 @@ impl MemHistory {
                 }
                 history.by_call_site.entry(site).or_default().push(id);
             }
-            let next = history.ordinals.entry((allocation.pid, allocation.call_site)).or_default();
+            let next = history
+                .ordinals
+                .entry((allocation.pid, allocation.call_site))
+                .or_default();
             *next = (*next).max(allocation.ordinal.saturating_add(1));
             if allocation.kind == AllocKind::Untracked {
-                history.untracked.insert((allocation.pid, allocation.start), id);
-            } else if allocation.is_live() {
-                if let Some(first) = history.live.insert((allocation.pid, allocation.start), id) {
-                    return Err(InvalidHistory::DuplicateLive {
-                        pid: allocation.pid,
-                        start: allocation.start,
-                        first,
-                        second: id,
-                    });
-                }
+                history
+                    .untracked
+                    .insert((allocation.pid, allocation.start), id);
+            } else if allocation.is_live()
+                && let Some(first) = history.live.insert((allocation.pid, allocation.start), id)
+            {
+                return Err(InvalidHistory::DuplicateLive {
+                    pid: allocation.pid,
+                    start: allocation.start,
+                    first,
+                    second: id,
+                });
             }
             if allocation.kind.is_host() {
-                history.by_transfers.insert((allocation.stats.transfers, id));
+                history
+                    .by_transfers
+                    .insert((allocation.stats.transfers, id));
             }
         }
         history.data = data;
@@ -220,7 +247,8 @@ impl MemHistory {
 
     /// The live allocation of `pid` containing `addr`, in O(log n).
     pub fn find(&self, pid: u32, addr: u64) -> Option<&Allocation> {
-        self.find_id(pid, addr).map(|id| &self.data.allocations[id as usize])
+        self.find_id(pid, addr)
+            .map(|id| &self.data.allocations[id as usize])
     }
 
     fn find_id(&self, pid: u32, addr: u64) -> Option<AllocId> {
@@ -239,12 +267,21 @@ impl MemHistory {
 
     /// The `n` host allocations transferred most, most first, in O(n + log total).
     pub fn hotspots(&self, n: usize) -> Vec<&Allocation> {
-        self.by_transfers.iter().rev().take(n).map(|&(_, id)| self.get(id)).collect()
+        self.by_transfers
+            .iter()
+            .rev()
+            .take(n)
+            .map(|&(_, id)| self.get(id))
+            .collect()
     }
 
     /// The `n` host allocations transferred least, least first.
     pub fn coldspots(&self, n: usize) -> Vec<&Allocation> {
-        self.by_transfers.iter().take(n).map(|&(_, id)| self.get(id)).collect()
+        self.by_transfers
+            .iter()
+            .take(n)
+            .map(|&(_, id)| self.get(id))
+            .collect()
     }
 
     /// Host allocations with at least `min_transfers`, most first.
@@ -378,7 +415,9 @@ impl MemHistory {
         ts_ns: u64,
     ) -> Option<AllocId> {
         let is_device = |history: &Self, addr: u64| {
-            history.find(pid, addr).is_some_and(|a| a.kind == AllocKind::Device)
+            history
+                .find(pid, addr)
+                .is_some_and(|a| a.kind == AllocKind::Device)
         };
         let direction = match direction {
             CopyDirection::Unresolved => match (is_device(self, dst), is_device(self, src)) {
@@ -399,7 +438,11 @@ impl MemHistory {
             // Neither side is a known device allocation: the side in a known host allocation
             // is the host, else the source.
             CopyDirection::Unresolved => {
-                if self.find(pid, dst).is_some() && self.find(pid, src).is_none() { dst } else { src }
+                if self.find(pid, dst).is_some() && self.find(pid, src).is_none() {
+                    dst
+                } else {
+                    src
+                }
             }
         };
         let id = match self.find_id(pid, host) {
@@ -437,7 +480,11 @@ impl MemHistory {
         s.first_transfer_ns = Some(s.first_transfer_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         s.last_transfer_ns = Some(s.last_transfer_ns.map_or(ts_ns, |t| t.max(ts_ns)));
         let new = s.transfers;
-        allocation.push_event(AllocEvent::Transfer { ts_ns, direction, bytes });
+        allocation.push_event(AllocEvent::Transfer {
+            ts_ns,
+            direction,
+            bytes,
+        });
         self.by_transfers.remove(&(old, id));
         self.by_transfers.insert((new, id));
         Some(id)
@@ -487,7 +534,12 @@ impl MemHistory {
         }
         if call.result != 0 {
             self.data.stats.failed_calls += 1;
-            let failed = self.data.stats.failed_by_function.entry(name.to_string()).or_default();
+            let failed = self
+                .data
+                .stats
+                .failed_by_function
+                .entry(name.to_string())
+                .or_default();
             failed.0 += 1;
             failed.1 = call.result;
             return;
@@ -512,7 +564,12 @@ impl MemHistory {
             Op::Unregister { addr } => {
                 self.unregister(pid, addr, ts);
             }
-            Op::Copy { dst, src, bytes, direction } => {
+            Op::Copy {
+                dst,
+                src,
+                bytes,
+                direction,
+            } => {
                 self.transfer(pid, dst, src, bytes, direction, ts);
             }
         }

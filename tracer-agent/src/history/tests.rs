@@ -4,7 +4,11 @@ const PID: u32 = 100;
 const MIB: u64 = 1 << 20;
 
 fn site(history: &mut MemHistory, offset: u64) -> CallSiteId {
-    history.intern_call_site(CallSite { module: "/bin/app".into(), offset, symbol: None })
+    history.intern_call_site(CallSite {
+        module: "/bin/app".into(),
+        offset,
+        symbol: None,
+    })
 }
 
 #[test]
@@ -14,9 +18,17 @@ fn find_returns_the_live_allocation_containing_a_pointer() {
     let b = h.alloc(PID, 0x2000, 0x100, AllocKind::Pinned, None, 2);
     assert_eq!(h.find(PID, 0x1000).map(|a| a.id), Some(a));
     assert_eq!(h.find(PID, 0x10ff).map(|a| a.id), Some(a));
-    assert_eq!(h.find(PID, 0x1100).map(|a| a.id), None, "one past the end is outside");
+    assert_eq!(
+        h.find(PID, 0x1100).map(|a| a.id),
+        None,
+        "one past the end is outside"
+    );
     assert_eq!(h.find(PID, 0x2050).map(|a| a.id), Some(b));
-    assert_eq!(h.find(PID + 1, 0x2050).map(|a| a.id), None, "other processes are separate");
+    assert_eq!(
+        h.find(PID + 1, 0x2050).map(|a| a.id),
+        None,
+        "other processes are separate"
+    );
     assert_eq!(h.find(PID, 0xfff).map(|a| a.id), None);
 }
 
@@ -26,7 +38,10 @@ fn an_address_reused_after_free_keeps_both_histories_with_one_active() {
     let first = h.alloc(PID, 0x1000, 64, AllocKind::Pageable, None, 1);
     h.transfer(PID, 0xd000, 0x1000, 64, CopyDirection::HostToDevice, 2);
     assert_eq!(h.free(PID, 0x1000, 3), Some(first));
-    assert!(h.find(PID, 0x1000).is_none(), "nothing is live there after the free");
+    assert!(
+        h.find(PID, 0x1000).is_none(),
+        "nothing is live there after the free"
+    );
     let second = h.alloc(PID, 0x1000, 128, AllocKind::Pinned, None, 4);
     h.transfer(PID, 0x1000, 0xd000, 128, CopyDirection::DeviceToHost, 5);
     h.transfer(PID, 0x1000, 0xd000, 128, CopyDirection::DeviceToHost, 6);
@@ -56,7 +71,14 @@ fn hot_and_cold_queries_order_by_transfer_count() {
     for (i, &id) in ids.iter().enumerate() {
         let start = h.allocation(id).expect("exists").start;
         for t in 0..(i as u64 * 10) {
-            h.transfer(PID, 0xd000_0000, start + 8, 4096, CopyDirection::HostToDevice, 100 + t);
+            h.transfer(
+                PID,
+                0xd000_0000,
+                start + 8,
+                4096,
+                CopyDirection::HostToDevice,
+                100 + t,
+            );
         }
     }
     let device = h.alloc(PID, 0xd000_0000, MIB, AllocKind::Device, None, 0);
@@ -64,9 +86,17 @@ fn hot_and_cold_queries_order_by_transfer_count() {
     assert_eq!(hot, vec![ids[4], ids[3]]);
     let cold: Vec<_> = h.coldspots(2).iter().map(|a| a.id).collect();
     assert_eq!(cold, vec![ids[0], ids[1]]);
-    let at_least_20: Vec<_> = h.hotspots_threshold(20).iter().map(|a| a.stats.transfers).collect();
+    let at_least_20: Vec<_> = h
+        .hotspots_threshold(20)
+        .iter()
+        .map(|a| a.stats.transfers)
+        .collect();
     assert_eq!(at_least_20, vec![40, 30, 20]);
-    let at_most_10: Vec<_> = h.coldspots_threshold(10).iter().map(|a| a.stats.transfers).collect();
+    let at_most_10: Vec<_> = h
+        .coldspots_threshold(10)
+        .iter()
+        .map(|a| a.stats.transfers)
+        .collect();
     assert_eq!(at_most_10, vec![0, 10]);
     assert!(
         h.hotspots(100).iter().all(|a| a.id != device),
@@ -85,8 +115,14 @@ fn a_transfer_from_unknown_memory_goes_to_an_untracked_entry() {
     let hot = h.hotspots(1);
     let entry = hot.first().expect("the untracked entry is a hotspot");
     assert_eq!(entry.kind, AllocKind::Untracked);
-    assert_eq!((entry.start, entry.size, entry.stats.transfers), (0x5000, 300, 3));
-    assert!(h.find(PID, 0x5000).is_none(), "untracked entries are not live allocations");
+    assert_eq!(
+        (entry.start, entry.size, entry.stats.transfers),
+        (0x5000, 300, 3)
+    );
+    assert!(
+        h.find(PID, 0x5000).is_none(),
+        "untracked entries are not live allocations"
+    );
 }
 
 #[test]
@@ -98,8 +134,15 @@ fn unified_copies_resolve_direction_from_device_allocations() {
     h.transfer(PID, 0x1000, 0xd000, 10, CopyDirection::Unresolved, 4);
     h.transfer(PID, 0xd100, 0xd000, 10, CopyDirection::Unresolved, 5);
     let stats = h.allocation(host).expect("exists").stats;
-    assert_eq!((stats.h2d_count, stats.d2h_count, stats.transfers), (1, 1, 2));
-    assert_eq!(h.stats().other_copies, 1, "device to device is not a bus transfer");
+    assert_eq!(
+        (stats.h2d_count, stats.d2h_count, stats.transfers),
+        (1, 1, 2)
+    );
+    assert_eq!(
+        h.stats().other_copies,
+        1,
+        "device to device is not a bus transfer"
+    );
 }
 
 #[test]
@@ -107,7 +150,10 @@ fn register_pins_a_known_allocation_in_place_and_unregister_undoes_it() {
     let mut h = MemHistory::new();
     let id = h.alloc(PID, 0x1000, 4096, AllocKind::Pageable, None, 1);
     assert_eq!(h.register(PID, 0x1000, 4096, None, 2), id);
-    assert_eq!(h.allocation(id).map(|a| a.kind), Some(AllocKind::Registered));
+    assert_eq!(
+        h.allocation(id).map(|a| a.kind),
+        Some(AllocKind::Registered)
+    );
     h.unregister(PID, 0x1000, 3);
     assert_eq!(h.allocation(id).map(|a| a.kind), Some(AllocKind::Pageable));
     let new = h.register(PID, 0x9000, 4096, None, 4);
@@ -127,7 +173,14 @@ fn ordinals_count_allocations_per_call_site_and_process() {
         .iter()
         .enumerate()
         .map(|(i, &(pid, s))| {
-            let id = h.alloc(pid, 0x1000 * (i as u64 + 1), 8, AllocKind::Pageable, Some(s), 0);
+            let id = h.alloc(
+                pid,
+                0x1000 * (i as u64 + 1),
+                8,
+                AllocKind::Pageable,
+                Some(s),
+                0,
+            );
             h.allocation(id).expect("exists").ordinal
         })
         .collect();
@@ -142,10 +195,19 @@ fn events_stay_in_timestamp_order_when_they_arrive_out_of_order() {
     for ts in [30, 20, 40, 25] {
         h.transfer(PID, 0xd000, 0x1000, 8, CopyDirection::HostToDevice, ts);
     }
-    let times: Vec<_> = h.allocation(id).expect("exists").events.iter().map(|e| e.ts_ns()).collect();
+    let times: Vec<_> = h
+        .allocation(id)
+        .expect("exists")
+        .events
+        .iter()
+        .map(|e| e.ts_ns())
+        .collect();
     assert_eq!(times, vec![10, 20, 25, 30, 40]);
     let stats = h.allocation(id).expect("exists").stats;
-    assert_eq!((stats.first_transfer_ns, stats.last_transfer_ns), (Some(20), Some(40)));
+    assert_eq!(
+        (stats.first_transfer_ns, stats.last_transfer_ns),
+        (Some(20), Some(40))
+    );
 }
 
 #[test]
@@ -163,7 +225,12 @@ fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
         result,
         nested,
         partial,
-        op: Op::Copy { dst: 0xd000, src: 0x1000, bytes: 8, direction: CopyDirection::HostToDevice },
+        op: Op::Copy {
+            dst: 0xd000,
+            src: 0x1000,
+            bytes: 8,
+            direction: CopyDirection::HostToDevice,
+        },
     };
     let mut h = MemHistory::new();
     h.apply(&copy(true, false, 0), None);
@@ -173,7 +240,13 @@ fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
     h.apply(&copy(false, false, 0), None);
     let s = h.stats();
     assert_eq!(
-        (s.calls, s.nested_calls, s.partial_calls, s.failed_calls, s.transfers),
+        (
+            s.calls,
+            s.nested_calls,
+            s.partial_calls,
+            s.failed_calls,
+            s.transfers
+        ),
         (4, 1, 1, 1, 1)
     );
 }
@@ -198,7 +271,11 @@ fn from_data_rebuilds_every_index_and_rejects_inconsistent_content() {
     let next = rebuilt.alloc(PID, 0x3000, 8, AllocKind::Pageable, Some(s), 6);
     assert_eq!(rebuilt.allocation(next).map(|a| a.ordinal), Some(2));
     rebuilt.transfer(PID, 0xd000, 0x7000, 64, CopyDirection::HostToDevice, 7);
-    let untracked = rebuilt.allocations().iter().filter(|a| a.kind == AllocKind::Untracked).count();
+    let untracked = rebuilt
+        .allocations()
+        .iter()
+        .filter(|a| a.kind == AllocKind::Untracked)
+        .count();
     assert_eq!(untracked, 1);
     let _ = freed;
 
@@ -210,9 +287,15 @@ fn from_data_rebuilds_every_index_and_rejects_inconsistent_content() {
     ));
     let mut bad = h.data().clone();
     bad.allocations.swap(0, 1);
-    assert!(matches!(MemHistory::from_data(bad), Err(InvalidHistory::IdOutOfOrder { .. })));
+    assert!(matches!(
+        MemHistory::from_data(bad),
+        Err(InvalidHistory::IdOutOfOrder { .. })
+    ));
     let mut bad = h.data().clone();
     bad.allocations[1].start = 0x1000;
     bad.allocations[1].free_ns = None;
-    assert!(matches!(MemHistory::from_data(bad), Err(InvalidHistory::DuplicateLive { .. })));
+    assert!(matches!(
+        MemHistory::from_data(bad),
+        Err(InvalidHistory::DuplicateLive { .. })
+    ));
 }

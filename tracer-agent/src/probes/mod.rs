@@ -48,7 +48,10 @@ pub enum ProbeTarget {
     /// A uprobe and uretprobe pair on a function of a library file.
     Call { library: Library, path: PathBuf },
     /// A kernel tracepoint.
-    Tracepoint { category: &'static str, name: &'static str },
+    Tracepoint {
+        category: &'static str,
+        name: &'static str,
+    },
 }
 
 impl ProbeTarget {
@@ -116,7 +119,10 @@ impl Probes {
         for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
             program(&mut ebpf, name)?
                 .load()
-                .map_err(|source| TracerError::Program { program: name, source })?;
+                .map_err(|source| TracerError::Program {
+                    program: name,
+                    source,
+                })?;
         }
         let mut probes = Self {
             ebpf,
@@ -140,13 +146,20 @@ impl Probes {
                     .program_mut(probe.program)
                     .expect("the object defines every registry program")
                     .try_into()
-                    .map_err(|source| TracerError::Program { program: probe.program, source })?;
-                program
-                    .load()
-                    .map_err(|source| TracerError::Program { program: probe.program, source })?;
+                    .map_err(|source| TracerError::Program {
+                        program: probe.program,
+                        source,
+                    })?;
+                program.load().map_err(|source| TracerError::Program {
+                    program: probe.program,
+                    source,
+                })?;
                 program
                     .attach(probe.category, probe.name)
-                    .map_err(|source| TracerError::Program { program: probe.program, source })?;
+                    .map_err(|source| TracerError::Program {
+                        program: probe.program,
+                        source,
+                    })?;
                 Ok(())
             })();
             let state = match result {
@@ -159,7 +172,10 @@ impl Probes {
             };
             self.status.push(ProbeStatus {
                 symbol: probe.program.to_string(),
-                target: ProbeTarget::Tracepoint { category: probe.category, name: probe.name },
+                target: ProbeTarget::Tracepoint {
+                    category: probe.category,
+                    name: probe.name,
+                },
                 state,
             });
         }
@@ -174,12 +190,20 @@ impl Probes {
 
     /// Whether a target that opens a CUDA library is stopped until its probes are attached.
     pub fn set_stop_on_library_open(&mut self, stop: bool) -> Result<(), TracerError> {
-        let map = self.ebpf.map_mut("CONFIG").expect("the object defines CONFIG");
-        let mut array = Array::<_, u64>::try_from(map)
-            .map_err(|source| TracerError::Map { map: "CONFIG", source })?;
+        let map = self
+            .ebpf
+            .map_mut("CONFIG")
+            .expect("the object defines CONFIG");
+        let mut array = Array::<_, u64>::try_from(map).map_err(|source| TracerError::Map {
+            map: "CONFIG",
+            source,
+        })?;
         array
             .set(config::STOP_ON_LIBRARY_OPEN, u64::from(stop), 0)
-            .map_err(|source| TracerError::Map { map: "CONFIG", source })?;
+            .map_err(|source| TracerError::Map {
+                map: "CONFIG",
+                source,
+            })?;
         self.stop_on_library_open = stop;
         Ok(())
     }
@@ -192,20 +216,32 @@ impl Probes {
     pub fn add_target(&mut self, pid: u32) -> Result<(), TracerError> {
         self.targets()?
             .insert(pid, 0, 0)
-            .map_err(|source| TracerError::Map { map: "TARGETS", source })
+            .map_err(|source| TracerError::Map {
+                map: "TARGETS",
+                source,
+            })
     }
 
     /// Stops tracing `pid`.
     pub fn remove_target(&mut self, pid: u32) -> Result<(), TracerError> {
         match self.targets()?.remove(&pid) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(TracerError::Map { map: "TARGETS", source }),
+            Err(source) => Err(TracerError::Map {
+                map: "TARGETS",
+                source,
+            }),
         }
     }
 
     fn targets(&mut self) -> Result<BpfHashMap<&mut MapData, u32, u32>, TracerError> {
-        let map = self.ebpf.map_mut("TARGETS").expect("the object defines TARGETS");
-        BpfHashMap::try_from(map).map_err(|source| TracerError::Map { map: "TARGETS", source })
+        let map = self
+            .ebpf
+            .map_mut("TARGETS")
+            .expect("the object defines TARGETS");
+        BpfHashMap::try_from(map).map_err(|source| TracerError::Map {
+            map: "TARGETS",
+            source,
+        })
     }
 
     /// Whether this file was attached already.
@@ -231,7 +267,10 @@ impl Probes {
         }
         let symbols = SymbolTable::read(path)?;
         let mut report = Vec::new();
-        for probe in CALL_PROBES.iter().filter(|p| p.library == library && p.default_on) {
+        for probe in CALL_PROBES
+            .iter()
+            .filter(|p| p.library == library && p.default_on)
+        {
             for &symbol in probe.symbols {
                 let state = match symbols.offset(symbol) {
                     None => ProbeState::Unavailable {
@@ -239,7 +278,9 @@ impl Probes {
                     },
                     Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
                         Ok(()) => ProbeState::Attached,
-                        Err(error) => ProbeState::Unavailable { reason: short_reason(&error.to_string()) },
+                        Err(error) => ProbeState::Unavailable {
+                            reason: short_reason(&error.to_string()),
+                        },
                     },
                 };
                 if let ProbeState::Unavailable { reason } = &state {
@@ -247,7 +288,10 @@ impl Probes {
                 }
                 report.push(ProbeStatus {
                     symbol: symbol.to_string(),
-                    target: ProbeTarget::Call { library, path: path.to_path_buf() },
+                    target: ProbeTarget::Call {
+                        library,
+                        path: path.to_path_buf(),
+                    },
                     state,
                 });
             }
@@ -264,7 +308,10 @@ impl Probes {
             };
             let link = program(&mut self.ebpf, name)?
                 .attach(point, path, UProbeScope::AllProcesses)
-                .map_err(|source| TracerError::Program { program: name, source })?;
+                .map_err(|source| TracerError::Program {
+                    program: name,
+                    source,
+                })?;
             self.links.push((name, link));
         }
         Ok(())
@@ -278,7 +325,10 @@ impl Probes {
     pub fn detach_all(&mut self) {
         for (name, id) in self.links.drain(..) {
             if let Err(error) = program(&mut self.ebpf, name).and_then(|p| {
-                p.detach(id).map_err(|source| TracerError::Program { program: name, source })
+                p.detach(id).map_err(|source| TracerError::Program {
+                    program: name,
+                    source,
+                })
             }) {
                 tracing::warn!(%error, "cannot detach a uprobe");
             }
@@ -292,19 +342,31 @@ impl Probes {
 
     /// Takes the ring buffer for reading; call once.
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, TracerError> {
-        let map = self.ebpf.take_map("EVENTS").expect("the object defines EVENTS");
-        RingBuf::try_from(map).map_err(|source| TracerError::Map { map: "EVENTS", source })
+        let map = self
+            .ebpf
+            .take_map("EVENTS")
+            .expect("the object defines EVENTS");
+        RingBuf::try_from(map).map_err(|source| TracerError::Map {
+            map: "EVENTS",
+            source,
+        })
     }
 
     /// The kernel side's loss counters, summed over CPUs.
     pub fn counters(&self) -> Result<KernelCounters, TracerError> {
-        let map = self.ebpf.map("COUNTERS").expect("the object defines COUNTERS");
-        let array = PerCpuArray::<_, u64>::try_from(map)
-            .map_err(|source| TracerError::Map { map: "COUNTERS", source })?;
+        let map = self
+            .ebpf
+            .map("COUNTERS")
+            .expect("the object defines COUNTERS");
+        let array = PerCpuArray::<_, u64>::try_from(map).map_err(|source| TracerError::Map {
+            map: "COUNTERS",
+            source,
+        })?;
         let sum = |index: u32| -> Result<u64, TracerError> {
-            let values = array
-                .get(&index, 0)
-                .map_err(|source| TracerError::Map { map: "COUNTERS", source })?;
+            let values = array.get(&index, 0).map_err(|source| TracerError::Map {
+                map: "COUNTERS",
+                source,
+            })?;
             Ok(values.iter().sum())
         };
         Ok(KernelCounters {
@@ -318,7 +380,10 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut UProbe,
     ebpf.program_mut(name)
         .expect("the object defines both programs")
         .try_into()
-        .map_err(|source| TracerError::Program { program: name, source })
+        .map_err(|source| TracerError::Program {
+            program: name,
+            source,
+        })
 }
 
 /// An error for a one-line report: a verifier log is cut to its first line and its last lines,
@@ -328,7 +393,11 @@ fn short_reason(error: &str) -> String {
     if lines.len() <= 6 {
         return error.to_string();
     }
-    format!("{} [...] {}", lines[0], lines[lines.len() - 3..].join(" | "))
+    format!(
+        "{} [...] {}",
+        lines[0],
+        lines[lines.len() - 3..].join(" | ")
+    )
 }
 
 /// Mounts tracefs where the kernel expects it if nothing is there (tracepoints need it; some

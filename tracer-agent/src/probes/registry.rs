@@ -86,18 +86,38 @@ impl CopyDirection {
 pub enum BytesFrom {
     Arg(usize),
     /// `width * height` (2D copies).
-    Rect { width: usize, height: usize },
+    Rect {
+        width: usize,
+        height: usize,
+    },
 }
 
 /// What a call does, with the argument indexes to read it from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Semantics {
     /// The new pointer is written through the out-parameter at `out_arg`.
-    Alloc { out_arg: u8, size: usize, space: AllocSpace },
-    Free { ptr: usize, space: AllocSpace },
-    Register { ptr: usize, size: usize },
-    Unregister { ptr: usize },
-    Copy { dst: usize, src: usize, bytes: BytesFrom, direction: DirectionFrom },
+    Alloc {
+        out_arg: u8,
+        size: usize,
+        space: AllocSpace,
+    },
+    Free {
+        ptr: usize,
+        space: AllocSpace,
+    },
+    Register {
+        ptr: usize,
+        size: usize,
+    },
+    Unregister {
+        ptr: usize,
+    },
+    Copy {
+        dst: usize,
+        src: usize,
+        bytes: BytesFrom,
+        direction: DirectionFrom,
+    },
 }
 
 /// One probed function: a uprobe at its entry and a uretprobe at its return.
@@ -122,8 +142,17 @@ impl CallProbe {
             Semantics::Alloc { out_arg, .. } => Some(out_arg),
             _ => None,
         };
-        let want_site = matches!(self.semantics, Semantics::Alloc { .. } | Semantics::Register { .. });
-        ProbeCookie::new(self.kind, out_arg, self.library.layer(), self.stack_args, want_site)
+        let want_site = matches!(
+            self.semantics,
+            Semantics::Alloc { .. } | Semantics::Register { .. }
+        );
+        ProbeCookie::new(
+            self.kind,
+            out_arg,
+            self.library.layer(),
+            self.stack_args,
+            want_site,
+        )
     }
 }
 
@@ -149,7 +178,12 @@ const fn call(
 }
 
 const fn copy(dst: usize, src: usize, bytes: usize, direction: DirectionFrom) -> Semantics {
-    Semantics::Copy { dst, src, bytes: BytesFrom::Arg(bytes), direction }
+    Semantics::Copy {
+        dst,
+        src,
+        bytes: BytesFrom::Arg(bytes),
+        direction,
+    }
 }
 
 /// `cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind[, stream])`: the 7th and 8th
@@ -164,7 +198,10 @@ const fn copy_2d(kind: EventKind, symbols: &'static [&'static str], stack_args: 
             Semantics::Copy {
                 dst: 0,
                 src: 2,
-                bytes: BytesFrom::Rect { width: 4, height: 5 },
+                bytes: BytesFrom::Rect {
+                    width: 4,
+                    height: 5,
+                },
                 direction: DirectionFrom::KindArg(6),
             },
         )
@@ -174,55 +211,185 @@ const fn copy_2d(kind: EventKind, symbols: &'static [&'static str], stack_args: 
 /// Every probed CUDA function.
 pub static CALL_PROBES: &[CallProbe] = &[
     // The runtime API.
-    call(EventKind::CudaMalloc, CudaRuntime, &["cudaMalloc"],
-        Semantics::Alloc { out_arg: 0, size: 1, space: Device }),
-    call(EventKind::CudaFree, CudaRuntime, &["cudaFree"],
-        Semantics::Free { ptr: 0, space: Device }),
-    call(EventKind::CudaMallocHost, CudaRuntime, &["cudaMallocHost"],
-        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
-    call(EventKind::CudaHostAlloc, CudaRuntime, &["cudaHostAlloc"],
-        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
-    call(EventKind::CudaFreeHost, CudaRuntime, &["cudaFreeHost"],
-        Semantics::Free { ptr: 0, space: PinnedHost }),
-    call(EventKind::CudaHostRegister, CudaRuntime, &["cudaHostRegister"],
-        Semantics::Register { ptr: 0, size: 1 }),
-    call(EventKind::CudaHostUnregister, CudaRuntime, &["cudaHostUnregister"],
-        Semantics::Unregister { ptr: 0 }),
-    call(EventKind::CudaMemcpy, CudaRuntime, &["cudaMemcpy", "cudaMemcpy_ptds"],
-        copy(0, 1, 2, DirectionFrom::KindArg(3))),
-    call(EventKind::CudaMemcpyAsync, CudaRuntime, &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
-        copy(0, 1, 2, DirectionFrom::KindArg(3))),
-    copy_2d(EventKind::CudaMemcpy2D, &["cudaMemcpy2D", "cudaMemcpy2D_ptds"], 1),
-    copy_2d(EventKind::CudaMemcpy2DAsync, &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"], 2),
+    call(
+        EventKind::CudaMalloc,
+        CudaRuntime,
+        &["cudaMalloc"],
+        Semantics::Alloc {
+            out_arg: 0,
+            size: 1,
+            space: Device,
+        },
+    ),
+    call(
+        EventKind::CudaFree,
+        CudaRuntime,
+        &["cudaFree"],
+        Semantics::Free {
+            ptr: 0,
+            space: Device,
+        },
+    ),
+    call(
+        EventKind::CudaMallocHost,
+        CudaRuntime,
+        &["cudaMallocHost"],
+        Semantics::Alloc {
+            out_arg: 0,
+            size: 1,
+            space: PinnedHost,
+        },
+    ),
+    call(
+        EventKind::CudaHostAlloc,
+        CudaRuntime,
+        &["cudaHostAlloc"],
+        Semantics::Alloc {
+            out_arg: 0,
+            size: 1,
+            space: PinnedHost,
+        },
+    ),
+    call(
+        EventKind::CudaFreeHost,
+        CudaRuntime,
+        &["cudaFreeHost"],
+        Semantics::Free {
+            ptr: 0,
+            space: PinnedHost,
+        },
+    ),
+    call(
+        EventKind::CudaHostRegister,
+        CudaRuntime,
+        &["cudaHostRegister"],
+        Semantics::Register { ptr: 0, size: 1 },
+    ),
+    call(
+        EventKind::CudaHostUnregister,
+        CudaRuntime,
+        &["cudaHostUnregister"],
+        Semantics::Unregister { ptr: 0 },
+    ),
+    call(
+        EventKind::CudaMemcpy,
+        CudaRuntime,
+        &["cudaMemcpy", "cudaMemcpy_ptds"],
+        copy(0, 1, 2, DirectionFrom::KindArg(3)),
+    ),
+    call(
+        EventKind::CudaMemcpyAsync,
+        CudaRuntime,
+        &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
+        copy(0, 1, 2, DirectionFrom::KindArg(3)),
+    ),
+    copy_2d(
+        EventKind::CudaMemcpy2D,
+        &["cudaMemcpy2D", "cudaMemcpy2D_ptds"],
+        1,
+    ),
+    copy_2d(
+        EventKind::CudaMemcpy2DAsync,
+        &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"],
+        2,
+    ),
     // The driver API.
-    call(EventKind::CuMemAlloc, CudaDriver, &["cuMemAlloc_v2"],
-        Semantics::Alloc { out_arg: 0, size: 1, space: Device }),
-    call(EventKind::CuMemFree, CudaDriver, &["cuMemFree_v2"],
-        Semantics::Free { ptr: 0, space: Device }),
-    call(EventKind::CuMemAllocHost, CudaDriver, &["cuMemAllocHost_v2"],
-        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
-    call(EventKind::CuMemHostAlloc, CudaDriver, &["cuMemHostAlloc"],
-        Semantics::Alloc { out_arg: 0, size: 1, space: PinnedHost }),
-    call(EventKind::CuMemFreeHost, CudaDriver, &["cuMemFreeHost"],
-        Semantics::Free { ptr: 0, space: PinnedHost }),
-    call(EventKind::CuMemHostRegister, CudaDriver, &["cuMemHostRegister_v2"],
-        Semantics::Register { ptr: 0, size: 1 }),
-    call(EventKind::CuMemHostUnregister, CudaDriver, &["cuMemHostUnregister"],
-        Semantics::Unregister { ptr: 0 }),
-    call(EventKind::CuMemcpyHtoD, CudaDriver, &["cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"],
-        copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice))),
-    call(EventKind::CuMemcpyDtoH, CudaDriver, &["cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds"],
-        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost))),
-    call(EventKind::CuMemcpyHtoDAsync, CudaDriver,
+    call(
+        EventKind::CuMemAlloc,
+        CudaDriver,
+        &["cuMemAlloc_v2"],
+        Semantics::Alloc {
+            out_arg: 0,
+            size: 1,
+            space: Device,
+        },
+    ),
+    call(
+        EventKind::CuMemFree,
+        CudaDriver,
+        &["cuMemFree_v2"],
+        Semantics::Free {
+            ptr: 0,
+            space: Device,
+        },
+    ),
+    call(
+        EventKind::CuMemAllocHost,
+        CudaDriver,
+        &["cuMemAllocHost_v2"],
+        Semantics::Alloc {
+            out_arg: 0,
+            size: 1,
+            space: PinnedHost,
+        },
+    ),
+    call(
+        EventKind::CuMemHostAlloc,
+        CudaDriver,
+        &["cuMemHostAlloc"],
+        Semantics::Alloc {
+            out_arg: 0,
+            size: 1,
+            space: PinnedHost,
+        },
+    ),
+    call(
+        EventKind::CuMemFreeHost,
+        CudaDriver,
+        &["cuMemFreeHost"],
+        Semantics::Free {
+            ptr: 0,
+            space: PinnedHost,
+        },
+    ),
+    call(
+        EventKind::CuMemHostRegister,
+        CudaDriver,
+        &["cuMemHostRegister_v2"],
+        Semantics::Register { ptr: 0, size: 1 },
+    ),
+    call(
+        EventKind::CuMemHostUnregister,
+        CudaDriver,
+        &["cuMemHostUnregister"],
+        Semantics::Unregister { ptr: 0 },
+    ),
+    call(
+        EventKind::CuMemcpyHtoD,
+        CudaDriver,
+        &["cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"],
+        copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice)),
+    ),
+    call(
+        EventKind::CuMemcpyDtoH,
+        CudaDriver,
+        &["cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds"],
+        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost)),
+    ),
+    call(
+        EventKind::CuMemcpyHtoDAsync,
+        CudaDriver,
         &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"],
-        copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice))),
-    call(EventKind::CuMemcpyDtoHAsync, CudaDriver,
+        copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice)),
+    ),
+    call(
+        EventKind::CuMemcpyDtoHAsync,
+        CudaDriver,
         &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"],
-        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost))),
-    call(EventKind::CuMemcpy, CudaDriver, &["cuMemcpy", "cuMemcpy_ptds"],
-        copy(0, 1, 2, DirectionFrom::Pointers)),
-    call(EventKind::CuMemcpyAsync, CudaDriver, &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
-        copy(0, 1, 2, DirectionFrom::Pointers)),
+        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost)),
+    ),
+    call(
+        EventKind::CuMemcpy,
+        CudaDriver,
+        &["cuMemcpy", "cuMemcpy_ptds"],
+        copy(0, 1, 2, DirectionFrom::Pointers),
+    ),
+    call(
+        EventKind::CuMemcpyAsync,
+        CudaDriver,
+        &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
+        copy(0, 1, 2, DirectionFrom::Pointers),
+    ),
 ];
 
 /// A kernel tracepoint the tracer attaches one program to.
@@ -275,7 +442,7 @@ mod tests {
 
     #[test]
     fn every_kind_has_exactly_one_row() {
-        for kind in EventKind::ALL {
+        for kind in EventKind::ALL.iter().filter(|k| k.is_cuda_call()) {
             let rows = CALL_PROBES.iter().filter(|p| p.kind == *kind).count();
             assert_eq!(rows, 1, "{kind:?} has {rows} registry rows");
         }
@@ -288,7 +455,12 @@ mod tests {
                 Semantics::Alloc { out_arg, size, .. } => (out_arg as usize).max(size),
                 Semantics::Free { ptr, .. } | Semantics::Unregister { ptr } => ptr,
                 Semantics::Register { ptr, size } => ptr.max(size),
-                Semantics::Copy { dst, src, bytes, direction } => {
+                Semantics::Copy {
+                    dst,
+                    src,
+                    bytes,
+                    direction,
+                } => {
                     let bytes = match bytes {
                         BytesFrom::Arg(i) => i,
                         BytesFrom::Rect { width, height } => width.max(height),

@@ -60,7 +60,11 @@ impl SymbolTable {
         }
         functions.sort();
         functions.dedup_by_key(|f| f.0);
-        Ok(Self { offsets, functions, build_id })
+        Ok(Self {
+            offsets,
+            functions,
+            build_id,
+        })
     }
 
     /// The ELF build id (the GNU build-id note), if the file has one.
@@ -70,7 +74,10 @@ impl SymbolTable {
 
     /// The function whose code contains the file offset `offset`.
     pub fn function_at(&self, offset: u64) -> Option<&str> {
-        let index = self.functions.partition_point(|f| f.0 <= offset).checked_sub(1)?;
+        let index = self
+            .functions
+            .partition_point(|f| f.0 <= offset)
+            .checked_sub(1)?;
         let (start, size, name) = &self.functions[index];
         (offset - start < (*size).max(1)).then_some(name.as_str())
     }
@@ -103,7 +110,11 @@ mod tests {
         assert!(table.offset("cudaMemcpy2DAsync_ptsz").is_some());
         assert_eq!(table.function_at(offset), Some("cudaMemcpy"));
         assert_eq!(table.function_at(offset + 1), Some("cudaMemcpy"));
-        assert_eq!(table.build_id().map(<[u8]>::len), Some(20), "gcc links a build id");
+        assert_eq!(
+            table.build_id().map(<[u8]>::len),
+            Some(20),
+            "gcc links a build id"
+        );
         assert_eq!(table.offset("noSuchFunction"), None);
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
@@ -113,7 +124,10 @@ mod tests {
         let path = std::env::temp_dir().join(format!("not-elf-{}", std::process::id()));
         std::fs::write(&path, b"hello").expect("write a temp file");
         let error = SymbolTable::read(&path).expect_err("not ELF");
-        assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "{error}"
+        );
         std::fs::remove_file(&path).expect("clean up");
     }
 }

@@ -34,7 +34,10 @@ pub fn standin(test: &str) -> Installed {
 /// every binary); built here when a test runs alone.
 pub fn workload() -> PathBuf {
     let deps = std::env::current_exe().expect("test path");
-    let profile_dir = deps.parent().and_then(Path::parent).expect("target/<profile>");
+    let profile_dir = deps
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
     let path = profile_dir.join("transfer-bench");
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -59,12 +62,18 @@ pub struct Bench {
 pub fn bench(standin: &Installed, args: &[&str]) -> Bench {
     let mut all: Vec<OsString> = vec!["--cudart".into(), standin.runtime.clone().into()];
     all.extend(args.iter().map(OsString::from));
-    Bench { args: all, env: vec![("LD_LIBRARY_PATH".into(), standin.dir.display().to_string())] }
+    Bench {
+        args: all,
+        env: vec![("LD_LIBRARY_PATH".into(), standin.dir.display().to_string())],
+    }
 }
 
 fn configure(bench: &Bench) -> impl FnOnce(&mut Command) + '_ {
     |command| {
-        command.envs(bench.env.iter().cloned()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .envs(bench.env.iter().cloned())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
     }
 }
 
@@ -126,7 +135,9 @@ pub fn wait_with_timeout(mut child: std::process::Child, limit: Duration) -> Out
     let start = Instant::now();
     loop {
         if child.try_wait().expect("wait for the workload").is_some() {
-            return child.wait_with_output().expect("collect the workload's output");
+            return child
+                .wait_with_output()
+                .expect("collect the workload's output");
         }
         assert!(start.elapsed() < limit, "the workload ran over {limit:?}");
         std::thread::sleep(Duration::from_millis(10));

@@ -1,0 +1,87 @@
+//! `cargo xtask setup`: install what building the eBPF side needs, only where missing, saying
+//! what it installs. With everything present it only looks (well under 2 s).
+
+use std::{path::Path, process::Command};
+
+use anyhow::{Result, bail};
+
+use crate::{output, sh};
+
+/// The LLVM bpf-linker is built against (shared/notes/platform.md).
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+const LLVM_PACKAGE: &str = "llvm-22-dev";
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+pub fn run() -> Result<()> {
+    let mut installed = Vec::new();
+
+    if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
+        eprintln!("xtask: installing {LLVM_PACKAGE} (bpf-linker links against it)");
+        sh(Command::new("apt-get").arg("update").arg("-q"))?;
+        sh(Command::new("apt-get")
+            .args(["install", "-y", "-q", LLVM_PACKAGE])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        installed.push(LLVM_PACKAGE);
+    }
+
+    let linker = output(Command::new("bpf-linker").arg("--version"));
+    if !linker
+        .as_deref()
+        .is_some_and(|v| v.contains(BPF_LINKER_VERSION))
+    {
+        eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about 70 s)");
+        sh(crate::cargo()
+            .args([
+                "install",
+                "bpf-linker",
+                "--locked",
+                "--version",
+                BPF_LINKER_VERSION,
+            ])
+            .args(["--no-default-features", "--features", "llvm-22", "--force"])
+            .env("LLVM_PREFIX", LLVM_PREFIX))?;
+        installed.push("bpf-linker");
+    }
+
+    let components = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]));
+    let Some(components) = components else {
+        eprintln!("xtask: installing the nightly toolchain (the eBPF side builds core with it)");
+        sh(Command::new("rustup")
+            .args(["toolchain", "install", "nightly", "--profile", "minimal"])
+            .args(["--component", "rust-src,clippy,rustfmt"]))?;
+        installed.push("nightly");
+        return report(&installed);
+    };
+    for component in ["rust-src", "clippy"] {
+        if !components.lines().any(|line| line.starts_with(component)) {
+            eprintln!("xtask: adding {component} to the nightly toolchain");
+            sh(Command::new("rustup").args([
+                "component",
+                "add",
+                component,
+                "--toolchain",
+                "nightly",
+            ]))?;
+            installed.push(component);
+        }
+    }
+    report(&installed)
+}
+
+fn report(installed: &[&str]) -> Result<()> {
+    if installed.is_empty() {
+        eprintln!("xtask: setup: everything is in place");
+    } else {
+        eprintln!("xtask: setup installed: {}", installed.join(", "));
+    }
+    if output(Command::new("bpf-linker").arg("--version")).is_none() {
+        bail!("bpf-linker is still not runnable; is ~/.cargo/bin on PATH?");
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! `cargo xtask test`: what CI runs. Formatting, lints, unit tests and the privileged
+//! integration tests that load real eBPF programs (they fail, not skip, without root).
+
+use std::process::Command;
+
+use anyhow::{Result, bail};
+
+use crate::{cargo, sh};
+
+pub fn run() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { geteuid() } != 0 {
+        bail!("the integration tests load eBPF programs: run `cargo xtask test` as root");
+    }
+    crate::setup::run()?;
+    sh(cargo().args(["fmt", "--all", "--check"]))?;
+    // The user-space crates (the workspace's default members).
+    sh(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+    // The kernel side, for its own target, as aya-build builds it.
+    sh(Command::new("cargo")
+        .args([
+            "+nightly",
+            "clippy",
+            "--package",
+            "tracer-ebpf",
+            "--release",
+        ])
+        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+        .args(["--target-dir", "target/ebpf-clippy", "--", "-D", "warnings"])
+        .env("RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\""))?;
+    // Unit and integration tests; the integration tests start processes of their own, which
+    // need the workload built first.
+    sh(cargo().args(["build", "--package", "transfer-bench"]))?;
+    sh(cargo().args(["test", "--no-fail-fast", "--", "--test-threads", "2"]))?;
+    Ok(())
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
