@@ -156,10 +156,18 @@ pub fn cuda_libraries(pid: u32) -> Result<Vec<(PathBuf, Library)>, TracerError> 
 /// before); failing that, the module is named `build-id:<hex>`, which still identifies it.
 #[derive(Debug, Default)]
 pub struct CallSiteResolver {
-    /// Files known, by build id.
-    by_build_id: HashMap<Vec<u8>, (String, Option<SymbolTable>)>,
+    /// Files known, by build id: the name shown, where to open it, and its symbols once a call
+    /// site has needed them.
+    by_build_id: HashMap<Vec<u8>, KnownModule>,
     /// Files whose build id was read already (so each is read once).
     seen_files: HashSet<String>,
+}
+
+#[derive(Debug)]
+struct KnownModule {
+    name: String,
+    path: PathBuf,
+    symbols: Option<Option<SymbolTable>>,
 }
 
 impl CallSiteResolver {
@@ -182,11 +190,9 @@ impl CallSiteResolver {
         if !self.seen_files.insert(name.to_string()) {
             return;
         }
-        if let Ok(table) = SymbolTable::read(path)
-            && let Some(id) = table.build_id()
-        {
-            self.by_build_id
-                .insert(id.to_vec(), (name.to_string(), Some(table)));
+        if let Some(id) = crate::probes::symbols::read_build_id(path) {
+            let module = KnownModule { name: name.to_string(), path: path.to_path_buf(), symbols: None };
+            self.by_build_id.insert(id, module);
         }
     }
 
@@ -212,15 +218,19 @@ impl CallSiteResolver {
                 if !self.by_build_id.contains_key(&build_id[..]) {
                     self.learn_process(pid);
                 }
-                match self.by_build_id.get(&build_id[..]) {
-                    Some((module, table)) => CallSite {
-                        module: module.clone(),
-                        offset,
-                        symbol: table
-                            .as_ref()
-                            .and_then(|t| t.function_at(offset))
-                            .map(str::to_string),
-                    },
+                match self.by_build_id.get_mut(&build_id[..]) {
+                    Some(module) => {
+                        let path = &module.path;
+                        let table = module.symbols.get_or_insert_with(|| SymbolTable::read(path).ok());
+                        CallSite {
+                            module: module.name.clone(),
+                            offset,
+                            symbol: table
+                                .as_ref()
+                                .and_then(|t| t.function_at(offset))
+                                .map(str::to_string),
+                        }
+                    }
                     None => CallSite {
                         module: format!("build-id:{}", hex(&build_id)),
                         offset,

@@ -22,10 +22,13 @@ pub struct SymbolTable {
 impl SymbolTable {
     /// Reads the dynamic and static symbol tables of `path`.
     pub fn read(path: &Path) -> Result<Self, TracerError> {
-        let data = fs::read(path).map_err(|source| TracerError::Io {
-            what: format!("reading {}", path.display()),
-            source,
-        })?;
+        let io_error = |source| TracerError::Io { what: format!("reading {}", path.display()), source };
+        let file = fs::File::open(path).map_err(io_error)?;
+        // Mapped, not read: libraries such as libtorch_cuda are gigabytes, and only the ELF
+        // headers, the symbol tables and the build-id note are touched.
+        // SAFETY: the mapping is read-only and dropped before this function returns; a file
+        // truncated meanwhile could fault, as with any reader of shared libraries.
+        let data = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
         let file = object::File::parse(&*data).map_err(|source| TracerError::Elf {
             path: path.to_path_buf(),
             source,
@@ -94,6 +97,15 @@ impl SymbolTable {
     pub fn is_empty(&self) -> bool {
         self.offsets.is_empty()
     }
+}
+
+/// The ELF build id of a file, reading only its headers and notes.
+pub fn read_build_id(path: &Path) -> Option<Vec<u8>> {
+    let file = fs::File::open(path).ok()?;
+    // SAFETY: as in `SymbolTable::read`.
+    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    file.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
 
 #[cfg(test)]
