@@ -13,7 +13,7 @@ use crate::{
     error::TracerError,
     events::CudaCall,
     history::{Allocation, CallSite, MemHistory},
-    probes::{ProbeState, ProbeStatus, Probes, registry::Library},
+    probes::{ProbeState, ProbeStatus, Probes},
     recorder::{LiveStatus, Recorder, RecorderConfig, RecorderEnd, Shared},
     target::{self, CallSiteResolver},
 };
@@ -27,10 +27,8 @@ pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 pub struct AgentConfig {
     /// The processes to trace.
     pub pids: Vec<u32>,
-    /// Attach to this CUDA runtime file instead of (and besides) what the targets map.
-    pub cuda_runtime: Option<PathBuf>,
-    /// Attach to this CUDA driver file instead of (and besides) what the targets map.
-    pub cuda_driver: Option<PathBuf>,
+    /// Files to attach to besides what the targets map (a CUDA runtime, driver, or hotpin).
+    pub libraries: Vec<PathBuf>,
     /// Files whose call sites should be named even if the process exits before its memory
     /// map is read (the program `tracer record -- CMD` starts).
     pub modules: Vec<PathBuf>,
@@ -50,8 +48,7 @@ impl AgentConfig {
     pub fn new(pid: u32) -> Self {
         Self {
             pids: vec![pid],
-            cuda_runtime: None,
-            cuda_driver: None,
+            libraries: Vec::new(),
             modules: Vec::new(),
             ring_bytes: DEFAULT_RING_BYTES,
             recorder: RecorderConfig::default(),
@@ -134,19 +131,13 @@ impl TracerAgent {
         }
         let mut probes = Probes::load(self.config.ring_bytes)?;
         probes.set_stop_on_library_open(self.config.stop_on_library_open)?;
-        let mut libraries = Vec::new();
+        let mut files: Vec<PathBuf> = self.config.libraries.clone();
         for &pid in &self.config.pids {
             probes.add_target(pid)?;
-            libraries.extend(target::cuda_libraries(pid)?);
+            files.extend(target::candidate_files(pid)?);
         }
-        if let Some(path) = &self.config.cuda_runtime {
-            libraries.insert(0, (path.clone(), Library::CudaRuntime));
-        }
-        if let Some(path) = &self.config.cuda_driver {
-            libraries.insert(0, (path.clone(), Library::CudaDriver));
-        }
-        for (path, library) in &libraries {
-            probes.attach_library(path, *library)?;
+        for path in &files {
+            probes.attach_file(path)?;
         }
         self.probes = probes.status().to_vec();
         {
@@ -161,12 +152,7 @@ impl TracerAgent {
         }
         let ring = probes.take_events()?;
         let mut resolver = CallSiteResolver::new();
-        for path in self
-            .config
-            .modules
-            .iter()
-            .chain(libraries.iter().map(|(path, _)| path))
-        {
+        for path in self.config.modules.iter().chain(&files) {
             resolver.learn_file(path, &path.display().to_string());
         }
         for &pid in &self.config.pids {

@@ -1,17 +1,15 @@
 //! Decoding ring-buffer records into typed CUDA calls, with the registry.
 
-use serde::{Deserialize, Serialize};
 use tracer_common::{
     Event, EventKind, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, SITE_BUILD_ID, SITE_IP,
 };
 
 use crate::probes::registry::{
-    AllocSpace, BytesFrom, CopyDirection, DirectionFrom, Semantics, call_probe,
+    AllocSpace, BytesFrom, CopyDirection, DirectionFrom, PtrFrom, Semantics, call_probe,
 };
 
 /// What a CUDA call did to memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Alloc {
         addr: u64,
@@ -27,6 +25,10 @@ pub enum Op {
         size: u64,
     },
     Unregister {
+        addr: u64,
+    },
+    /// hotpin's allocator is handing out a pinned block at `addr`.
+    MarkPinned {
         addr: u64,
     },
     Copy {
@@ -116,11 +118,11 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
     let probe = call_probe(kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
     let args = &event.args;
     let op = match probe.semantics {
-        Semantics::Alloc { size, space, .. } => Op::Alloc {
-            addr: if event.header.flags & FLAG_OUT_UNREADABLE != 0 {
-                0
-            } else {
-                event.out
+        Semantics::Alloc { ptr, size, space } => Op::Alloc {
+            addr: match ptr {
+                PtrFrom::Ret => event.ret,
+                PtrFrom::Out(_) if event.header.flags & FLAG_OUT_UNREADABLE != 0 => 0,
+                PtrFrom::Out(_) => event.out,
             },
             size: args[size],
             space,
@@ -134,6 +136,7 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             size: args[size],
         },
         Semantics::Unregister { ptr } => Op::Unregister { addr: args[ptr] },
+        Semantics::MarkPinned { ptr } => Op::MarkPinned { addr: args[ptr] },
         Semantics::Copy {
             dst,
             src,
@@ -169,7 +172,13 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             _ => None,
         },
         // cudaError_t and CUresult are C ints: the upper half of the register is not theirs.
-        result: event.ret as u32 as i32,
+        result: match probe.semantics {
+            // A function returning its pointer fails by returning null.
+            Semantics::Alloc {
+                ptr: PtrFrom::Ret, ..
+            } => i32::from(event.ret == 0),
+            _ => event.ret as u32 as i32,
+        },
         nested: event.header.flags & FLAG_NESTED != 0,
         partial: event.header.flags & FLAG_NO_ENTRY != 0,
         op,

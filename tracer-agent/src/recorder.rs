@@ -235,10 +235,10 @@ fn library_opened(probes: &mut Probes, pid: u32, fd: i32) {
     match link {
         Ok(path) => {
             let name = path.to_string_lossy().into_owned();
-            if let Some(library) = target::classify_library(&name) {
+            if target::is_candidate_name(&name) {
                 let host = target::host_path(pid, &name);
-                if !probes.is_attached(&host) {
-                    match probes.attach_library(&host, library) {
+                if !probes.is_examined(&host) {
+                    match probes.attach_file(&host) {
                         Ok(report) => tracing::info!(
                             pid,
                             path = %host.display(),
@@ -262,13 +262,13 @@ fn library_opened(probes: &mut Probes, pid: u32, fd: i32) {
 /// Attaches CUDA libraries the targets mapped since the last look, and notices exits.
 fn rescan(probes: &mut Probes, targets: &mut Vec<u32>, shared: &Shared) {
     targets.retain(|&pid| {
-        match target::cuda_libraries(pid) {
-            Ok(libraries) => {
-                for (path, library) in libraries {
-                    if probes.is_attached(&path) {
+        match target::candidate_files(pid) {
+            Ok(files) => {
+                for path in files {
+                    if probes.is_examined(&path) {
                         continue;
                     }
-                    match probes.attach_library(&path, library) {
+                    match probes.attach_file(&path) {
                         Ok(report) => tracing::info!(
                             pid,
                             path = %path.display(),

@@ -7,12 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{
-    error::TracerError,
-    events::RawSite,
-    history::CallSite,
-    probes::{registry::Library, symbols::SymbolTable},
-};
+use crate::{error::TracerError, events::RawSite, history::CallSite, probes::symbols::SymbolTable};
 
 /// One file-backed mapping of `/proc/PID/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,16 +101,16 @@ impl ProcessMaps {
     }
 }
 
-/// Which CUDA library a mapped file is, from its name.
-pub fn classify_library(path: &str) -> Option<Library> {
-    let name = Path::new(path).file_name()?.to_str()?;
-    if name.starts_with("libcudart.so") {
-        Some(Library::CudaRuntime)
-    } else if name.starts_with("libcuda.so") {
-        Some(Library::CudaDriver)
-    } else {
-        None
-    }
+/// Whether a file's name says it may be a library the tracer probes: the CUDA runtime
+/// (`libcudart.so*`), the driver (`libcuda.so*`) or hotpin's allocator (`libhotpin*`). What it
+/// really carries is told by its symbols (`Probes::attach_file`).
+pub fn is_candidate_name(path: &str) -> bool {
+    let Some(name) = Path::new(path).file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    name.starts_with("libcudart.so")
+        || name.starts_with("libcuda.so")
+        || name.starts_with("libhotpin")
 }
 
 /// The path under which this tracer can open a file the target maps: through
@@ -129,23 +124,18 @@ pub fn host_path(pid: u32, path: &str) -> PathBuf {
     }
 }
 
-/// The CUDA libraries `pid` maps now: shared runtime and driver libraries by name, and the
-/// executable itself when it carries the runtime statically (nvcc's default).
-pub fn cuda_libraries(pid: u32) -> Result<Vec<(PathBuf, Library)>, TracerError> {
+/// The files of `pid` worth examining for probes: its executable (which may carry the CUDA
+/// runtime or hotpin statically, as nvcc's default does for the runtime) and the mapped files
+/// named like a CUDA library or hotpin.
+pub fn candidate_files(pid: u32) -> Result<Vec<PathBuf>, TracerError> {
     let maps = ProcessMaps::read(pid)?;
-    let mut found: Vec<(PathBuf, Library)> = maps
-        .files()
-        .filter_map(|path| classify_library(path).map(|lib| (host_path(pid, path), lib)))
-        .collect();
-    if !found.iter().any(|(_, lib)| *lib == Library::CudaRuntime) {
-        let exe = PathBuf::from(format!("/proc/{pid}/exe"));
-        if let Ok(symbols) = SymbolTable::read(&exe)
-            && symbols.offset("cudaMemcpy").is_some()
-        {
-            found.push((exe, Library::CudaRuntime));
-        }
-    }
-    Ok(found)
+    let mut files = vec![PathBuf::from(format!("/proc/{pid}/exe"))];
+    files.extend(
+        maps.files()
+            .filter(|p| is_candidate_name(p))
+            .map(|p| host_path(pid, p)),
+    );
+    Ok(files)
 }
 
 /// Turns the call sites the kernel resolved into module paths and function names.
@@ -191,7 +181,11 @@ impl CallSiteResolver {
             return;
         }
         if let Some(id) = crate::probes::symbols::read_build_id(path) {
-            let module = KnownModule { name: name.to_string(), path: path.to_path_buf(), symbols: None };
+            let module = KnownModule {
+                name: name.to_string(),
+                path: path.to_path_buf(),
+                symbols: None,
+            };
             self.by_build_id.insert(id, module);
         }
     }
@@ -221,7 +215,9 @@ impl CallSiteResolver {
                 match self.by_build_id.get_mut(&build_id[..]) {
                     Some(module) => {
                         let path = &module.path;
-                        let table = module.symbols.get_or_insert_with(|| SymbolTable::read(path).ok());
+                        let table = module
+                            .symbols
+                            .get_or_insert_with(|| SymbolTable::read(path).ok());
                         CallSite {
                             module: module.name.clone(),
                             offset,
@@ -289,17 +285,12 @@ garbage line
     }
 
     #[test]
-    fn classifies_cuda_libraries_by_name() {
-        assert_eq!(
-            classify_library("/x/libcudart.so.13"),
-            Some(Library::CudaRuntime)
-        );
-        assert_eq!(
-            classify_library("/x/libcuda.so.1"),
-            Some(Library::CudaDriver)
-        );
-        assert_eq!(classify_library("/x/libcudnn.so.9"), None);
-        assert_eq!(classify_library("/x/libcublas.so.13"), None);
+    fn candidate_names_are_the_cuda_libraries_and_hotpin() {
+        assert!(is_candidate_name("/x/libcudart.so.13"));
+        assert!(is_candidate_name("/x/libcuda.so.1"));
+        assert!(is_candidate_name("/x/libhotpin.so"));
+        assert!(!is_candidate_name("/x/libcudnn.so.9"));
+        assert!(!is_candidate_name("/x/libcublas.so.13"));
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub const MAX_TARGETS: u32 = 4096;
 macro_rules! event_kinds {
     ($($(#[$doc:meta])* $name:ident = $value:literal,)*) => {
         /// Stable numbers for each kind of event, grouped in ranges: 1-99 the CUDA runtime API,
-        /// 100-199 the driver API, 200-299 libc, 300-399 the kernel.
+        /// 100-149 the driver API, 150-199 hotpin's allocator, 200-299 libc, 300-399 the kernel.
         #[repr(u16)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum EventKind {
@@ -120,7 +120,8 @@ macro_rules! event_kinds {
         impl EventKind {
             pub const ALL: &'static [EventKind] = &[$(EventKind::$name,)*];
 
-            /// A call of the CUDA runtime or driver API (the ranges below 200).
+            /// A probed function call: the CUDA runtime or driver API or hotpin's allocator (the
+            /// ranges below 200).
             pub const fn is_cuda_call(self) -> bool {
                 (self as u16) < 200
             }
@@ -163,17 +164,25 @@ event_kinds! {
     CuMemcpy = 111,
     CuMemcpyAsync = 112,
 
+    /// hotpin's allocator (`hotpin_malloc`, `hotpin_free`): the allocations it hands out, with
+    /// the caller's call site.
+    HotpinMalloc = 150,
+    HotpinFree = 151,
+    /// Called inside `hotpin_malloc` for each pinned block it hands out, fresh or cached.
+    HotpinPinned = 152,
+
     /// A traced process opened a file named `libcud*` (a CUDA library it may be about to map):
     /// `args[0]` is the new file descriptor.
     LibraryOpen = 300,
 }
 
-/// Which API layer a probed function belongs to; the kernel side uses it to mark driver calls
-/// nested in runtime calls.
+/// Which API layer a probed function belongs to; the kernel side marks a call made inside a
+/// call of an outer layer as nested (driver in runtime or allocator, runtime in allocator).
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layer {
-    Other = 0,
+    /// hotpin's allocator: the outermost layer (its pinning calls go through the runtime).
+    Allocator = 0,
     Runtime = 1,
     Driver = 2,
 }

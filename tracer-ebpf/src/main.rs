@@ -45,9 +45,25 @@ static TARGETS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TARGETS, 0);
 #[map]
 static PENDING: LruHashMap<PendingKey, Pending> = LruHashMap::with_max_entries(MAX_PENDING, 0);
 
-/// How many runtime-API calls each thread is inside.
+/// How many allocator and runtime calls each thread is inside.
 #[map]
-static RUNTIME_DEPTH: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_PENDING, 0);
+static DEPTH: LruHashMap<u32, Depth> = LruHashMap::with_max_entries(MAX_PENDING, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Depth {
+    allocator: u32,
+    runtime: u32,
+}
+
+/// This thread's depth counters, created at zero if missing.
+fn depth_of(tid: u32) -> Option<*mut Depth> {
+    if let Some(depth) = DEPTH.get_ptr_mut(tid) {
+        return Some(depth);
+    }
+    DEPTH.insert(tid, Depth::default(), 0).ok()?;
+    DEPTH.get_ptr_mut(tid)
+}
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -196,14 +212,13 @@ fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
     if PENDING.insert(key, pending, 0).is_err() {
         bump(counter::PENDING_FULL);
     }
-    if cookie.layer() == Layer::Runtime as u8 {
-        let depth = RUNTIME_DEPTH.get_ptr_mut(tid);
-        match depth {
-            // SAFETY: the entry belongs to this thread, which is running this program.
-            Some(depth) => unsafe { *depth += 1 },
-            None => {
-                let _ = RUNTIME_DEPTH.insert(tid, 1, 0);
-            }
+    if let Some(depth) = depth_of(tid) {
+        // SAFETY: the entry belongs to this thread, which is running this program.
+        let depth = unsafe { &mut *depth };
+        if cookie.layer() == Layer::Allocator as u8 {
+            depth.allocator += 1;
+        } else if cookie.layer() == Layer::Runtime as u8 {
+            depth.runtime += 1;
         }
     }
     Ok(())
@@ -233,21 +248,18 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         }
     };
 
-    let depth = RUNTIME_DEPTH.get_ptr_mut(tid);
-    if cookie.layer() == Layer::Runtime as u8 {
-        if let Some(depth) = depth {
-            // SAFETY: this thread's entry.
-            unsafe {
-                if *depth > 0 {
-                    *depth -= 1;
-                }
+    if let Some(depth) = DEPTH.get_ptr_mut(tid) {
+        // SAFETY: the entry belongs to this thread, which is running this program.
+        let depth = unsafe { &mut *depth };
+        let layer = cookie.layer();
+        if layer == Layer::Allocator as u8 {
+            depth.allocator = depth.allocator.saturating_sub(1);
+        } else if layer == Layer::Runtime as u8 {
+            depth.runtime = depth.runtime.saturating_sub(1);
+            if depth.allocator > 0 {
+                flags |= FLAG_NESTED;
             }
-        }
-    } else if cookie.layer() == Layer::Driver as u8
-        && let Some(depth) = depth
-    {
-        // SAFETY: this thread's entry.
-        if unsafe { *depth } > 0 {
+        } else if depth.runtime > 0 || depth.allocator > 0 {
             flags |= FLAG_NESTED;
         }
     }

@@ -33,6 +33,10 @@ enum Command {
 
 #[derive(Args, Debug, Default)]
 struct TargetArgs {
+    /// Attach to hotpin's allocator library (or a program linked with it) besides what the
+    /// process maps.
+    #[arg(long, value_name = "PATH")]
+    hotpin: Option<PathBuf>,
     /// Attach to this CUDA runtime (libcudart.so* or an executable linked with it statically)
     /// besides what the process maps.
     #[arg(long, value_name = "PATH")]
@@ -102,6 +106,17 @@ struct ReportArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+impl TargetArgs {
+    /// The files named on the command line.
+    fn files(&self) -> Vec<PathBuf> {
+        [&self.cuda_runtime, &self.cuda_driver, &self.hotpin]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
 }
 
 pub fn main() -> ExitCode {

@@ -5,14 +5,14 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::{Context as _, Result, bail};
 use tracer_agent::{
     privileges,
-    probes::{ProbeState, Probes, registry::Library},
+    probes::{ProbeState, Probes},
     target,
 };
 
 use super::ProbesArgs;
 
 /// CUDA libraries the dynamic loader would find, from `ldconfig -p`.
-fn loader_libraries() -> Vec<(PathBuf, Library)> {
+fn loader_libraries() -> Vec<PathBuf> {
     let Ok(output) = std::process::Command::new("ldconfig").arg("-p").output() else {
         return Vec::new();
     };
@@ -20,22 +20,16 @@ fn loader_libraries() -> Vec<(PathBuf, Library)> {
         .lines()
         .filter_map(|line| {
             let path = line.rsplit("=> ").next()?.trim();
-            target::classify_library(path).map(|lib| (PathBuf::from(path), lib))
+            target::is_candidate_name(path).then(|| PathBuf::from(path))
         })
         .collect()
 }
 
 pub fn run(args: ProbesArgs) -> Result<ExitCode> {
     privileges::check()?;
-    let mut libraries = Vec::new();
-    if let Some(path) = args.target.cuda_runtime {
-        libraries.push((path, Library::CudaRuntime));
-    }
-    if let Some(path) = args.target.cuda_driver {
-        libraries.push((path, Library::CudaDriver));
-    }
+    let mut libraries = args.target.files();
     if let Some(pid) = args.pid {
-        libraries.extend(target::cuda_libraries(pid)?);
+        libraries.extend(target::candidate_files(pid)?);
     } else if libraries.is_empty() {
         libraries = loader_libraries();
     }
@@ -48,8 +42,8 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
         );
     }
     let mut probes = Probes::load(1 << 16).context("loading the tracer's eBPF programs")?;
-    for (path, library) in &libraries {
-        if let Err(error) = probes.attach_library(path, *library) {
+    for path in &libraries {
+        if let Err(error) = probes.attach_file(path) {
             eprintln!("tracer: {}: {error}", path.display());
         }
     }

@@ -78,8 +78,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let mut child: Option<PausedChild> = None;
     let mut config = AgentConfig::new(0);
     config.pids = args.pids.clone();
-    config.cuda_runtime = args.target.cuda_runtime.clone();
-    config.cuda_driver = args.target.cuda_driver.clone();
+    config.libraries = args.target.files();
     config.ring_bytes = args.ring_mib << 20;
     config.stop_on_library_open = args.stop_on_load;
     if let Some((program, rest)) = args.command.split_first() {

@@ -117,6 +117,9 @@ pub struct MemHistory {
     ordinals: HashMap<(u32, Option<CallSiteId>), u32>,
     /// Untracked entries by (pid, host pointer).
     untracked: HashMap<(u32, u64), AllocId>,
+    /// Blocks hotpin's allocator marked pinned, waiting for the allocation that hands them
+    /// out (the marker returns before the allocation call does).
+    pinned_marks: std::collections::HashSet<(u32, u64)>,
 }
 
 impl PartialEq for MemHistory {
@@ -551,6 +554,8 @@ impl MemHistory {
                 let kind = match space {
                     AllocSpace::Device => AllocKind::Device,
                     AllocSpace::PinnedHost => AllocKind::Pinned,
+                    AllocSpace::Host if self.pinned_marks.remove(&(pid, addr)) => AllocKind::Pinned,
+                    AllocSpace::Host => AllocKind::Pageable,
                 };
                 self.alloc(pid, addr, size, kind, call_site, ts);
             }
@@ -563,6 +568,9 @@ impl MemHistory {
             }
             Op::Unregister { addr } => {
                 self.unregister(pid, addr, ts);
+            }
+            Op::MarkPinned { addr } => {
+                self.pinned_marks.insert((pid, addr));
             }
             Op::Copy {
                 dst,

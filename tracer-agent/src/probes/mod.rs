@@ -58,13 +58,7 @@ impl ProbeTarget {
     /// "cuda-runtime /path/libcudart.so.13" or "tracepoint syscalls:sys_enter_openat".
     pub fn describe(&self) -> String {
         match self {
-            ProbeTarget::Call { library, path } => {
-                let library = match library {
-                    Library::CudaRuntime => "cuda-runtime",
-                    Library::CudaDriver => "cuda-driver",
-                };
-                format!("{library} {}", path.display())
-            }
+            ProbeTarget::Call { library, path } => format!("{} {}", library.name(), path.display()),
             ProbeTarget::Tracepoint { category, name } => format!("tracepoint {category}:{name}"),
         }
     }
@@ -244,20 +238,17 @@ impl Probes {
         })
     }
 
-    /// Whether this file was attached already.
-    pub fn is_attached(&self, path: &Path) -> bool {
+    /// Whether this file was examined already.
+    pub fn is_examined(&self, path: &Path) -> bool {
         file_id(path).is_some_and(|id| self.attached_files.contains(&id))
     }
 
-    /// Attaches every registry probe of `library` to the file at `path`, for all processes
-    /// (the kernel side filters by target). Returns the status of each probe; a symbol the file
-    /// lacks or a probe the kernel refuses is reported and skipped. A file already attached is
-    /// skipped and returns nothing.
-    pub fn attach_library(
-        &mut self,
-        path: &Path,
-        library: Library,
-    ) -> Result<Vec<ProbeStatus>, TracerError> {
+    /// Examines the file at `path` once and attaches the registry probes of every library it
+    /// carries, told by marker symbols (`Library::marker`): a CUDA runtime or driver, hotpin's
+    /// allocator, or an executable with any of them linked statically. A symbol the file lacks
+    /// or a probe the kernel refuses is reported and skipped. A file examined already (by device
+    /// and inode) returns nothing.
+    pub fn attach_file(&mut self, path: &Path) -> Result<Vec<ProbeStatus>, TracerError> {
         let id = file_id(path).ok_or_else(|| TracerError::Io {
             what: format!("reading {}", path.display()),
             source: std::io::Error::last_os_error(),
@@ -267,33 +258,38 @@ impl Probes {
         }
         let symbols = SymbolTable::read(path)?;
         let mut report = Vec::new();
-        for probe in CALL_PROBES
-            .iter()
-            .filter(|p| p.library == library && p.default_on)
-        {
-            for &symbol in probe.symbols {
-                let state = match symbols.offset(symbol) {
-                    None => ProbeState::Unavailable {
-                        reason: format!("{} does not export {symbol}", path.display()),
-                    },
-                    Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
-                        Ok(()) => ProbeState::Attached,
-                        Err(error) => ProbeState::Unavailable {
-                            reason: short_reason(&error.to_string()),
+        for library in Library::ALL {
+            if symbols.offset(library.marker()).is_none() {
+                continue;
+            }
+            for probe in CALL_PROBES
+                .iter()
+                .filter(|p| p.library == library && p.default_on)
+            {
+                for &symbol in probe.symbols {
+                    let state = match symbols.offset(symbol) {
+                        None => ProbeState::Unavailable {
+                            reason: format!("{} does not export {symbol}", path.display()),
                         },
-                    },
-                };
-                if let ProbeState::Unavailable { reason } = &state {
-                    tracing::debug!(symbol, reason, "probe unavailable");
+                        Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
+                            Ok(()) => ProbeState::Attached,
+                            Err(error) => ProbeState::Unavailable {
+                                reason: short_reason(&error.to_string()),
+                            },
+                        },
+                    };
+                    if let ProbeState::Unavailable { reason } = &state {
+                        tracing::debug!(symbol, reason, "probe unavailable");
+                    }
+                    report.push(ProbeStatus {
+                        symbol: symbol.to_string(),
+                        target: ProbeTarget::Call {
+                            library,
+                            path: path.to_path_buf(),
+                        },
+                        state,
+                    });
                 }
-                report.push(ProbeStatus {
-                    symbol: symbol.to_string(),
-                    target: ProbeTarget::Call {
-                        library,
-                        path: path.to_path_buf(),
-                    },
-                    state,
-                });
             }
         }
         self.status.extend(report.iter().cloned());

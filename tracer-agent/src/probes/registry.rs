@@ -14,13 +14,36 @@ pub enum Library {
     CudaRuntime,
     /// The CUDA driver: `libcuda.so*`.
     CudaDriver,
+    /// hotpin's allocator: `libhotpin.so`, or a program linked with it.
+    Hotpin,
 }
 
 impl Library {
+    pub const ALL: [Library; 3] = [Library::CudaRuntime, Library::CudaDriver, Library::Hotpin];
+
     pub const fn layer(self) -> Layer {
         match self {
             Library::CudaRuntime => Layer::Runtime,
             Library::CudaDriver => Layer::Driver,
+            Library::Hotpin => Layer::Allocator,
+        }
+    }
+
+    /// A symbol only this library defines: a file defining it is this library (or carries it
+    /// statically linked).
+    pub const fn marker(self) -> &'static str {
+        match self {
+            Library::CudaRuntime => "cudaMemcpy",
+            Library::CudaDriver => "cuMemcpyHtoD_v2",
+            Library::Hotpin => "hotpin_malloc",
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Library::CudaRuntime => "cuda-runtime",
+            Library::CudaDriver => "cuda-driver",
+            Library::Hotpin => "hotpin",
         }
     }
 }
@@ -40,6 +63,8 @@ pub enum KernelFeature {
 #[serde(rename_all = "kebab-case")]
 pub enum AllocSpace {
     Device,
+    /// Host memory from hotpin's allocator: pageable unless a nested pinning call says pinned.
+    Host,
     /// Pinned host memory from cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc.
     PinnedHost,
 }
@@ -92,12 +117,21 @@ pub enum BytesFrom {
     },
 }
 
+/// Where an allocation function puts the new pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PtrFrom {
+    /// Written through the out-parameter at this index (`cudaMalloc(&ptr, size)`).
+    Out(u8),
+    /// Returned (`hotpin_malloc(size)`).
+    Ret,
+}
+
 /// What a call does, with the argument indexes to read it from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Semantics {
-    /// The new pointer is written through the out-parameter at `out_arg`.
+    /// A new allocation of `size` (an argument index) at the pointer `ptr` gives.
     Alloc {
-        out_arg: u8,
+        ptr: PtrFrom,
         size: usize,
         space: AllocSpace,
     },
@@ -110,6 +144,10 @@ pub enum Semantics {
         size: usize,
     },
     Unregister {
+        ptr: usize,
+    },
+    /// The allocation about to be handed out at `ptr` is pinned (hotpin's marker).
+    MarkPinned {
         ptr: usize,
     },
     Copy {
@@ -139,7 +177,10 @@ impl CallProbe {
     /// The cookie the kernel programs receive for this function.
     pub fn cookie(&self) -> ProbeCookie {
         let out_arg = match self.semantics {
-            Semantics::Alloc { out_arg, .. } => Some(out_arg),
+            Semantics::Alloc {
+                ptr: PtrFrom::Out(index),
+                ..
+            } => Some(index),
             _ => None,
         };
         let want_site = matches!(
@@ -156,9 +197,10 @@ impl CallProbe {
     }
 }
 
-use AllocSpace::{Device, PinnedHost};
+use AllocSpace::{Device, Host, PinnedHost};
 use CopyDirection::{DeviceToHost, HostToDevice};
-use Library::{CudaDriver, CudaRuntime};
+use Library::{CudaDriver, CudaRuntime, Hotpin};
+use PtrFrom::{Out, Ret};
 
 const fn call(
     kind: EventKind,
@@ -216,7 +258,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         CudaRuntime,
         &["cudaMalloc"],
         Semantics::Alloc {
-            out_arg: 0,
+            ptr: Out(0),
             size: 1,
             space: Device,
         },
@@ -235,7 +277,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         CudaRuntime,
         &["cudaMallocHost"],
         Semantics::Alloc {
-            out_arg: 0,
+            ptr: Out(0),
             size: 1,
             space: PinnedHost,
         },
@@ -245,7 +287,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         CudaRuntime,
         &["cudaHostAlloc"],
         Semantics::Alloc {
-            out_arg: 0,
+            ptr: Out(0),
             size: 1,
             space: PinnedHost,
         },
@@ -299,7 +341,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         CudaDriver,
         &["cuMemAlloc_v2"],
         Semantics::Alloc {
-            out_arg: 0,
+            ptr: Out(0),
             size: 1,
             space: Device,
         },
@@ -318,7 +360,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         CudaDriver,
         &["cuMemAllocHost_v2"],
         Semantics::Alloc {
-            out_arg: 0,
+            ptr: Out(0),
             size: 1,
             space: PinnedHost,
         },
@@ -328,7 +370,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         CudaDriver,
         &["cuMemHostAlloc"],
         Semantics::Alloc {
-            out_arg: 0,
+            ptr: Out(0),
             size: 1,
             space: PinnedHost,
         },
@@ -383,6 +425,31 @@ pub static CALL_PROBES: &[CallProbe] = &[
         CudaDriver,
         &["cuMemcpy", "cuMemcpy_ptds"],
         copy(0, 1, 2, DirectionFrom::Pointers),
+    ),
+    call(
+        EventKind::HotpinMalloc,
+        Hotpin,
+        &["hotpin_malloc"],
+        Semantics::Alloc {
+            ptr: Ret,
+            size: 0,
+            space: Host,
+        },
+    ),
+    call(
+        EventKind::HotpinFree,
+        Hotpin,
+        &["hotpin_free"],
+        Semantics::Free {
+            ptr: 0,
+            space: Host,
+        },
+    ),
+    call(
+        EventKind::HotpinPinned,
+        Hotpin,
+        &["hotpin_pinned"],
+        Semantics::MarkPinned { ptr: 0 },
     ),
     call(
         EventKind::CuMemcpyAsync,
@@ -452,8 +519,13 @@ mod tests {
     fn argument_indexes_fit_the_captured_arguments() {
         for probe in CALL_PROBES {
             let max = match probe.semantics {
-                Semantics::Alloc { out_arg, size, .. } => (out_arg as usize).max(size),
-                Semantics::Free { ptr, .. } | Semantics::Unregister { ptr } => ptr,
+                Semantics::Alloc { ptr, size, .. } => match ptr {
+                    PtrFrom::Out(index) => (index as usize).max(size),
+                    PtrFrom::Ret => size,
+                },
+                Semantics::Free { ptr, .. }
+                | Semantics::Unregister { ptr }
+                | Semantics::MarkPinned { ptr } => ptr,
                 Semantics::Register { ptr, size } => ptr.max(size),
                 Semantics::Copy {
                     dst,

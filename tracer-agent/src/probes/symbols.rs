@@ -22,7 +22,10 @@ pub struct SymbolTable {
 impl SymbolTable {
     /// Reads the dynamic and static symbol tables of `path`.
     pub fn read(path: &Path) -> Result<Self, TracerError> {
-        let io_error = |source| TracerError::Io { what: format!("reading {}", path.display()), source };
+        let io_error = |source| TracerError::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        };
         let file = fs::File::open(path).map_err(io_error)?;
         // Mapped, not read: libraries such as libtorch_cuda are gigabytes, and only the ELF
         // headers, the symbol tables and the build-id note are touched.

@@ -115,10 +115,7 @@ pub fn trace_full(
         .expect("spawn the workload");
     let mut config = AgentConfig::new(child.pid());
     match find {
-        Find::Named => {
-            config.cuda_runtime = Some(standin.runtime.clone());
-            config.cuda_driver = Some(standin.driver.clone());
-        }
+        Find::Named => config.libraries = vec![standin.runtime.clone(), standin.driver.clone()],
         Find::WhenOpened => config.stop_on_library_open = true,
     }
     config.modules = vec![workload()];
