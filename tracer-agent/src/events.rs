@@ -177,6 +177,8 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             Semantics::Alloc {
                 ptr: PtrFrom::Ret, ..
             } => i32::from(event.ret == 0),
+            // hotpin_pinned returns nothing: the register holds garbage.
+            Semantics::MarkPinned { .. } => 0,
             _ => event.ret as u32 as i32,
         },
         nested: event.header.flags & FLAG_NESTED != 0,

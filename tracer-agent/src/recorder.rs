@@ -15,10 +15,10 @@ use tokio::{io::unix::AsyncFd, sync::mpsc, sync::watch, time::MissedTickBehavior
 
 use crate::{
     error::TracerError,
-    events::{self, CudaCall, Op, TraceEvent},
+    events::{self, CudaCall, Op, RawSite, TraceEvent},
     history::MemHistory,
     probes::{KernelCounters, ProbeStatus, Probes},
-    target::{self, CallSiteResolver},
+    target::{self, AddressSites, CallSiteResolver},
 };
 
 /// Records per batch sent to the history writer.
@@ -118,6 +118,7 @@ impl Recorder {
         })?;
         let mut drain_tick = tokio::time::interval(config.drain_interval);
         drain_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut address_sites = AddressSites::default();
         let mut rescan_tick = tokio::time::interval(config.rescan_interval);
         rescan_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
@@ -128,10 +129,12 @@ impl Recorder {
                         what: "polling the ring buffer".into(),
                         source,
                     })?;
-                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes).await;
+                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes, &mut address_sites).await;
                     guard.clear_ready();
                 }
-                _ = drain_tick.tick() => drain(ring.get_mut(), &tx, &shared, &mut probes).await,
+                _ = drain_tick.tick() => {
+                    drain(ring.get_mut(), &tx, &shared, &mut probes, &mut address_sites).await
+                }
                 _ = rescan_tick.tick() => {
                     rescan(&mut probes, &mut targets, &shared);
                     publish_counters(&probes, &shared);
@@ -145,7 +148,14 @@ impl Recorder {
         }
         // Detach first so nothing more arrives, then take what the ring still holds.
         probes.detach_all();
-        drain(ring.get_mut(), &tx, &shared, &mut probes).await;
+        drain(
+            ring.get_mut(),
+            &tx,
+            &shared,
+            &mut probes,
+            &mut address_sites,
+        )
+        .await;
         drop(tx);
         writer
             .await
@@ -172,6 +182,7 @@ async fn drain(
     tx: &mpsc::Sender<Vec<CudaCall>>,
     shared: &Shared,
     probes: &mut Probes,
+    address_sites: &mut AddressSites,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
@@ -181,7 +192,12 @@ async fn drain(
             Some(record) => events::decode(&record),
         };
         match decoded {
-            Ok(TraceEvent::Cuda(call)) => batch.push(call),
+            Ok(TraceEvent::Cuda(mut call)) => {
+                if let Some(RawSite::Address(addr)) = call.site {
+                    call.site = address_sites.to_build_id(call.pid, addr).or(call.site);
+                }
+                batch.push(call);
+            }
             Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd),
             Err(error) => {
                 shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
@@ -275,7 +291,8 @@ fn rescan(probes: &mut Probes, targets: &mut Vec<u32>, shared: &Shared) {
                             attached = report.iter().filter(|s| s.state == crate::probes::ProbeState::Attached).count(),
                             "attached a CUDA library loaded after the start"
                         ),
-                        Err(error) => tracing::warn!(pid, path = %path.display(), %error, "cannot attach"),
+                        // The process may have exited meanwhile; its exit is noticed below.
+                        Err(error) => tracing::debug!(pid, path = %path.display(), %error, "cannot attach"),
                     }
                 }
                 true

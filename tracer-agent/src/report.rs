@@ -78,7 +78,8 @@ pub struct Report {
     /// Pageable memory transferred often: what pinning would speed up.
     pub candidate_bytes: u64,
     pub candidates: Vec<ReportRow>,
-    /// Call sites whose allocations were hot and pageable: pin these.
+    /// Call sites with hot allocations (pinned already or not): pin these, and only their hot
+    /// allocations (`pin_bytes`).
     pub pin_sites: Vec<SiteAdvice>,
     /// Bytes pinning `pin_sites` costs (their hot allocations).
     pub pin_bytes: u64,
@@ -152,6 +153,12 @@ impl Report {
                 bytes: 0,
                 transfers: 0,
             };
+            if hot && a.kind != AllocKind::Untracked {
+                let entry = pin.entry(a.call_site).or_insert_with(empty);
+                entry.allocations += 1;
+                entry.bytes += a.size;
+                entry.transfers += a.stats.transfers;
+            }
             if a.kind.is_pinned() {
                 if !hot {
                     wasted.push(*a);
@@ -167,11 +174,6 @@ impl Report {
                 candidates.push(*a);
                 if a.kind == AllocKind::Untracked {
                     untracked_hot_bytes += a.size;
-                } else {
-                    let entry = pin.entry(a.call_site).or_insert_with(empty);
-                    entry.allocations += 1;
-                    entry.bytes += a.size;
-                    entry.transfers += a.stats.transfers;
                 }
             }
         }
@@ -273,11 +275,12 @@ impl Report {
         }
         let _ = writeln!(out, "\nRecommendation");
         if self.pin_sites.is_empty() {
-            let _ = writeln!(out, "  no pageable call site is hot: nothing to pin");
+            let _ = writeln!(out, "  no call site is hot: nothing to pin");
         } else {
             let _ = writeln!(
                 out,
-                "  pin these call sites ({} in all):",
+                "  pin the hot allocations of these call sites ({} in all; hotpin's use mode \
+                 does this from the history):",
                 bytes(self.pin_bytes)
             );
             for site in &self.pin_sites {
@@ -459,7 +462,8 @@ mod tests {
         assert!(report.cold.iter().any(|r| r.id == cold));
         let text = report.render();
         assert!(
-            text.contains("load_batch") && text.contains("pin these call sites"),
+            text.contains("load_batch")
+                && text.contains("pin the hot allocations of these call sites"),
             "{text}"
         );
     }

@@ -138,6 +138,36 @@ pub fn candidate_files(pid: u32) -> Result<Vec<PathBuf>, TracerError> {
     Ok(files)
 }
 
+/// Turns call sites the kernel could only give as addresses into (build id, file offset)
+/// while the process still exists, keeping each process's last memory map so that events
+/// read after it exited still resolve.
+#[derive(Debug, Default)]
+pub struct AddressSites {
+    maps: HashMap<u32, ProcessMaps>,
+    build_ids: HashMap<String, Option<[u8; 20]>>,
+}
+
+impl AddressSites {
+    pub fn to_build_id(&mut self, pid: u32, addr: u64) -> Option<RawSite> {
+        let known = self
+            .maps
+            .get(&pid)
+            .is_some_and(|m| m.module_offset(addr).is_some());
+        if !known && let Ok(maps) = ProcessMaps::read(pid) {
+            self.maps.insert(pid, maps);
+        }
+        let (module, offset) = self.maps.get(&pid)?.module_offset(addr)?;
+        let build_id = *self.build_ids.entry(module.to_string()).or_insert_with(|| {
+            let id = crate::probes::symbols::read_build_id(&host_path(pid, module))?;
+            id.try_into().ok()
+        });
+        Some(RawSite::BuildId {
+            build_id: build_id?,
+            offset,
+        })
+    }
+}
+
 /// Turns the call sites the kernel resolved into module paths and function names.
 ///
 /// The kernel gives (build id, file offset). The module with that build id is found among the

@@ -303,7 +303,10 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         caller: return_address(ctx),
         site,
     });
-    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
+    // A call site the kernel could only give as an address must be resolved from the
+    // process's memory map while it exists: wake the reader now.
+    let wakeup = if site.status == SITE_IP || EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES
+    {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP

@@ -6,9 +6,12 @@
 
 use std::{ffi::c_void, time::Instant};
 
-use allocator::cuda::{CudaRuntime, MemcpyKind};
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, ValueEnum};
+use hotpin::{
+    Allocator, Config,
+    cuda::{CudaRuntime, MemcpyKind},
+};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -18,6 +21,26 @@ enum Mode {
     Unpinned,
     /// Every host buffer from cudaMallocHost (pinned).
     Pinned,
+    /// hotpin's allocator pinning everything while `tracer` records (`tracer record -- ...`).
+    Profile,
+    /// hotpin's allocator pinning what `--history` says was hot.
+    Use,
+    /// hotpin's allocator pinning everything (baseline).
+    PinAll,
+    /// hotpin's allocator pinning nothing (baseline).
+    PinNone,
+}
+
+impl Mode {
+    fn allocator_mode(self) -> Option<hotpin::Mode> {
+        match self {
+            Mode::Unpinned | Mode::Pinned => None,
+            Mode::Profile => Some(hotpin::Mode::Profile),
+            Mode::Use => Some(hotpin::Mode::Use),
+            Mode::PinAll => Some(hotpin::Mode::PinAll),
+            Mode::PinNone => Some(hotpin::Mode::PinNone),
+        }
+    }
 }
 
 #[derive(Parser, Debug)]
@@ -41,6 +64,12 @@ struct Args {
     /// Number of cold buffers (one round trip each).
     #[arg(long, default_value_t = 25)]
     cold: usize,
+    /// The history for `--mode use` (written by `tracer record`).
+    #[arg(long, value_name = "FILE")]
+    history: Option<std::path::PathBuf>,
+    /// Most bytes the allocator may pin (bytes, or a share of RAM like 10%).
+    #[arg(long, value_name = "BYTES")]
+    pinned_budget: Option<String>,
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
@@ -73,48 +102,99 @@ struct Summary {
     bytes_moved: u64,
     bytes_allocated: u64,
     bytes_pinned: u64,
+    /// hotpin's counters, in allocator modes.
+    allocator: Option<AllocatorStats>,
     alloc_s: f64,
     copy_s: f64,
     free_s: f64,
     total_s: f64,
 }
 
-/// A host buffer and how to give it back.
-struct HostBuffer {
-    ptr: *mut c_void,
-    pinned: bool,
+#[derive(Serialize)]
+struct AllocatorStats {
+    pinned_allocations: u64,
+    pageable_allocations: u64,
+    peak_pinned_bytes: u64,
+    fallbacks: u64,
+    cache_hits: u64,
+    pin_time_s: f64,
 }
 
-fn alloc_host(cuda: &CudaRuntime, mode: Mode, size: usize) -> Result<HostBuffer> {
-    let buffer = match mode {
-        Mode::Unpinned => {
+/// A host buffer and how to give it back.
+enum HostBuffer {
+    Malloc(*mut c_void),
+    CudaHost(*mut c_void),
+    Hotpin(hotpin::HostBuffer),
+}
+
+impl HostBuffer {
+    fn ptr(&self) -> *mut c_void {
+        match self {
+            HostBuffer::Malloc(ptr) | HostBuffer::CudaHost(ptr) => *ptr,
+            HostBuffer::Hotpin(buffer) => buffer.as_ptr().cast(),
+        }
+    }
+}
+
+/// Every buffer comes from here: one call site, so the allocator tells them apart by ordinal.
+fn alloc_host(
+    cuda: &CudaRuntime,
+    allocator: Option<&'static Allocator>,
+    mode: Mode,
+    size: usize,
+) -> Result<HostBuffer> {
+    let buffer = match (mode, allocator) {
+        (_, Some(allocator)) => HostBuffer::Hotpin(
+            allocator
+                .alloc(size)
+                .ok_or_else(|| anyhow::anyhow!("hotpin_malloc({size}) failed"))?,
+        ),
+        (Mode::Pinned, None) => HostBuffer::CudaHost(
+            cuda.malloc_host(size)
+                .map_err(|e| anyhow::anyhow!("cudaMallocHost({size}): {e}"))?,
+        ),
+        (_, None) => {
             // SAFETY: plain malloc; checked for null below.
             let ptr = unsafe { libc::malloc(size) };
             ensure!(!ptr.is_null(), "malloc({size}) failed");
-            HostBuffer { ptr, pinned: false }
+            HostBuffer::Malloc(ptr)
         }
-        Mode::Pinned => HostBuffer {
-            ptr: cuda
-                .malloc_host(size)
-                .map_err(|e| anyhow::anyhow!("cudaMallocHost({size}): {e}"))?,
-            pinned: true,
-        },
     };
     // Touch every page, as a program filling its buffer would.
-    // SAFETY: `ptr` is valid for `size` bytes.
-    unsafe { std::ptr::write_bytes(buffer.ptr.cast::<u8>(), 0xa5, size) };
+    // SAFETY: the buffer is valid for `size` bytes.
+    unsafe { std::ptr::write_bytes(buffer.ptr().cast::<u8>(), 0xa5, size) };
     Ok(buffer)
 }
 
 fn free_host(cuda: &CudaRuntime, buffer: HostBuffer) -> Result<()> {
-    if buffer.pinned {
+    match buffer {
         // SAFETY: from cudaMallocHost, freed once.
-        unsafe { cuda.free_host(buffer.ptr) }.map_err(|e| anyhow::anyhow!("cudaFreeHost: {e}"))
-    } else {
-        // SAFETY: from malloc, freed once.
-        unsafe { libc::free(buffer.ptr) };
-        Ok(())
+        HostBuffer::CudaHost(ptr) => {
+            unsafe { cuda.free_host(ptr) }.map_err(|e| anyhow::anyhow!("cudaFreeHost: {e}"))
+        }
+        HostBuffer::Malloc(ptr) => {
+            // SAFETY: from malloc, freed once.
+            unsafe { libc::free(ptr) };
+            Ok(())
+        }
+        HostBuffer::Hotpin(buffer) => {
+            drop(buffer);
+            Ok(())
+        }
     }
+}
+
+fn set_up_allocator(args: &Args) -> Result<Option<&'static Allocator>> {
+    let Some(mode) = args.mode.allocator_mode() else {
+        return Ok(None);
+    };
+    let mut config = Config::new(mode);
+    config.cudart = args.cudart.clone();
+    config.history = args.history.clone();
+    if let Some(budget) = &args.pinned_budget {
+        config.pinned_budget = Some(hotpin::parse_budget(budget)?);
+    }
+    Ok(Some(Allocator::init(config)?))
 }
 
 fn round_trip(
@@ -125,9 +205,9 @@ fn round_trip(
 ) -> Result<()> {
     // SAFETY: both buffers are `size` bytes, host memory and device memory respectively.
     unsafe {
-        cuda.memcpy(device, host.ptr, size, MemcpyKind::HostToDevice)
+        cuda.memcpy(device, host.ptr(), size, MemcpyKind::HostToDevice)
             .map_err(|e| anyhow::anyhow!("cudaMemcpy host-to-device: {e}"))?;
-        cuda.memcpy(host.ptr, device, size, MemcpyKind::DeviceToHost)
+        cuda.memcpy(host.ptr(), device, size, MemcpyKind::DeviceToHost)
             .map_err(|e| anyhow::anyhow!("cudaMemcpy device-to-host: {e}"))?;
     }
     Ok(())
@@ -146,12 +226,13 @@ fn run(args: &Args) -> Result<Summary> {
         .malloc(size)
         .map_err(|e| anyhow::anyhow!("cudaMalloc({size}): {e}"))?;
 
+    let allocator = set_up_allocator(args)?;
     let start = Instant::now();
     let hot = (0..args.hot)
-        .map(|_| alloc_host(&cuda, args.mode, size))
+        .map(|_| alloc_host(&cuda, allocator, args.mode, size))
         .collect::<Result<Vec<_>>>()?;
     let cold = (0..args.cold)
-        .map(|_| alloc_host(&cuda, args.mode, size))
+        .map(|_| alloc_host(&cuda, allocator, args.mode, size))
         .collect::<Result<Vec<_>>>()?;
     let allocated = start.elapsed();
 
@@ -169,7 +250,7 @@ fn run(args: &Args) -> Result<Summary> {
     let copied = copy_start.elapsed();
     for buffer in hot.iter().chain(&cold) {
         // SAFETY: every buffer is at least one byte.
-        let first = unsafe { *buffer.ptr.cast::<u8>() };
+        let first = unsafe { *buffer.ptr().cast::<u8>() };
         ensure!(
             first == 0xa5,
             "a buffer came back changed from its round trips"
@@ -177,10 +258,11 @@ fn run(args: &Args) -> Result<Summary> {
     }
 
     let free_start = Instant::now();
-    let pinned = if args.mode == Mode::Pinned {
-        args.hot + args.cold
-    } else {
-        0
+    let stats = allocator.map(Allocator::stats);
+    let pinned_bytes = match (args.mode, stats) {
+        (_, Some(stats)) => stats.peak_pinned_bytes,
+        (Mode::Pinned, None) => ((args.hot + args.cold) * size) as u64,
+        _ => 0,
     };
     for buffer in hot.into_iter().chain(cold) {
         free_host(&cuda, buffer)?;
@@ -200,7 +282,18 @@ fn run(args: &Args) -> Result<Summary> {
         copies,
         bytes_moved: copies as u64 * size as u64,
         bytes_allocated: ((args.hot + args.cold) * size) as u64,
-        bytes_pinned: (pinned * size) as u64,
+        bytes_pinned: pinned_bytes,
+        allocator: stats.map(|s| AllocatorStats {
+            pinned_allocations: s.pinned_allocations,
+            pageable_allocations: s.pageable_allocations,
+            peak_pinned_bytes: s.peak_pinned_bytes,
+            fallbacks: s.fallback_budget
+                + s.fallback_pin_failed
+                + s.fallback_no_cuda
+                + s.fallback_pressure,
+            cache_hits: s.cache_hits,
+            pin_time_s: s.pin_time_ns as f64 * 1e-9,
+        }),
         alloc_s: allocated.as_secs_f64(),
         copy_s: copied.as_secs_f64(),
         free_s: freed.as_secs_f64(),

@@ -85,6 +85,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         let paused = target::spawn_paused(program, rest, |_| {})?;
         config.pids = vec![paused.pid()];
         config.modules = which(Path::new(program)).into_iter().collect();
+        // The program itself may carry the CUDA runtime or hotpin statically; at this point
+        // the child is still the trampoline shell, so /proc/PID/exe is not the program yet.
+        config.libraries.extend(config.modules.iter().cloned());
         config.command = args
             .command
             .iter()

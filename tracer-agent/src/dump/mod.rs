@@ -129,8 +129,11 @@ pub fn write(
     let name = path
         .file_name()
         .ok_or_else(|| io_error(io::Error::other("no file name")))?;
+    // Unique per write, so two writers of one path in one process cannot collide.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(
-        ".{}.tmp-{}",
+        ".{}.tmp-{}-{n}",
         name.to_string_lossy(),
         std::process::id()
     ));

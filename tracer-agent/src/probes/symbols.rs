@@ -62,7 +62,9 @@ impl SymbolTable {
             // A versioned name ("cudaMemcpy@@libcudart.so.13") is found under its base name too.
             let base = name.split('@').next().unwrap_or(name);
             offsets.entry(base.to_string()).or_insert(offset);
-            functions.push((offset, symbol.size(), base.to_string()));
+            // Rust names are shown demangled, without the hash.
+            let shown = format!("{:#}", rustc_demangle::demangle(base));
+            functions.push((offset, symbol.size(), shown));
         }
         functions.sort();
         functions.dedup_by_key(|f| f.0);

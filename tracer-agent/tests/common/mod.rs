@@ -119,6 +119,7 @@ pub fn trace_full(
         Find::WhenOpened => config.stop_on_library_open = true,
     }
     config.modules = vec![workload()];
+    config.libraries.push(workload());
     let mut agent = TracerAgent::with_config(config);
     agent.start().expect("start tracing (needs root and BPF)");
     child.resume().expect("resume the workload");

@@ -1,0 +1,152 @@
+//! hotpin's allocator end to end: profile mode under the tracer writes a history, use mode
+//! reads it back and pins only the hot buffers. Needs root (the tracer loads eBPF).
+
+mod common;
+
+use std::process::Command;
+
+use tracer_agent::{dump::Format, history::AllocKind};
+
+const SIZE: u64 = 256 * 1024;
+
+fn run_bench(
+    standin: &cuda_standin::Installed,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let bench = common::bench(standin, args);
+    let output = Command::new(common::workload())
+        .args(&bench.args)
+        .envs(bench.env.iter().cloned())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run transfer-bench");
+    common::summary(&output)
+}
+
+fn profile(standin: &cuda_standin::Installed, name: &str) -> std::path::PathBuf {
+    let bench = common::bench(
+        standin,
+        &[
+            "--mode",
+            "profile",
+            "--hot",
+            "2",
+            "--cold",
+            "6",
+            "--size",
+            "256K",
+            "--transfers",
+            "30",
+        ],
+    );
+    let (agent, output) = common::trace(standin, &bench);
+    let summary = common::summary(&output);
+    assert_eq!(
+        summary["bytes_pinned"],
+        8 * SIZE,
+        "profile mode pins everything"
+    );
+    let history = agent.history();
+    let hotpin: Vec<_> = history
+        .allocations()
+        .iter()
+        .filter(|a| a.call_site.is_some() && a.kind == AllocKind::Pinned)
+        .collect();
+    assert_eq!(
+        hotpin.len(),
+        8,
+        "the tracer saw every hotpin_malloc as a pinned allocation"
+    );
+    let ordinals: Vec<_> = hotpin.iter().map(|a| a.ordinal).collect();
+    assert_eq!(
+        ordinals,
+        (0..8).collect::<Vec<_>>(),
+        "one call site, eight ordinals: {:?}",
+        history.call_sites()
+    );
+    let transfers: Vec<_> = hotpin.iter().map(|a| a.stats.transfers).collect();
+    assert_eq!(
+        transfers,
+        vec![60, 60, 2, 2, 2, 2, 2, 2],
+        "transfers credited to each buffer"
+    );
+    drop(history);
+    let path = std::env::temp_dir().join(format!("hotpin-{name}-{}.hotpin", std::process::id()));
+    agent
+        .dump(&path, Format::Binary, false)
+        .expect("write the history");
+    path
+}
+
+#[test]
+fn use_mode_pins_exactly_the_buffers_the_profile_found_hot() {
+    common::require_root();
+    let standin = common::standin("alloc-use");
+    let history = profile(&standin, "use");
+    let history_arg = history.display().to_string();
+    let summary = run_bench(
+        &standin,
+        &[
+            "--mode",
+            "use",
+            "--history",
+            &history_arg,
+            "--hot",
+            "2",
+            "--cold",
+            "6",
+            "--size",
+            "256K",
+            "--transfers",
+            "30",
+        ],
+        &[],
+    );
+    assert_eq!(
+        summary["bytes_pinned"],
+        2 * SIZE,
+        "only the two hot buffers: {summary}"
+    );
+    assert_eq!(summary["allocator"]["pinned_allocations"], 2);
+    assert_eq!(summary["allocator"]["pageable_allocations"], 6);
+    assert_eq!(summary["allocator"]["fallbacks"], 0);
+}
+
+#[test]
+fn pinning_failures_fall_back_to_pageable_and_every_allocation_is_satisfied() {
+    common::require_root();
+    let standin = common::standin("alloc-faults");
+    let history = profile(&standin, "faults");
+    let history_arg = history.display().to_string();
+    // The stand-in fails every 2nd pinning call: one of the two hot buffers cannot be pinned.
+    let summary = run_bench(
+        &standin,
+        &[
+            "--mode",
+            "use",
+            "--history",
+            &history_arg,
+            "--hot",
+            "2",
+            "--cold",
+            "6",
+            "--size",
+            "256K",
+            "--transfers",
+            "30",
+        ],
+        &[("HOTPIN_STANDIN_FAIL_PIN_EVERY", "2")],
+    );
+    assert_eq!(
+        summary["copies"],
+        2 * (2 * 30 + 6),
+        "the workload ran to the end: {summary}"
+    );
+    assert_eq!(summary["allocator"]["pinned_allocations"], 1, "{summary}");
+    assert_eq!(summary["allocator"]["pageable_allocations"], 7);
+    assert_eq!(
+        summary["allocator"]["fallbacks"], 1,
+        "the failed pin is counted"
+    );
+}
