@@ -120,7 +120,7 @@ pub enum FreeError {
 pub struct Stats {
     pub allocations: u64,
     pub frees: u64,
-    /// Live bytes handed out, pinned and pageable.
+    /// Live bytes handed out: pinned (at block capacity) and pageable.
     pub pinned_bytes: u64,
     pub pageable_bytes: u64,
     pub peak_pinned_bytes: u64,
@@ -273,6 +273,15 @@ impl Allocator {
         stats
     }
 
+    /// Unpins and frees every cached free block (pinned memory goes back to the system).
+    pub fn trim(&self) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        if let Some(cuda) = state.cuda.as_ref() {
+            state.pinned.release_cache(cuda);
+        }
+    }
+
     pub fn mode(&self) -> Mode {
         self.lock().config.mode
     }
@@ -310,7 +319,9 @@ impl Allocator {
             let ptr = block.ptr;
             hotpin_pinned(ptr.cast(), size);
             state.stats.pinned_allocations += 1;
-            state.stats.pinned_bytes += size as u64;
+            // Counted at capacity (what is pinned), as at free: a reused block may be up to
+            // 10% larger than asked for.
+            state.stats.pinned_bytes += block.capacity as u64;
             state.stats.peak_pinned_bytes =
                 state.stats.peak_pinned_bytes.max(state.stats.pinned_bytes);
             state.freed.remove(&(ptr as usize));

@@ -149,6 +149,10 @@ fn freed_pinned_blocks_are_reused() {
     assert_eq!(stats.cache_hits, 1, "{stats:?}");
     assert_eq!(second, first, "the cached block came back");
     assert!(stats.pin_time_ns > 0);
+    a.free(second).expect("free");
+    assert_eq!(a.stats().cached_bytes, 2 * MIB as u64);
+    a.trim();
+    assert_eq!(a.stats().cached_bytes, 0, "trim gives cached blocks back");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! `cargo xtask`: orchestration only. Each command runs one function of a module here.
 
+mod bench;
 mod demo;
 mod setup;
 mod test;
@@ -26,8 +27,11 @@ enum Task {
     /// setup, cargo fmt --check, clippy (user crates, then tracer-ebpf), unit and privileged
     /// integration tests.
     Test,
-    /// Build everything, trace the bundled workload, show the hot/cold report.
+    /// Build everything, trace the bundled workload, show the hot/cold report, rerun it with
+    /// the allocator in use mode.
     Demo(demo::DemoArgs),
+    /// The original design's benchmark: unpinned, pinned, profile and use modes per size.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -37,6 +41,7 @@ fn main() -> Result<()> {
         Task::Setup => setup::run(),
         Task::Test => test::run(),
         Task::Demo(args) => demo::run(args),
+        Task::Bench(args) => bench::run(args),
     }
 }
 
