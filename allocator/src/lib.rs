@@ -103,7 +103,23 @@ pub enum InitError {
     History(#[from] DumpError),
     #[error("the allocator is already set up (once per process, before the first allocation)")]
     AlreadySet,
+    #[error("cannot start the embedded tracer: {0}")]
+    Tracer(#[from] tracer_agent::TracerError),
 }
+
+/// Why an embedded recording could not be saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error("no embedded recording is running (start one with Allocator::profile_embedded)")]
+    NotRecording,
+    #[error("stopping the embedded tracer: {0}")]
+    Tracer(#[from] tracer_agent::TracerError),
+    #[error("writing the history: {0}")]
+    Dump(#[from] DumpError),
+}
+
+/// The embedded recording, if one runs: the agent and where `save` writes.
+static EMBEDDED: Mutex<Option<(tracer_agent::TracerAgent, PathBuf)>> = Mutex::new(None);
 
 /// Why a free was refused. Nothing is touched when it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -222,6 +238,38 @@ impl Allocator {
     /// Profile mode: pin everything; record with `tracer record -- PROGRAM` (or `--pid`).
     pub fn profile() -> Result<&'static Allocator, InitError> {
         Allocator::init(Config::new(Mode::Profile))
+    }
+
+    /// Profile mode recorded by a tracer embedded in this process (it needs root, or CAP_BPF
+    /// and CAP_PERFMON): [`Allocator::save`] stops it and writes the history to `history`.
+    /// The CUDA runtime and driver are loaded first, since the process cannot hold itself
+    /// stopped while probes attach to a library it loads later.
+    pub fn profile_embedded(
+        mut config: Config,
+        history: impl Into<PathBuf>,
+    ) -> Result<&'static Allocator, InitError> {
+        config.mode = Mode::Profile;
+        let allocator = Allocator::init(config)?;
+        if let Some(cuda) = allocator.lock().cuda.as_ref() {
+            // cudaGetDeviceCount makes the runtime load the driver.
+            let _ = cuda.device_count();
+        }
+        let mut agent = tracer_agent::TracerAgent::new(std::process::id());
+        agent.start()?;
+        *EMBEDDED.lock().unwrap_or_else(|p| p.into_inner()) = Some((agent, history.into()));
+        Ok(allocator)
+    }
+
+    /// Stops the embedded recording and writes its history (binary, or JSON for `.json`).
+    pub fn save(&self) -> Result<PathBuf, SaveError> {
+        let (mut agent, path) = EMBEDDED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or(SaveError::NotRecording)?;
+        agent.stop()?;
+        agent.dump(&path, tracer_agent::dump::Format::from_path(&path), false)?;
+        Ok(path)
     }
 
     /// Use mode: pin what the history at `path` says was hot, by `policy`.

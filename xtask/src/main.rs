@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install what a fresh machine lacks: llvm-22-dev, bpf-linker, nightly rust-src.
+    /// Install what a fresh machine lacks: llvm-22-dev, bpf-linker, nightly rust-src, valgrind.
     Setup,
     /// setup, cargo fmt --check, clippy (user crates, then tracer-ebpf), unit and privileged
     /// integration tests.

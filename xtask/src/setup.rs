@@ -1,5 +1,5 @@
-//! `cargo xtask setup`: install what building the eBPF side needs, only where missing, saying
-//! what it installs. With everything present it only looks (well under 2 s).
+//! `cargo xtask setup`: install what building the eBPF side (and valgrind for the tests)
+//! needs, only where missing, saying what it installs. With everything present it only looks (well under 2 s).
 
 use std::{path::Path, process::Command};
 
@@ -22,6 +22,15 @@ pub fn run() -> Result<()> {
             .args(["install", "-y", "-q", LLVM_PACKAGE])
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
         installed.push(LLVM_PACKAGE);
+    }
+
+    if output(Command::new("valgrind").arg("--version")).is_none() {
+        eprintln!("xtask: installing valgrind (the allocator's tests run under memcheck)");
+        sh(Command::new("apt-get").arg("update").arg("-q"))?;
+        sh(Command::new("apt-get")
+            .args(["install", "-y", "-q", "valgrind"])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        installed.push("valgrind");
     }
 
     let linker = output(Command::new("bpf-linker").arg("--version"));

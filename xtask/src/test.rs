@@ -32,6 +32,22 @@ pub fn run() -> Result<()> {
     // need the workload built first.
     sh(cargo().args(["build", "--package", "transfer-bench"]))?;
     sh(cargo().args(["test", "--no-fail-fast", "--", "--test-threads", "2"]))?;
+    // The allocator's unit tests again under valgrind's memcheck: the concurrent stress test
+    // and the double/foreign free tests must not touch memory they should not.
+    sh(cargo()
+        .args([
+            "test",
+            "--package",
+            "allocator",
+            "--lib",
+            "--",
+            "--test-threads",
+            "1",
+        ])
+        .env(
+            "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER",
+            "valgrind --tool=memcheck --error-exitcode=9 --leak-check=no --quiet",
+        ))?;
     Ok(())
 }
 
