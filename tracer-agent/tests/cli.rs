@@ -1,0 +1,105 @@
+//! The `tracer` binary as a user runs it: record a command, then report on the dump. Needs
+//! root (the tracer loads eBPF). Uses the CUDA stand-in (a test fixture, not CUDA).
+
+mod common;
+
+use std::process::Command;
+
+#[test]
+fn record_a_command_then_report_on_its_history() {
+    common::require_root();
+    let standin = common::standin("cli");
+    let dir = standin.dir.clone();
+    let history = dir.join("run.hotpin");
+    let bench = common::bench(
+        &standin,
+        &[
+            "--mode",
+            "profile",
+            "--hot",
+            "2",
+            "--cold",
+            "4",
+            "--size",
+            "64K",
+            "--transfers",
+            "20",
+        ],
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "-o"])
+        .arg(&history)
+        .arg("--")
+        .arg(common::workload())
+        .args(&bench.args)
+        .envs(bench.env.iter().cloned())
+        .output()
+        .expect("run tracer record");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "tracer record failed: {stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the command's own output passes through");
+    assert_eq!(summary["copies"], 2 * (2 * 20 + 4));
+    assert!(
+        stderr.contains("88 transfers") && stderr.contains("0 events lost"),
+        "{stderr}"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&history)
+        .expect("history written")
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the dump holds another process's addresses"
+    );
+
+    let report = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["report", "--json"])
+        .arg(&history)
+        .output()
+        .expect("run tracer report");
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON report");
+    assert_eq!(report["transfers"], 88);
+    assert_eq!(
+        report["pin_sites"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    assert_eq!(report["pin_bytes"], 2 * 64 * 1024, "the two hot buffers");
+    assert!(
+        report["pin_sites"][0]["call_site"]
+            .as_str()
+            .is_some_and(|s| s.contains("alloc_host")),
+        "{report}"
+    );
+
+    let bad = dir.join("bad.hotpin");
+    std::fs::write(&bad, b"not a history").expect("write");
+    let refused = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("report")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && message.contains("not a hotpin history"),
+        "{message}"
+    );
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["--pid", "999999999"])
+        .output()
+        .expect("run");
+    let message = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        !missing.status.success() && message.contains("does not exist"),
+        "{message}"
+    );
+}
