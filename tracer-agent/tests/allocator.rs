@@ -79,30 +79,33 @@ fn profile(standin: &cuda_standin::Installed, name: &str) -> std::path::PathBuf 
     path
 }
 
+/// transfer-bench in use mode with `history`, the same buffers as `profile` made.
+fn use_mode(
+    standin: &cuda_standin::Installed,
+    history: &std::path::Path,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let history = history.display().to_string();
+    let args = [
+        "--mode",
+        "use",
+        "--history",
+        &history,
+        "--hot",
+        "2",
+        "--cold",
+        "6",
+    ];
+    let args = [&args[..], &["--size", "256K", "--transfers", "30"]].concat();
+    run_bench(standin, &args, env)
+}
+
 #[test]
 fn use_mode_pins_exactly_the_buffers_the_profile_found_hot() {
     common::require_root();
     let standin = common::standin("alloc-use");
     let history = profile(&standin, "use");
-    let history_arg = history.display().to_string();
-    let summary = run_bench(
-        &standin,
-        &[
-            "--mode",
-            "use",
-            "--history",
-            &history_arg,
-            "--hot",
-            "2",
-            "--cold",
-            "6",
-            "--size",
-            "256K",
-            "--transfers",
-            "30",
-        ],
-        &[],
-    );
+    let summary = use_mode(&standin, &history, &[]);
     assert_eq!(
         summary["bytes_pinned"],
         2 * SIZE,
@@ -118,24 +121,10 @@ fn pinning_failures_fall_back_to_pageable_and_every_allocation_is_satisfied() {
     common::require_root();
     let standin = common::standin("alloc-faults");
     let history = profile(&standin, "faults");
-    let history_arg = history.display().to_string();
     // The stand-in fails every 2nd pinning call: one of the two hot buffers cannot be pinned.
-    let summary = run_bench(
+    let summary = use_mode(
         &standin,
-        &[
-            "--mode",
-            "use",
-            "--history",
-            &history_arg,
-            "--hot",
-            "2",
-            "--cold",
-            "6",
-            "--size",
-            "256K",
-            "--transfers",
-            "30",
-        ],
+        &history,
         &[("HOTPIN_STANDIN_FAIL_PIN_EVERY", "2")],
     );
     assert_eq!(

@@ -6,7 +6,7 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, Result};
 
-use crate::{cargo, demo, sh};
+use crate::{demo, sh};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -19,14 +19,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    sh(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "tracer-agent",
-        "--package",
-        "transfer-bench",
-    ]))?;
+    crate::build_release()?;
     let out = Path::new("target/bench");
     let _ = std::fs::remove_file(out.join("bench.jsonl"));
     std::fs::create_dir_all(out).context("creating target/bench")?;

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::{cargo, output, sh};
+use crate::{output, sh};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -66,14 +66,7 @@ pub fn cuda_runtime(standin: bool) -> Result<(PathBuf, Option<PathBuf>)> {
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
-    sh(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "tracer-agent",
-        "--package",
-        "transfer-bench",
-    ]))?;
+    crate::build_release()?;
     let out = Path::new("target/demo");
     std::fs::create_dir_all(out).context("creating target/demo")?;
     let (cudart, library_path) = cuda_runtime(args.standin)?;

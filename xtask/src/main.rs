@@ -83,6 +83,18 @@ fn shown(command: &Command) -> String {
     text
 }
 
+/// Builds the release `tracer` and `transfer-bench` that demo and bench run.
+pub fn build_release() -> Result<()> {
+    sh(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "tracer-agent",
+        "--package",
+        "transfer-bench",
+    ]))
+}
+
 pub fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
