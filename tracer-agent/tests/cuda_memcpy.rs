@@ -125,3 +125,132 @@ fn failed_calls_are_recorded_with_their_return_codes() {
         "{stats:?}"
     );
 }
+
+#[test]
+fn every_registry_probe_fires_with_its_arguments_and_return_values() {
+    use std::collections::BTreeSet;
+    use tracer_agent::probes::{ProbeState, registry::CALL_PROBES};
+    common::require_root();
+    let standin = common::standin("every-call");
+    let program = standin.dir.join("every_call");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/every_call.c");
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&program)
+        .arg(source)
+        .arg("-ldl")
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling {source} failed");
+    let mut child = tracer_agent::target::spawn_paused(
+        program.as_os_str(),
+        &[
+            standin.runtime.clone().into(),
+            standin.driver.clone().into(),
+        ],
+        |_| {},
+    )
+    .expect("spawn");
+    let mut config = tracer_agent::AgentConfig::new(child.pid());
+    config.libraries = vec![standin.runtime.clone(), standin.driver.clone()];
+    let mut agent = tracer_agent::TracerAgent::with_config(config);
+    agent.start().expect("start tracing");
+    child.resume().expect("resume");
+    let status = child.child.wait().expect("wait");
+    agent.stop().expect("stop");
+    assert!(status.success(), "every_call failed: {status}");
+
+    let unavailable: Vec<_> = agent
+        .probes()
+        .iter()
+        .filter(|p| p.state != ProbeState::Attached)
+        .collect();
+    let expected_symbols: usize = CALL_PROBES
+        .iter()
+        .filter(|p| p.library != tracer_agent::probes::registry::Library::Hotpin)
+        .map(|p| p.symbols.len())
+        .sum();
+    let attached = agent
+        .probes()
+        .iter()
+        .filter(|p| p.target.path().is_some())
+        .count();
+    assert_eq!(
+        attached, expected_symbols,
+        "every CUDA symbol attached: {unavailable:?}"
+    );
+
+    let history = agent.history();
+    let stats = history.stats();
+    let seen: BTreeSet<_> = stats.calls_by_function.keys().cloned().collect();
+    for probe in CALL_PROBES
+        .iter()
+        .filter(|p| p.library != tracer_agent::probes::registry::Library::Hotpin)
+    {
+        assert!(
+            seen.contains(probe.symbols[0]),
+            "{} never fired: {seen:?}",
+            probe.symbols[0]
+        );
+    }
+    assert_eq!(
+        stats.failed_by_function.get("cudaMemcpy"),
+        Some(&(1, 21)),
+        "{stats:?}"
+    );
+    assert_eq!(stats.partial_calls, 0);
+    assert_eq!(stats.lost_events(), 0);
+    // Each copy counted once, runtime calls over their driver calls included.
+    let h2d = [101, 102, 103, 104, 110, 130, 201, 202, 205, 206, 209, 211];
+    let d2h = [120, 140, 203, 204, 207, 208, 210, 212];
+    assert_eq!(stats.transfers, (h2d.len() + d2h.len()) as u64, "{stats:?}");
+    assert_eq!(stats.h2d_bytes, h2d.iter().sum::<u64>());
+    assert_eq!(stats.d2h_bytes, d2h.iter().sum::<u64>());
+    // Allocations with the sizes passed, read from arguments and out-parameters.
+    let sizes = |kind: AllocKind| -> BTreeSet<u64> {
+        history
+            .allocations()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .map(|a| a.size)
+            .collect()
+    };
+    assert_eq!(sizes(AllocKind::Device), BTreeSet::from([1 << 20, 2048]));
+    assert_eq!(
+        sizes(AllocKind::Pinned),
+        BTreeSet::from([3 * 4096, 5 * 4096, 4096, 8192])
+    );
+    let registered: Vec<_> = history
+        .allocations()
+        .iter()
+        .filter(|a| {
+            a.events
+                .iter()
+                .any(|e| matches!(e, tracer_agent::history::AllocEvent::Register { .. }))
+        })
+        .map(|a| a.size)
+        .collect();
+    assert_eq!(
+        registered,
+        vec![7 * 4096, 4096],
+        "both registrations recorded"
+    );
+    let live: Vec<_> = history
+        .allocations()
+        .iter()
+        .filter(|a| matches!(a.kind, AllocKind::Device | AllocKind::Pinned) && a.is_live())
+        .collect();
+    assert!(
+        live.is_empty(),
+        "every free was matched to its allocation: {live:?}"
+    );
+    let pinned = history
+        .allocations()
+        .iter()
+        .find(|a| a.size == 3 * 4096)
+        .expect("h");
+    assert_eq!(
+        pinned.stats.transfers, 20,
+        "every copy went through h, the first pinned buffer"
+    );
+}

@@ -110,3 +110,45 @@ fn another_process_calling_the_same_library_is_not_traced() {
 fn output_pid(history: &tracer_agent::history::MemHistory) -> u32 {
     history.meta().pids[0]
 }
+
+#[test]
+fn nothing_is_lost_at_the_highest_call_rate_we_can_drive() {
+    common::require_root();
+    let standin = common::standin("load");
+    // 4-byte copies as fast as the stand-in allows: every cudaMemcpy is two probed calls
+    // (runtime and driver), four probe hits, two events.
+    const ROUND_TRIPS: u64 = 100_000;
+    let bench = common::bench(
+        &standin,
+        &[
+            "--hot",
+            "1",
+            "--cold",
+            "0",
+            "--size",
+            "4",
+            "--transfers",
+            "100000",
+        ],
+    );
+    let (agent, output) = common::trace(&standin, &bench);
+    let summary = common::summary(&output);
+    let seconds = summary["copy_s"].as_f64().expect("copy_s");
+    let history = agent.history();
+    let stats = history.stats();
+    let calls_per_s = (2 * ROUND_TRIPS) as f64 / seconds;
+    eprintln!(
+        "load: {} cudaMemcpy in {seconds:.3} s = {calls_per_s:.0} calls/s, {} events, {} lost",
+        2 * ROUND_TRIPS,
+        stats.calls,
+        stats.lost_events()
+    );
+    assert_eq!(stats.lost_events(), 0, "{stats:?}");
+    assert_eq!(stats.kernel.pending_full, 0, "{stats:?}");
+    assert_eq!(stats.transfers, 2 * ROUND_TRIPS, "every copy counted once");
+    assert_eq!(
+        stats.nested_calls,
+        2 * ROUND_TRIPS + 2,
+        "every driver call seen under its runtime call"
+    );
+}
