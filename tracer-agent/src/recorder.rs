@@ -146,8 +146,16 @@ impl Recorder {
                 }
             }
         }
-        // Detach first so nothing more arrives, then take what the ring still holds.
-        probes.detach_all();
+        // End the recording: take the targets out of the kernel's filter first, so the
+        // programs stop emitting at once, and keep the loss counters as they stand; then take
+        // everything the ring holds. Detaching comes last: it takes seconds, and a target
+        // still calling meanwhile must not overflow the ring with events after the stop.
+        for &pid in &targets {
+            if let Err(error) = probes.remove_target(pid) {
+                tracing::warn!(pid, %error, "cannot remove a target from the kernel filter");
+            }
+        }
+        let counters = probes.counters()?;
         drain(
             ring.get_mut(),
             &tx,
@@ -160,7 +168,7 @@ impl Recorder {
         writer
             .await
             .map_err(|error| TracerError::Recorder(format!("history writer failed: {error}")))?;
-        let counters = probes.counters()?;
+        probes.detach_all();
         let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
         {
             let mut history = shared.history.write().expect("history lock poisoned");

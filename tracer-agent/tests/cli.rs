@@ -103,3 +103,67 @@ fn record_a_command_then_report_on_its_history() {
         "{message}"
     );
 }
+
+#[test]
+fn sigterm_while_events_stream_leaves_a_whole_history() {
+    common::require_root();
+    let standin = common::standin("cli-sigterm");
+    // A workload copying for minutes, traced by --pid and stopped with SIGTERM mid-stream.
+    let bench = common::bench(
+        &standin,
+        &[
+            "--hot",
+            "1",
+            "--cold",
+            "0",
+            "--size",
+            "4K",
+            "--transfers",
+            "50000000",
+        ],
+    );
+    let mut workload = common::spawn_bench(&bench);
+    let history = standin.dir.join("streaming.hotpin");
+    let tracer = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["--pid", &workload.id().to_string(), "-o"])
+        .arg(&history)
+        .arg("--cuda-runtime")
+        .arg(&standin.runtime)
+        .arg("--cuda-driver")
+        .arg(&standin.driver)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start tracer");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // SAFETY: kill has no memory preconditions; the pid is our child.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGTERM) };
+    let output = tracer.wait_with_output().expect("wait for tracer");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        workload.try_wait().expect("poll").is_none(),
+        "the workload runs on untraced after the tracer stops"
+    );
+    workload.kill().expect("stop the workload");
+    let _ = workload.wait();
+    assert!(
+        output.status.success(),
+        "tracer failed on SIGTERM: {stderr}"
+    );
+    let saved = tracer_agent::dump::read(&history).expect("a whole, loadable history");
+    let stats = saved.stats();
+    assert!(
+        stats.transfers > 1000,
+        "events streamed before the signal: {stats:?}"
+    );
+    assert_eq!(stats.lost_events(), 0, "{stats:?}");
+    assert_eq!(stats.partial_calls, 0, "{stats:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(&standin.dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "no temporary dump left: {leftovers:?}"
+    );
+}
