@@ -296,3 +296,67 @@ impl Drop for TracerAgent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::EventKind;
+
+    use super::*;
+    use crate::{events::Op, history::AllocKind, probes::registry::CopyDirection};
+
+    #[test]
+    fn events_from_elsewhere_feed_the_history_and_the_queries() {
+        // Never started: handle_event and the queries need no kernel programs.
+        let agent = TracerAgent::new(7);
+        let site = CallSite {
+            module: "/bin/app".into(),
+            offset: 0x40,
+            symbol: None,
+        };
+        for (i, addr) in [0x1000u64, 0x9000].into_iter().enumerate() {
+            agent.handle_event(AgentEvent::HostAlloc {
+                pid: 7,
+                addr,
+                size: 4096,
+                kind: AllocKind::Pageable,
+                call_site: Some(site.clone()),
+                ts_ns: i as u64,
+            });
+        }
+        let copy = |ts_ns| CudaCall {
+            kind: EventKind::CudaMemcpy,
+            pid: 7,
+            tid: 7,
+            ts_ns,
+            duration_ns: 0,
+            caller: 0,
+            site: None,
+            result: 0,
+            nested: false,
+            partial: false,
+            op: Op::Copy {
+                dst: 0xd000,
+                src: 0x1010,
+                bytes: 64,
+                direction: CopyDirection::HostToDevice,
+            },
+        };
+        for ts in 10..15 {
+            agent.handle_event(AgentEvent::Cuda(copy(ts)));
+        }
+        agent.handle_event(AgentEvent::HostFree {
+            pid: 7,
+            addr: 0x9000,
+            ts_ns: 20,
+        });
+        let hot = agent.hotspots(1);
+        assert_eq!(
+            (hot[0].start, hot[0].stats.transfers, hot[0].ordinal),
+            (0x1000, 5, 0)
+        );
+        assert_eq!(agent.hotspots_threshold(5).len(), 1);
+        let cold = agent.coldspots_threshold(0);
+        assert_eq!(cold.len(), 1);
+        assert_eq!((cold[0].ordinal, cold[0].free_ns), (1, Some(20)));
+    }
+}

@@ -243,11 +243,6 @@ impl MemHistory {
         id
     }
 
-    /// The id of a call site already known.
-    pub fn find_call_site(&self, module: &str, offset: u64) -> Option<CallSiteId> {
-        self.site_ids.get(&(module.to_string(), offset)).copied()
-    }
-
     /// The live allocation of `pid` containing `addr`, in O(log n).
     pub fn find(&self, pid: u32, addr: u64) -> Option<&Allocation> {
         self.find_id(pid, addr)

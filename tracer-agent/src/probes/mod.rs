@@ -175,13 +175,6 @@ impl Probes {
         }
     }
 
-    /// Whether the openat tracepoints are in place (a CUDA library opened later is noticed).
-    pub fn watches_library_opens(&self) -> bool {
-        self.status.iter().any(|s| {
-            matches!(s.target, ProbeTarget::Tracepoint { .. }) && s.state == ProbeState::Attached
-        })
-    }
-
     /// Whether a target that opens a CUDA library is stopped until its probes are attached.
     pub fn set_stop_on_library_open(&mut self, stop: bool) -> Result<(), TracerError> {
         let map = self
