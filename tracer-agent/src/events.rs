@@ -97,6 +97,12 @@ pub enum TraceEvent {
         pid: u32,
         fd: i32,
     },
+    /// The NVIDIA driver pinned (`locked`) or unpinned `pages` pages for a target (kprobes).
+    DriverPages {
+        pid: u32,
+        locked: bool,
+        pages: u64,
+    },
 }
 
 /// Decodes one ring-buffer record.
@@ -107,6 +113,23 @@ pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
             pid: event.header.pid,
             fd: event.args[0] as i32,
         });
+    }
+    match event.kind() {
+        Some(EventKind::DriverLockPages) => {
+            return Ok(TraceEvent::DriverPages {
+                pid: event.header.pid,
+                locked: true,
+                pages: event.args[1],
+            });
+        }
+        Some(EventKind::DriverUnlockPages) => {
+            return Ok(TraceEvent::DriverPages {
+                pid: event.header.pid,
+                locked: false,
+                pages: event.args[0],
+            });
+        }
+        _ => {}
     }
     decode_event(&event).map(TraceEvent::Cuda)
 }
@@ -298,6 +321,36 @@ mod tests {
             Err(DecodeError::UnknownKind(300)),
             "not a CUDA call"
         );
+    }
+
+    #[test]
+    fn driver_page_events_decode_to_page_counts() {
+        let mut raw = event(EventKind::DriverLockPages, &[0x7000, 16], 0);
+        assert_eq!(
+            decode_raw(&raw),
+            Ok(TraceEvent::DriverPages {
+                pid: 7,
+                locked: true,
+                pages: 16
+            })
+        );
+        raw.header.kind = EventKind::DriverUnlockPages as u16;
+        raw.args = [16, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(
+            decode_raw(&raw),
+            Ok(TraceEvent::DriverPages {
+                pid: 7,
+                locked: false,
+                pages: 16
+            })
+        );
+    }
+
+    /// Decodes an event through its bytes, as the recorder does.
+    fn decode_raw(event: &Event) -> Result<TraceEvent, DecodeError> {
+        // SAFETY: Event is plain old data of EVENT_SIZE bytes.
+        let bytes: [u8; tracer_common::EVENT_SIZE] = unsafe { std::mem::transmute(*event) };
+        decode(&bytes)
     }
 
     #[test]

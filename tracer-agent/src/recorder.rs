@@ -207,6 +207,15 @@ async fn drain(
                 batch.push(call);
             }
             Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd),
+            Ok(TraceEvent::DriverPages { locked, pages, .. }) => {
+                let mut history = shared.history.write().expect("history lock poisoned");
+                let stats = history.stats_mut();
+                if locked {
+                    stats.driver_locked_pages += pages;
+                } else {
+                    stats.driver_unlocked_pages += pages;
+                }
+            }
             Err(error) => {
                 shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "dropping a ring-buffer record that does not decode");

@@ -180,6 +180,23 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
         "every CUDA symbol attached: {unavailable:?}"
     );
 
+    // Kprobes on the NVIDIA driver: attached where the kernel has kprobes and the driver is
+    // loaded, otherwise reported unavailable with the reason, never fatal.
+    let kprobes: Vec<_> = agent
+        .probes()
+        .iter()
+        .filter(|p| matches!(p.target, tracer_agent::probes::ProbeTarget::Kprobe { .. }))
+        .collect();
+    assert_eq!(kprobes.len(), 2, "both driver kprobes are listed");
+    if !std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
+        for probe in &kprobes {
+            assert!(
+                matches!(&probe.state, ProbeState::Unavailable { reason } if reason.contains("no kprobes")),
+                "{probe:?}"
+            );
+        }
+    }
+
     let history = agent.history();
     let stats = history.stats();
     let seen: BTreeSet<_> = stats.calls_by_function.keys().cloned().collect();

@@ -174,6 +174,11 @@ event_kinds! {
     /// A traced process opened a file named `libcud*` (a CUDA library it may be about to map):
     /// `args[0]` is the new file descriptor.
     LibraryOpen = 300,
+    /// The NVIDIA driver pinned a target's pages (`os_lock_user_pages`, a kprobe):
+    /// `args[0]` is the address, `args[1]` the page count.
+    DriverLockPages = 301,
+    /// The NVIDIA driver unpinned pages (`os_unlock_user_pages`): `args[0]` is the page count.
+    DriverUnlockPages = 302,
 }
 
 /// Which API layer a probed function belongs to; the kernel side marks a call made inside a

@@ -17,7 +17,7 @@ use aya_ebpf::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_get_stack,
         bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes, bpf_send_signal,
     },
-    macros::{map, tracepoint, uprobe, uretprobe},
+    macros::{kprobe, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
@@ -423,6 +423,52 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         unsafe { bpf_send_signal(SIGSTOP) };
     }
     entry.submit(BPF_RB_FORCE_WAKEUP.into());
+    Ok(())
+}
+
+/// `os_lock_user_pages(void *address, NvU64 page_count, ...)` in the NVIDIA driver.
+#[kprobe]
+pub fn driver_pages_os_lock_user_pages(ctx: ProbeContext) -> u32 {
+    let args = [
+        ctx.arg::<u64>(0).unwrap_or(0),
+        ctx.arg::<u64>(1).unwrap_or(0),
+    ];
+    match emit_driver_pages(EventKind::DriverLockPages, args) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+/// `os_unlock_user_pages(NvU64 page_count, void *page_array, ...)` in the NVIDIA driver.
+#[kprobe]
+pub fn driver_pages_os_unlock_user_pages(ctx: ProbeContext) -> u32 {
+    let args = [ctx.arg::<u64>(0).unwrap_or(0), 0];
+    match emit_driver_pages(EventKind::DriverUnlockPages, args) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+fn emit_driver_pages(kind: EventKind, args: [u64; 2]) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    let mut event = Event {
+        header: EventHeader {
+            kind: kind as u16,
+            flags: 0,
+            // SAFETY: no preconditions.
+            cpu: unsafe { bpf_get_smp_processor_id() },
+            pid: tgid,
+            tid,
+            // SAFETY: no preconditions.
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+        },
+        ..Event::default()
+    };
+    event.args[0] = args[0];
+    event.args[1] = args[1];
+    if EVENTS.output::<Event>(&event, 0).is_err() {
+        bump(counter::RINGBUF_FULL);
+    }
     Ok(())
 }
 

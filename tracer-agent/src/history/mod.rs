@@ -48,6 +48,10 @@ pub struct HistoryStats {
     pub untracked_transfers: u64,
     /// Frees of pointers no live allocation starts at.
     pub unmatched_frees: u64,
+    /// Pages the NVIDIA driver pinned and unpinned for the targets (kprobes; zero where the
+    /// kernel has none).
+    pub driver_locked_pages: u64,
+    pub driver_unlocked_pages: u64,
     /// What the kernel side could not deliver.
     pub kernel: KernelCounters,
     /// Ring-buffer records that did not decode.

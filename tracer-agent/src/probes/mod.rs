@@ -14,7 +14,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        TracePoint, UProbe,
+        KProbe, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
@@ -22,7 +22,7 @@ use serde::Serialize;
 use tracer_common::{config, counter};
 
 use self::{
-    registry::{CALL_PROBES, Library, TRACEPOINT_PROBES},
+    registry::{CALL_PROBES, KPROBE_PROBES, Library, TRACEPOINT_PROBES},
     symbols::SymbolTable,
 };
 use crate::error::TracerError;
@@ -52,6 +52,8 @@ pub enum ProbeTarget {
         category: &'static str,
         name: &'static str,
     },
+    /// A kprobe on a kernel function.
+    Kprobe { function: &'static str },
 }
 
 impl ProbeTarget {
@@ -60,6 +62,7 @@ impl ProbeTarget {
         match self {
             ProbeTarget::Call { library, path } => format!("{} {}", library.name(), path.display()),
             ProbeTarget::Tracepoint { category, name } => format!("tracepoint {category}:{name}"),
+            ProbeTarget::Kprobe { function } => format!("kprobe {function}"),
         }
     }
 
@@ -67,7 +70,7 @@ impl ProbeTarget {
     pub fn path(&self) -> Option<&Path> {
         match self {
             ProbeTarget::Call { path, .. } => Some(path),
-            ProbeTarget::Tracepoint { .. } => None,
+            ProbeTarget::Tracepoint { .. } | ProbeTarget::Kprobe { .. } => None,
         }
     }
 }
@@ -127,6 +130,7 @@ impl Probes {
         };
         mount_tracefs();
         probes.attach_tracepoints();
+        probes.attach_kprobes();
         Ok(probes)
     }
 
@@ -169,6 +173,60 @@ impl Probes {
                 target: ProbeTarget::Tracepoint {
                     category: probe.category,
                     name: probe.name,
+                },
+                state,
+            });
+        }
+    }
+
+    /// Attaches the registry's kprobes. A kernel without kprobes (ours) is detected, said once,
+    /// and every kprobe is reported unavailable; tracing goes on without them.
+    fn attach_kprobes(&mut self) {
+        let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists();
+        if !kprobes {
+            tracing::info!(
+                "this kernel has no kprobes (CONFIG_KPROBES is off): driver page pinning is not seen"
+            );
+        }
+        for probe in KPROBE_PROBES.iter().filter(|p| p.default_on) {
+            let state = if !kprobes {
+                ProbeState::Unavailable {
+                    reason: "this kernel has no kprobes (CONFIG_KPROBES is off)".into(),
+                }
+            } else {
+                let result = (|| -> Result<(), TracerError> {
+                    let program: &mut KProbe = self
+                        .ebpf
+                        .program_mut(probe.program)
+                        .expect("the object defines every registry program")
+                        .try_into()
+                        .map_err(|source| TracerError::Program {
+                            program: probe.program,
+                            source,
+                        })?;
+                    program.load().map_err(|source| TracerError::Program {
+                        program: probe.program,
+                        source,
+                    })?;
+                    program
+                        .attach(probe.function, 0)
+                        .map_err(|source| TracerError::Program {
+                            program: probe.program,
+                            source,
+                        })?;
+                    Ok(())
+                })();
+                match result {
+                    Ok(()) => ProbeState::Attached,
+                    Err(error) => ProbeState::Unavailable {
+                        reason: short_reason(&error.to_string()),
+                    },
+                }
+            };
+            self.status.push(ProbeStatus {
+                symbol: probe.program.to_string(),
+                target: ProbeTarget::Kprobe {
+                    function: probe.function,
                 },
                 state,
             });

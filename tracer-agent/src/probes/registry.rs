@@ -56,6 +56,8 @@ pub enum KernelFeature {
     UprobeWithCookie,
     /// Syscall tracepoints (CONFIG_FTRACE_SYSCALLS).
     SyscallTracepoint,
+    /// Kernel kprobes (CONFIG_KPROBES): absent on our kernels, detected and reported.
+    Kprobe,
 }
 
 /// Memory an allocation function hands out.
@@ -490,6 +492,38 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
         purpose: "hold the process until the library's probes are attached",
+    },
+];
+
+/// A kprobe on a kernel function.
+#[derive(Clone, Copy, Debug)]
+pub struct KprobeProbe {
+    /// The program in tracer-ebpf.
+    pub program: &'static str,
+    /// The kernel function.
+    pub function: &'static str,
+    pub feature: KernelFeature,
+    pub default_on: bool,
+    pub purpose: &'static str,
+}
+
+/// The NVIDIA driver's own page pinning, seen from the kernel where kprobes exist: pages a
+/// target has pinned by any route (cudaHostRegister, the driver's staging), counted in the
+/// history's statistics.
+pub static KPROBE_PROBES: &[KprobeProbe] = &[
+    KprobeProbe {
+        program: "driver_pages_os_lock_user_pages",
+        function: "os_lock_user_pages",
+        feature: KernelFeature::Kprobe,
+        default_on: true,
+        purpose: "pages the NVIDIA driver pins for a target",
+    },
+    KprobeProbe {
+        program: "driver_pages_os_unlock_user_pages",
+        function: "os_unlock_user_pages",
+        feature: KernelFeature::Kprobe,
+        default_on: true,
+        purpose: "pages the NVIDIA driver unpins",
     },
 ];
 
