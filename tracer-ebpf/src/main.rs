@@ -121,6 +121,19 @@ fn traced_thread() -> Option<(u32, u32)> {
     unsafe { TARGETS.get(tgid) }.map(|_| (tgid, pid_tgid as u32))
 }
 
+/// The header of an event of `kind` from the current thread, stamped now.
+fn header(kind: u16, flags: u16, tgid: u32, tid: u32, ts_ns: u64) -> EventHeader {
+    EventHeader {
+        kind,
+        flags,
+        // SAFETY: no preconditions.
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        pid: tgid,
+        tid,
+        ts_ns,
+    }
+}
+
 fn bump(index: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU.
@@ -287,15 +300,7 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         return Ok(());
     };
     entry.write(Event {
-        header: EventHeader {
-            kind: cookie.kind(),
-            flags,
-            // SAFETY: no preconditions.
-            cpu: unsafe { bpf_get_smp_processor_id() },
-            pid: tgid,
-            tid,
-            ts_ns: now,
-        },
+        header: header(cookie.kind(), flags, tgid, tid, now),
         args,
         ret: ctx.ret::<u64>(),
         out,
@@ -395,16 +400,10 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let mut event = Event {
-        header: EventHeader {
-            kind: EventKind::LibraryOpen as u16,
-            flags: 0,
-            // SAFETY: no preconditions.
-            cpu: unsafe { bpf_get_smp_processor_id() },
-            pid: tgid,
-            tid,
-            // SAFETY: no preconditions.
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-        },
+        // SAFETY: bpf_ktime_get_ns has no preconditions.
+        header: header(EventKind::LibraryOpen as u16, 0, tgid, tid, unsafe {
+            bpf_ktime_get_ns()
+        }),
         ..Event::default()
     };
     event.args[0] = fd as u64;
@@ -452,16 +451,8 @@ fn emit_driver_pages(kind: EventKind, args: [u64; 2]) -> Result<(), i64> {
         return Ok(());
     };
     let mut event = Event {
-        header: EventHeader {
-            kind: kind as u16,
-            flags: 0,
-            // SAFETY: no preconditions.
-            cpu: unsafe { bpf_get_smp_processor_id() },
-            pid: tgid,
-            tid,
-            // SAFETY: no preconditions.
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-        },
+        // SAFETY: bpf_ktime_get_ns has no preconditions.
+        header: header(kind as u16, 0, tgid, tid, unsafe { bpf_ktime_get_ns() }),
         ..Event::default()
     };
     event.args[0] = args[0];

@@ -14,7 +14,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        KProbe, TracePoint, UProbe,
+        KProbe, ProgramError, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
@@ -138,43 +138,14 @@ impl Probes {
     /// and skipped.
     fn attach_tracepoints(&mut self) {
         for probe in TRACEPOINT_PROBES.iter().filter(|p| p.default_on) {
-            let result = (|| -> Result<(), TracerError> {
-                let program: &mut TracePoint = self
-                    .ebpf
-                    .program_mut(probe.program)
-                    .expect("the object defines every registry program")
-                    .try_into()
-                    .map_err(|source| TracerError::Program {
-                        program: probe.program,
-                        source,
-                    })?;
-                program.load().map_err(|source| TracerError::Program {
-                    program: probe.program,
-                    source,
-                })?;
-                program
-                    .attach(probe.category, probe.name)
-                    .map_err(|source| TracerError::Program {
-                        program: probe.program,
-                        source,
-                    })?;
-                Ok(())
-            })();
-            let state = match result {
-                Ok(()) => ProbeState::Attached,
-                Err(error) => {
-                    let reason = short_reason(&error.to_string());
-                    tracing::warn!(reason, tracepoint = probe.name, "tracepoint unavailable");
-                    ProbeState::Unavailable { reason }
-                }
+            let target = ProbeTarget::Tracepoint {
+                category: probe.category,
+                name: probe.name,
             };
-            self.status.push(ProbeStatus {
-                symbol: probe.program.to_string(),
-                target: ProbeTarget::Tracepoint {
-                    category: probe.category,
-                    name: probe.name,
-                },
-                state,
+            self.attach_kernel_program(probe.program, target, |program| {
+                let program: &mut TracePoint = program.try_into()?;
+                program.load()?;
+                program.attach(probe.category, probe.name).map(drop)
             });
         }
     }
@@ -182,55 +153,64 @@ impl Probes {
     /// Attaches the registry's kprobes. A kernel without kprobes (ours) is detected, said once,
     /// and every kprobe is reported unavailable; tracing goes on without them.
     fn attach_kprobes(&mut self) {
+        const NO_KPROBES: &str = "this kernel has no kprobes (CONFIG_KPROBES is off)";
         let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists();
         if !kprobes {
-            tracing::info!(
-                "this kernel has no kprobes (CONFIG_KPROBES is off): driver page pinning is not seen"
-            );
+            tracing::info!("{NO_KPROBES}: driver page pinning is not seen");
         }
         for probe in KPROBE_PROBES.iter().filter(|p| p.default_on) {
-            let state = if !kprobes {
-                ProbeState::Unavailable {
-                    reason: "this kernel has no kprobes (CONFIG_KPROBES is off)".into(),
-                }
-            } else {
-                let result = (|| -> Result<(), TracerError> {
-                    let program: &mut KProbe = self
-                        .ebpf
-                        .program_mut(probe.program)
-                        .expect("the object defines every registry program")
-                        .try_into()
-                        .map_err(|source| TracerError::Program {
-                            program: probe.program,
-                            source,
-                        })?;
-                    program.load().map_err(|source| TracerError::Program {
-                        program: probe.program,
-                        source,
-                    })?;
-                    program
-                        .attach(probe.function, 0)
-                        .map_err(|source| TracerError::Program {
-                            program: probe.program,
-                            source,
-                        })?;
-                    Ok(())
-                })();
-                match result {
-                    Ok(()) => ProbeState::Attached,
-                    Err(error) => ProbeState::Unavailable {
-                        reason: short_reason(&error.to_string()),
-                    },
-                }
+            let target = ProbeTarget::Kprobe {
+                function: probe.function,
             };
-            self.status.push(ProbeStatus {
-                symbol: probe.program.to_string(),
-                target: ProbeTarget::Kprobe {
-                    function: probe.function,
-                },
-                state,
+            if !kprobes {
+                self.status.push(ProbeStatus {
+                    symbol: probe.program.to_string(),
+                    target,
+                    state: ProbeState::Unavailable {
+                        reason: NO_KPROBES.into(),
+                    },
+                });
+                continue;
+            }
+            self.attach_kernel_program(probe.program, target, |program| {
+                let program: &mut KProbe = program.try_into()?;
+                program.load()?;
+                program.attach(probe.function, 0).map(drop)
             });
         }
+    }
+
+    /// Loads and attaches one kernel-side program with `attach`, and records whether it took;
+    /// one the kernel refuses is reported and skipped.
+    fn attach_kernel_program(
+        &mut self,
+        name: &'static str,
+        target: ProbeTarget,
+        attach: impl FnOnce(&mut aya::programs::Program) -> Result<(), ProgramError>,
+    ) {
+        let program = self
+            .ebpf
+            .program_mut(name)
+            .expect("the object defines every registry program");
+        let state = match attach(program) {
+            Ok(()) => ProbeState::Attached,
+            Err(source) => {
+                let reason = short_reason(
+                    &TracerError::Program {
+                        program: name,
+                        source,
+                    }
+                    .to_string(),
+                );
+                tracing::warn!(reason, program = name, "probe unavailable");
+                ProbeState::Unavailable { reason }
+            }
+        };
+        self.status.push(ProbeStatus {
+            symbol: name.to_string(),
+            target,
+            state,
+        });
     }
 
     /// Whether a target that opens a CUDA library is stopped until its probes are attached.
