@@ -2,11 +2,22 @@
 
 mod common;
 
+use std::sync::Mutex;
+
 use common::Find;
+
+/// The tests here that load the machine (or must not be starved by one that does) run one at
+/// a time: the 8-thread test saturates every core, which would starve another test's tracer.
+static LOAD: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    LOAD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 #[test]
 fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
     common::require_root();
+    let _serial = one_at_a_time();
     let standin = common::standin("dlopen");
     // The workload dlopens libcudart.so.13, which dlopens libcuda.so.1, and copies at once:
     // only holding it while the probes attach sees the first calls.
@@ -53,6 +64,7 @@ fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
 #[test]
 fn another_process_calling_the_same_library_is_not_traced() {
     common::require_root();
+    let _serial = one_at_a_time();
     let standin = common::standin("bystander");
     // A bystander runs the same stand-in libraries (same files, so the same uprobes) all the
     // while, with far more copies.
@@ -114,6 +126,7 @@ fn output_pid(history: &tracer_agent::history::MemHistory) -> u32 {
 #[test]
 fn nothing_is_lost_at_the_highest_call_rate_we_can_drive() {
     common::require_root();
+    let _serial = one_at_a_time();
     let standin = common::standin("load");
     // 4-byte copies as fast as the stand-in allows: every cudaMemcpy is two probed calls
     // (runtime and driver), four probe hits, two events.
@@ -151,4 +164,63 @@ fn nothing_is_lost_at_the_highest_call_rate_we_can_drive() {
         2 * ROUND_TRIPS + 2,
         "every driver call seen under its runtime call"
     );
+}
+
+#[test]
+fn eight_threads_at_full_speed_every_event_arrives_or_is_counted_lost() {
+    common::require_root();
+    let _serial = one_at_a_time();
+    let standin = common::standin("threads");
+    let program = standin.dir.join("threads");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/threads.c");
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&program)
+        .arg(source)
+        .arg("-ldl")
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling {source} failed");
+    const PER_THREAD: u64 = 100_000;
+    let mut child = tracer_agent::target::spawn_paused(
+        program.as_os_str(),
+        &[
+            standin.runtime.clone().into(),
+            standin.driver.clone().into(),
+            PER_THREAD.to_string().into(),
+        ],
+        |c| {
+            c.stdout(std::process::Stdio::piped());
+        },
+    )
+    .expect("spawn");
+    let mut config = tracer_agent::AgentConfig::new(child.pid());
+    config.libraries = vec![standin.runtime.clone(), standin.driver.clone()];
+    let mut agent = tracer_agent::TracerAgent::with_config(config);
+    agent.start().expect("start tracing");
+    child.resume().expect("resume");
+    let output = child.child.wait_with_output().expect("wait");
+    agent.stop().expect("stop");
+    assert!(output.status.success(), "threads failed: {}", output.status);
+    let seconds: f64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("seconds");
+    let history = agent.history();
+    let stats = history.stats();
+    // Every cudaMemcpy is a runtime call over a driver call: two events. cudaMalloc adds two.
+    let emitted = 2 * 8 * PER_THREAD + 2;
+    eprintln!(
+        "threads: {} cudaMemcpy in {seconds:.2} s = {:.0} events/s, {} received, {} lost",
+        8 * PER_THREAD,
+        emitted as f64 / seconds,
+        stats.calls,
+        stats.lost_events()
+    );
+    assert_eq!(
+        stats.calls + stats.kernel.ringbuf_full,
+        emitted,
+        "every event arrived or was counted lost, exactly: {stats:?}"
+    );
+    assert_eq!(stats.kernel.pending_full, 0, "{stats:?}");
 }
