@@ -132,33 +132,18 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
     use tracer_agent::probes::{ProbeState, registry::CALL_PROBES};
     common::require_root();
     let standin = common::standin("every-call");
-    let program = standin.dir.join("every_call");
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/every_call.c");
-    let status = std::process::Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&program)
-        .arg(source)
-        .arg("-ldl")
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "compiling {source} failed");
-    let mut child = tracer_agent::target::spawn_paused(
-        program.as_os_str(),
-        &[
-            standin.runtime.clone().into(),
-            standin.driver.clone().into(),
-        ],
-        |_| {},
-    )
-    .expect("spawn");
-    let mut config = tracer_agent::AgentConfig::new(child.pid());
-    config.libraries = vec![standin.runtime.clone(), standin.driver.clone()];
-    let mut agent = tracer_agent::TracerAgent::with_config(config);
-    agent.start().expect("start tracing");
-    child.resume().expect("resume");
-    let status = child.child.wait().expect("wait");
-    agent.stop().expect("stop");
-    assert!(status.success(), "every_call failed: {status}");
+    let program = common::compile_c(&standin, "every_call");
+    let args = [
+        standin.runtime.clone().into(),
+        standin.driver.clone().into(),
+    ];
+    let (agent, output) =
+        common::trace_program(&standin, &program, &args, &[], common::Find::Named, || {});
+    assert!(
+        output.status.success(),
+        "every_call failed: {}",
+        output.status
+    );
 
     let unavailable: Vec<_> = agent
         .probes()

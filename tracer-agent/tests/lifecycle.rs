@@ -171,36 +171,14 @@ fn eight_threads_at_full_speed_every_event_arrives_or_is_counted_lost() {
     common::require_root();
     let _serial = one_at_a_time();
     let standin = common::standin("threads");
-    let program = standin.dir.join("threads");
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/threads.c");
-    let status = std::process::Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&program)
-        .arg(source)
-        .arg("-ldl")
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "compiling {source} failed");
+    let program = common::compile_c(&standin, "threads");
     const PER_THREAD: u64 = 100_000;
-    let mut child = tracer_agent::target::spawn_paused(
-        program.as_os_str(),
-        &[
-            standin.runtime.clone().into(),
-            standin.driver.clone().into(),
-            PER_THREAD.to_string().into(),
-        ],
-        |c| {
-            c.stdout(std::process::Stdio::piped());
-        },
-    )
-    .expect("spawn");
-    let mut config = tracer_agent::AgentConfig::new(child.pid());
-    config.libraries = vec![standin.runtime.clone(), standin.driver.clone()];
-    let mut agent = tracer_agent::TracerAgent::with_config(config);
-    agent.start().expect("start tracing");
-    child.resume().expect("resume");
-    let output = child.child.wait_with_output().expect("wait");
-    agent.stop().expect("stop");
+    let args = [
+        standin.runtime.clone().into(),
+        standin.driver.clone().into(),
+        PER_THREAD.to_string().into(),
+    ];
+    let (agent, output) = common::trace_program(&standin, &program, &args, &[], Find::Named, || {});
     assert!(output.status.success(), "threads failed: {}", output.status);
     let seconds: f64 = String::from_utf8_lossy(&output.stdout)
         .trim()

@@ -111,15 +111,41 @@ pub fn trace_full(
     find: Find,
     before_stop: impl FnOnce(),
 ) -> (TracerAgent, Output) {
-    let mut child = target::spawn_paused(workload().as_os_str(), &bench.args, configure(bench))
-        .expect("spawn the workload");
+    trace_program(
+        standin,
+        &workload(),
+        &bench.args,
+        &bench.env,
+        find,
+        before_stop,
+    )
+}
+
+/// Starts `program args` paused, traces it with probes on the stand-in, lets it run to the
+/// end (two minutes at most), calls `before_stop`, and returns the stopped agent with the
+/// program's output.
+pub fn trace_program(
+    standin: &Installed,
+    program: &Path,
+    args: &[OsString],
+    env: &[(String, String)],
+    find: Find,
+    before_stop: impl FnOnce(),
+) -> (TracerAgent, Output) {
+    let mut child = target::spawn_paused(program.as_os_str(), args, |command| {
+        command
+            .envs(env.iter().cloned())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    })
+    .expect("spawn the workload");
     let mut config = AgentConfig::new(child.pid());
     match find {
         Find::Named => config.libraries = vec![standin.runtime.clone(), standin.driver.clone()],
         Find::WhenOpened => config.stop_on_library_open = true,
     }
-    config.modules = vec![workload()];
-    config.libraries.push(workload());
+    config.modules = vec![program.to_path_buf()];
+    config.libraries.push(program.to_path_buf());
     let mut agent = TracerAgent::with_config(config);
     agent.start().expect("start tracing (needs root and BPF)");
     child.resume().expect("resume the workload");
@@ -127,6 +153,21 @@ pub fn trace_full(
     before_stop();
     agent.stop().expect("stop tracing");
     (agent, output)
+}
+
+/// Compiles tests/c/NAME.c into the stand-in's directory.
+pub fn compile_c(standin: &Installed, name: &str) -> PathBuf {
+    let program = standin.dir.join(name);
+    let source = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .arg("-ldl")
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling {source} failed");
+    program
 }
 
 pub fn wait_with_timeout(mut child: std::process::Child, limit: Duration) -> Output {
