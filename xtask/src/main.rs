@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 
@@ -22,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install what a fresh machine lacks: llvm-22-dev, bpf-linker, nightly rust-src, valgrind.
+    /// Install what a fresh machine lacks: llvm-22-dev, bpf-linker, nightly rust-src, valgrind,
+    /// cargo-fuzz.
     Setup,
     /// setup, cargo fmt --check, clippy (user crates, then tracer-ebpf), unit and privileged
     /// integration tests.
@@ -30,6 +32,8 @@ enum Task {
     /// Build everything, trace the bundled workload, show the hot/cold report, rerun it with
     /// the allocator in use mode.
     Demo(demo::DemoArgs),
+    /// Fuzz the history loaders and the event decoder (cargo-fuzz, nightly).
+    Fuzz(fuzz::FuzzArgs),
     /// The original design's benchmark: unpinned, pinned, profile and use modes per size.
     Bench(bench::BenchArgs),
 }
@@ -42,6 +46,7 @@ fn main() -> Result<()> {
         Task::Test => test::run(),
         Task::Demo(args) => demo::run(args),
         Task::Bench(args) => bench::run(args),
+        Task::Fuzz(args) => fuzz::run(args),
     }
 }
 

@@ -1,5 +1,6 @@
 //! `cargo xtask setup`: install what building the eBPF side (and valgrind for the tests)
-//! needs, only where missing, saying what it installs. With everything present it only looks (well under 2 s).
+//! needs, and cargo-fuzz for the fuzz targets, only where missing, saying what it installs. With
+//! everything present it only looks (well under 2 s).
 
 use std::{path::Path, process::Command};
 
@@ -11,6 +12,7 @@ use crate::{output, sh};
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const LLVM_PACKAGE: &str = "llvm-22-dev";
 const BPF_LINKER_VERSION: &str = "0.13.0";
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 pub fn run() -> Result<()> {
     let mut installed = Vec::new();
@@ -50,6 +52,22 @@ pub fn run() -> Result<()> {
             .args(["--no-default-features", "--features", "llvm-22", "--force"])
             .env("LLVM_PREFIX", LLVM_PREFIX))?;
         installed.push("bpf-linker");
+    }
+
+    if !output(Command::new("cargo").args(["fuzz", "--version"]))
+        .is_some_and(|v| v.contains(CARGO_FUZZ_VERSION))
+    {
+        eprintln!(
+            "xtask: installing cargo-fuzz {CARGO_FUZZ_VERSION} (the fuzz targets; about 40 s)"
+        );
+        sh(crate::cargo().args([
+            "install",
+            "cargo-fuzz",
+            "--locked",
+            "--version",
+            CARGO_FUZZ_VERSION,
+        ]))?;
+        installed.push("cargo-fuzz");
     }
 
     let components = output(Command::new("rustup").args([

@@ -1,5 +1,6 @@
 //! `cargo xtask test`: what CI runs. Formatting, lints, unit tests and the privileged
-//! integration tests that load real eBPF programs (they fail, not skip, without root).
+//! integration tests that load real eBPF programs (they fail, not skip, without root), and a
+//! short run of each fuzz target.
 
 use std::process::Command;
 
@@ -48,6 +49,8 @@ pub fn run() -> Result<()> {
             "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER",
             "valgrind --tool=memcheck --error-exitcode=9 --leak-check=no --quiet",
         ))?;
+    // Each fuzz target briefly, from the committed corpus (the long runs: `cargo xtask fuzz`).
+    crate::fuzz::smoke(20)?;
     Ok(())
 }
 

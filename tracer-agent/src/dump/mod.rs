@@ -292,9 +292,8 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
     if body.len() as u64 > limit {
         return Err(DecodeFailure::TooLarge(limit));
     }
-    let config = bincode::config::standard().with_limit::<{ MAX_DECOMPRESSED_BYTES as usize }>();
-    let (data, used): (HistoryData, usize) = bincode::serde::decode_from_slice(&body, config)
-        .map_err(|e| DecodeFailure::Corrupted(format!("bincode: {e}")))?;
+    let (data, used) =
+        decode_body(&body).map_err(|e| DecodeFailure::Corrupted(format!("bincode: {e}")))?;
     if used != body.len() {
         return Err(DecodeFailure::Corrupted(format!(
             "{} bytes left over after the history",
@@ -302,6 +301,25 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
         )));
     }
     Ok(data)
+}
+
+/// Decodes a bincode body under a limit near its own length. bincode allocates a string's bytes
+/// before reading them, trusting the length in front; its limit (a constant) caps what such
+/// lengths may claim in all, and a real body claims no more than its own length. So the limit
+/// is the first of a few steps (16x apart) at or above the body's length: a crafted 3 KB body
+/// that claims a 4 GB string is refused, not allocated (found by the fuzzer).
+fn decode_body(body: &[u8]) -> Result<(HistoryData, usize), bincode::error::DecodeError> {
+    macro_rules! first_limit_above {
+        ($($bits:literal)*) => {$(
+            if body.len() <= 1 << $bits {
+                let config = bincode::config::standard().with_limit::<{ 1 << $bits }>();
+                return bincode::serde::decode_from_slice(body, config);
+            }
+        )*};
+    }
+    first_limit_above!(16 20 24 28);
+    let config = bincode::config::standard().with_limit::<{ MAX_DECOMPRESSED_BYTES as usize }>();
+    bincode::serde::decode_from_slice(body, config)
 }
 
 #[cfg(test)]
