@@ -355,8 +355,12 @@ impl Allocator {
                 .as_ref()
                 .map(|hot| hot.judge(&site, ordinal, size as u64))
             {
-                Some(Judged::Known(Verdict::Pin) | Judged::SiteHot) => true,
-                Some(Judged::Known(Verdict::OverBudget)) => {
+                Some(
+                    Judged::Known(Verdict::Pin) | Judged::Recycled(Verdict::Pin) | Judged::SiteHot,
+                ) => true,
+                Some(
+                    Judged::Known(Verdict::OverBudget) | Judged::Recycled(Verdict::OverBudget),
+                ) => {
                     state.stats.fallback_budget += 1;
                     false
                 }

@@ -1,6 +1,9 @@
 //! What to pin: the modes, and in use mode the hot set read from a saved history.
 
-use std::{collections::HashMap, path::Path};
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+};
 
 use tracer_agent::{
     dump::{self, DumpError},
@@ -63,10 +66,14 @@ pub enum Verdict {
     Cold,
 }
 
-/// The hot set of a history, looked up by (call site, ordinal, size), then by call site.
+/// The hot set of a history, looked up by (call site, ordinal, size), then by (call site,
+/// size) for recycled groups, then by call site.
 #[derive(Debug, Default)]
 pub struct HotSet {
     allocations: HashMap<(SiteKey, u32, u64), Verdict>,
+    /// Recycled groups (see `HotPolicy::recycled_groups`): every allocation of this size from
+    /// this site, however many the program makes.
+    groups: HashMap<(SiteKey, u64), Verdict>,
     /// Per call site: (hot allocations, all allocations).
     sites: HashMap<SiteKey, (u32, u32)>,
 }
@@ -76,57 +83,99 @@ pub struct HotSet {
 pub enum Judged {
     /// The history knows this allocation.
     Known(Verdict),
-    /// It does not, but its call site was hot for most of its allocations.
+    /// It belongs to a recycled group: a buffer of this size allocated again and again at
+    /// its call site, pinned blocks reused through the cache.
+    Recycled(Verdict),
+    /// The history does not know it, but its call site was hot for most of its allocations.
     SiteHot,
     /// Neither it nor its call site is in the history.
     Unknown,
 }
 
+/// What competes for the pinned budget: one hot allocation, or one recycled group.
+enum Unit {
+    One(SiteKey, u32, u64),
+    Group(SiteKey, u64),
+}
+
 impl HotSet {
     /// Reads a history (either format) and judges its host allocations with `policy`. Under a
-    /// `budget`, hot allocations are admitted most-transferred first (the most benefit per
-    /// pinned byte) until the budget is spent; the rest are `OverBudget`.
+    /// `budget`, hot allocations and recycled groups are admitted by most transfers per pinned
+    /// block first (the most benefit per pinned byte) until the budget is spent; the rest are
+    /// `OverBudget`. A group costs its peak of live blocks.
     pub fn load(path: &Path, policy: HotPolicy, budget: Option<u64>) -> Result<Self, DumpError> {
         Ok(Self::from_history(&dump::read(path)?, policy, budget))
     }
 
     pub fn from_history(history: &MemHistory, policy: HotPolicy, budget: Option<u64>) -> Self {
         let mut set = HotSet::default();
-        let mut hot = Vec::new();
+        let site_key = |id| {
+            history
+                .call_site(id)
+                .map(|site| SiteKey::new(&site.module, site.offset))
+        };
+        // (transfers per block, bytes pinned, unit)
+        let mut units: Vec<(u64, u64, Unit)> = Vec::new();
+        let groups = policy.recycled_groups(history);
+        let mut grouped = HashSet::new();
+        for group in &groups {
+            let Some(key) = site_key(group.call_site) else {
+                continue;
+            };
+            grouped.insert((group.pid, group.call_site, group.size));
+            let counts = set.sites.entry(key.clone()).or_default();
+            counts.0 += group.allocations as u32;
+            counts.1 += group.allocations as u32;
+            set.groups.insert((key.clone(), group.size), Verdict::Cold);
+            units.push((
+                group.transfers / group.peak_live.max(1),
+                group.pinned_bytes(),
+                Unit::Group(key, group.size),
+            ));
+        }
         for allocation in history.allocations() {
             if !allocation.kind.is_host() || allocation.kind == AllocKind::Untracked {
                 continue;
             }
-            let Some(site) = allocation.call_site.and_then(|id| history.call_site(id)) else {
+            let Some(site) = allocation.call_site else {
                 continue;
             };
-            let key = SiteKey::new(&site.module, site.offset);
+            if grouped.contains(&(allocation.pid, site, allocation.size)) {
+                continue;
+            }
+            let Some(key) = site_key(site) else {
+                continue;
+            };
             let is_hot = policy.is_hot(allocation);
             let counts = set.sites.entry(key.clone()).or_default();
             counts.1 += 1;
             if is_hot {
                 counts.0 += 1;
-                hot.push((
+                units.push((
                     allocation.stats.transfers,
                     allocation.size,
-                    key.clone(),
-                    allocation.ordinal,
+                    Unit::One(key.clone(), allocation.ordinal, allocation.size),
                 ));
             }
             set.allocations
                 .insert((key, allocation.ordinal, allocation.size), Verdict::Cold);
         }
-        hot.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+        units.sort_by_key(|unit| std::cmp::Reverse(unit.0));
         let mut spent = 0u64;
-        for (_, size, key, ordinal) in hot {
+        for (_, bytes, unit) in units {
             let verdict = match budget {
-                Some(budget) if spent + size > budget => Verdict::OverBudget,
+                Some(budget) if spent + bytes > budget => Verdict::OverBudget,
                 _ => {
-                    spent += size;
+                    spent += bytes;
                     Verdict::Pin
                 }
             };
-            set.allocations.insert((key, ordinal, size), verdict);
+            match unit {
+                Unit::One(key, ordinal, size) => {
+                    set.allocations.insert((key, ordinal, size), verdict)
+                }
+                Unit::Group(key, size) => set.groups.insert((key, size), verdict),
+            };
         }
         set
     }
@@ -136,6 +185,9 @@ impl HotSet {
         if let Some(&verdict) = self.allocations.get(&(site.clone(), ordinal, size)) {
             return Judged::Known(verdict);
         }
+        if let Some(&verdict) = self.groups.get(&(site.clone(), size)) {
+            return Judged::Recycled(verdict);
+        }
         match self.sites.get(site) {
             Some(&(hot, total)) if 2 * hot > total => Judged::SiteHot,
             _ => Judged::Unknown,
@@ -143,11 +195,18 @@ impl HotSet {
     }
 
     /// How many allocations the history says to pin.
+    #[cfg(test)]
     pub fn pinned_count(&self) -> usize {
         self.allocations
             .values()
             .filter(|v| **v == Verdict::Pin)
             .count()
+    }
+
+    /// How many recycled groups the history says to pin.
+    #[cfg(test)]
+    pub fn pinned_groups(&self) -> usize {
+        self.groups.values().filter(|v| **v == Verdict::Pin).count()
     }
 }
 
@@ -222,6 +281,60 @@ mod tests {
         );
         let new_site = SiteKey::new("app", 0x999);
         assert_eq!(set.judge(&new_site, 0, 4 * MIB), Judged::Unknown);
+    }
+
+    /// A batch buffer allocated fresh for each of 10 steps and copied once, beside site A's
+    /// hot buffers: pinned as a group, also for steps past those the history saw.
+    #[test]
+    fn a_buffer_allocated_every_step_is_pinned_as_a_recycled_group() {
+        let mut h = history();
+        let batch = h.intern_call_site(CallSite {
+            module: "/old/path/app".into(),
+            offset: 0x300,
+            symbol: None,
+        });
+        for step in 0..10 {
+            let ts = 1000 + 3 * step;
+            h.alloc(
+                1,
+                0x9000_0000,
+                2 * MIB,
+                AllocKind::Pageable,
+                Some(batch),
+                ts,
+            );
+            h.transfer(
+                1,
+                0xd000_0000,
+                0x9000_0000,
+                2 * MIB,
+                CopyDirection::HostToDevice,
+                ts + 1,
+            );
+            h.free(1, 0x9000_0000, ts + 2);
+        }
+        let set = HotSet::from_history(&h, HotPolicy::default(), None);
+        let site = SiteKey::new("app", 0x300);
+        assert_eq!(set.judge(&site, 3, 2 * MIB), Judged::Recycled(Verdict::Pin));
+        assert_eq!(
+            set.judge(&site, 500, 2 * MIB),
+            Judged::Recycled(Verdict::Pin)
+        );
+        assert_eq!(
+            set.judge(&site, 3, 4 * MIB),
+            Judged::SiteHot,
+            "another size: the site"
+        );
+        assert_eq!((set.pinned_count(), set.pinned_groups()), (2, 1));
+
+        // 10 copies on one 2 MiB block rank below site A's 300 and 100 on 4 MiB blocks.
+        let set = HotSet::from_history(&h, HotPolicy::default(), Some(10 * MIB));
+        assert_eq!(set.judge(&site, 0, 2 * MIB), Judged::Recycled(Verdict::Pin));
+        let set = HotSet::from_history(&h, HotPolicy::default(), Some(9 * MIB));
+        assert_eq!(
+            set.judge(&site, 0, 2 * MIB),
+            Judged::Recycled(Verdict::OverBudget)
+        );
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The hot/cold report of a history, and the policy that says what is hot.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -30,9 +33,89 @@ impl Default for HotPolicy {
 
 impl HotPolicy {
     pub fn is_hot(&self, allocation: &Allocation) -> bool {
-        allocation.stats.transfers >= self.min_transfers
-            && allocation.transfers_per_mib() >= self.min_transfers_per_mib
+        self.pays(allocation.stats.transfers, allocation.size)
     }
+
+    /// Whether a pinned block of `size` bytes that serves `transfers` copies is worth pinning.
+    fn pays(&self, transfers: u64, size: u64) -> bool {
+        let mib = (size.max(1) as f64) / (1 << 20) as f64;
+        transfers >= self.min_transfers && transfers as f64 / mib >= self.min_transfers_per_mib
+    }
+
+    /// The recycled groups of a history, by most transfers per pinned block first.
+    ///
+    /// A program that builds each batch in a fresh buffer transfers every buffer once or
+    /// twice: no allocation is hot alone. But the buffers come from one call site, with one
+    /// size, and few are alive at once, so a few pinned blocks reused through the allocator's
+    /// cache serve all their transfers. A group is hot when its transfers per block (the
+    /// allocations alive at once at most) pass the same test as one allocation's transfers.
+    /// Allocations hot alone are judged alone and left out of groups.
+    pub fn recycled_groups(&self, history: &MemHistory) -> Vec<RecycledGroup> {
+        let mut members: BTreeMap<(u32, CallSiteId, u64), Vec<&Allocation>> = BTreeMap::new();
+        for a in history.allocations() {
+            if !a.kind.is_host() || a.kind == AllocKind::Untracked || self.is_hot(a) {
+                continue;
+            }
+            if let Some(site) = a.call_site {
+                members.entry((a.pid, site, a.size)).or_default().push(a);
+            }
+        }
+        let mut groups: Vec<RecycledGroup> = members
+            .into_iter()
+            .filter(|(_, list)| list.len() >= 2)
+            .map(|((pid, call_site, size), list)| RecycledGroup {
+                pid,
+                call_site,
+                size,
+                allocations: list.len() as u64,
+                transfers: list.iter().map(|a| a.stats.transfers).sum(),
+                peak_live: peak_live(&list),
+            })
+            .filter(|g| self.pays(g.transfers / g.peak_live.max(1), g.size))
+            .collect();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.transfers / g.peak_live.max(1)));
+        groups
+    }
+}
+
+/// Allocations of one size from one call site, each too rarely transferred to be hot alone,
+/// whose transfers keep a few reused pinned blocks busy: see [`HotPolicy::recycled_groups`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RecycledGroup {
+    pub pid: u32,
+    pub call_site: CallSiteId,
+    pub size: u64,
+    pub allocations: u64,
+    pub transfers: u64,
+    /// The most of them alive at once: the pinned blocks the group needs.
+    pub peak_live: u64,
+}
+
+impl RecycledGroup {
+    /// What pinning the group holds pinned: its peak of live blocks.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.peak_live * self.size
+    }
+}
+
+/// The most of `allocations` alive at the same time (one never freed stays alive).
+fn peak_live(allocations: &[&Allocation]) -> u64 {
+    // Frees sort before allocations at the same instant: a block freed and taken again at
+    // once is one block.
+    let mut changes: Vec<(u64, i64)> = Vec::with_capacity(allocations.len() * 2);
+    for a in allocations {
+        changes.push((a.alloc_ns, 1));
+        if let Some(free) = a.free_ns {
+            changes.push((free, -1));
+        }
+    }
+    changes.sort_unstable();
+    let (mut live, mut peak) = (0i64, 0i64);
+    for (_, change) in changes {
+        live += change;
+        peak = peak.max(live);
+    }
+    peak as u64
 }
 
 /// One allocation in the report.
@@ -47,6 +130,17 @@ pub struct ReportRow {
     pub transfers: u64,
     pub h2d_bytes: u64,
     pub d2h_bytes: u64,
+}
+
+/// A recycled group in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecycledRow {
+    pub pid: u32,
+    pub call_site: String,
+    pub size: u64,
+    pub allocations: u64,
+    pub transfers: u64,
+    pub peak_live: u64,
 }
 
 /// A call site the report recommends pinning (or no longer pinning).
@@ -78,8 +172,11 @@ pub struct Report {
     /// Pageable memory transferred often: what pinning would speed up.
     pub candidate_bytes: u64,
     pub candidates: Vec<ReportRow>,
-    /// Call sites with hot allocations (pinned already or not): pin these, and only their hot
-    /// allocations (`pin_bytes`).
+    /// Groups of rarely transferred buffers from one call site that reuse a few pinned blocks
+    /// between them (a batch buffer allocated every step): hot as a group.
+    pub recycled: Vec<RecycledRow>,
+    /// Call sites with hot allocations or hot recycled groups (pinned already or not): pin
+    /// these, and only their hot allocations (`pin_bytes`: a group counts its peak alive).
     pub pin_sites: Vec<SiteAdvice>,
     /// Bytes pinning `pin_sites` costs (their hot allocations).
     pub pin_bytes: u64,
@@ -145,15 +242,29 @@ impl Report {
         let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
         let mut pinned_sites: BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)> = BTreeMap::new();
         let mut untracked_hot_bytes = 0;
+        let empty = || SiteAdvice {
+            call_site: String::new(),
+            allocations: 0,
+            bytes: 0,
+            transfers: 0,
+        };
+        let groups = policy.recycled_groups(history);
+        let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
+            .iter()
+            .map(|g| (g.pid, g.call_site, g.size))
+            .collect();
+        for g in &groups {
+            let entry = pin.entry(Some(g.call_site)).or_insert_with(empty);
+            entry.allocations += g.allocations;
+            entry.bytes += g.pinned_bytes();
+            entry.transfers += g.transfers;
+        }
         for a in &host {
-            let hot = policy.is_hot(a);
-            let empty = || SiteAdvice {
-                call_site: String::new(),
-                allocations: 0,
-                bytes: 0,
-                transfers: 0,
-            };
-            if hot && a.kind != AllocKind::Untracked {
+            let grouped = a
+                .call_site
+                .is_some_and(|site| in_group.contains(&(a.pid, site, a.size)));
+            let hot = policy.is_hot(a) || grouped;
+            if hot && !grouped && a.kind != AllocKind::Untracked {
                 let entry = pin.entry(a.call_site).or_insert_with(empty);
                 entry.allocations += 1;
                 entry.bytes += a.size;
@@ -170,7 +281,7 @@ impl Report {
                 entry.bytes += a.size;
                 entry.transfers += a.stats.transfers;
                 *any_hot |= hot;
-            } else if hot {
+            } else if hot && !grouped {
                 candidates.push(*a);
                 if a.kind == AllocKind::Untracked {
                     untracked_hot_bytes += a.size;
@@ -212,6 +323,18 @@ impl Report {
                 .iter()
                 .take(top)
                 .map(|a| row(history, a))
+                .collect(),
+            recycled: groups
+                .iter()
+                .take(top)
+                .map(|g| RecycledRow {
+                    pid: g.pid,
+                    call_site: site_name(history, Some(g.call_site)),
+                    size: g.size,
+                    allocations: g.allocations,
+                    transfers: g.transfers,
+                    peak_live: g.peak_live,
+                })
                 .collect(),
             pin_bytes: pin_sites.iter().map(|s| s.bytes).sum(),
             pin_sites,
@@ -257,6 +380,28 @@ impl Report {
             "Cold host allocations (least transferred)",
             &self.cold,
         );
+        if !self.recycled.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nRecycled buffers (each rarely transferred, hot as a group: few alive at once)"
+            );
+            let _ = writeln!(
+                out,
+                "  {:<48} {:>10} {:>11} {:>9} {:>10}",
+                "call site", "size", "allocations", "transfers", "peak alive"
+            );
+            for g in &self.recycled {
+                let _ = writeln!(
+                    out,
+                    "  {:<48} {:>10} {:>11} {:>9} {:>10}",
+                    truncate(&g.call_site, 48),
+                    bytes(g.size),
+                    g.allocations,
+                    g.transfers,
+                    g.peak_live
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "\nPinned but rarely transferred (waste): {}",
@@ -466,6 +611,101 @@ mod tests {
                 && text.contains("pin the hot allocations of these call sites"),
             "{text}"
         );
+    }
+
+    /// One site allocates a fresh 8 MiB batch buffer each of 12 steps (copied once, freed
+    /// before the next): a recycled group of 12 transfers on one block. Another allocates 25
+    /// buffers that live together, each copied twice: 50 transfers on 25 blocks, not a group.
+    /// A third makes two buffers that live together, one copied 10 times (hot alone) and one
+    /// once: the hot one is judged alone, the other is no group on its own.
+    #[test]
+    fn buffers_reused_one_after_another_are_hot_as_a_group() {
+        const MIB: u64 = 1 << 20;
+        let mut h = MemHistory::new();
+        let site = |h: &mut MemHistory, offset| {
+            h.intern_call_site(CallSite {
+                module: "/bin/train".into(),
+                offset,
+                symbol: None,
+            })
+        };
+        let (batch, together, mixed) = (site(&mut h, 0x10), site(&mut h, 0x20), site(&mut h, 0x30));
+        let mut ts = 0;
+        let mut tick = || {
+            ts += 1;
+            ts
+        };
+        for _ in 0..12 {
+            h.alloc(
+                1,
+                0x1000_0000,
+                8 * MIB,
+                AllocKind::Pinned,
+                Some(batch),
+                tick(),
+            );
+            h.transfer(
+                1,
+                0xd000_0000,
+                0x1000_0000,
+                8 * MIB,
+                CopyDirection::HostToDevice,
+                tick(),
+            );
+            h.free(1, 0x1000_0000, tick());
+        }
+        for i in 0..25 {
+            let at = 0x2000_0000 + i * 8 * MIB;
+            h.alloc(1, at, 8 * MIB, AllocKind::Pinned, Some(together), tick());
+            h.transfer(
+                1,
+                0xd000_0000,
+                at,
+                8 * MIB,
+                CopyDirection::HostToDevice,
+                tick(),
+            );
+            h.transfer(
+                1,
+                at,
+                0xd000_0000,
+                8 * MIB,
+                CopyDirection::DeviceToHost,
+                tick(),
+            );
+        }
+        for (at, copies) in [(0x4000_0000, 10), (0x5000_0000, 1)] {
+            h.alloc(1, at, MIB, AllocKind::Pageable, Some(mixed), tick());
+            for _ in 0..copies {
+                h.transfer(1, 0xd000_0000, at, MIB, CopyDirection::HostToDevice, tick());
+            }
+        }
+
+        let groups = HotPolicy::default().recycled_groups(&h);
+        assert_eq!(
+            groups,
+            vec![RecycledGroup {
+                pid: 1,
+                call_site: batch,
+                size: 8 * MIB,
+                allocations: 12,
+                transfers: 12,
+                peak_live: 1,
+            }]
+        );
+        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert_eq!(report.recycled.len(), 1);
+        assert_eq!(
+            report.pin_bytes,
+            8 * MIB + MIB,
+            "one block for the group, the mixed site's hot buffer"
+        );
+        assert_eq!(
+            report.wasted_pinned_bytes,
+            25 * 8 * MIB,
+            "the batch buffers are pinned for a reason; the 25 together are not"
+        );
+        assert!(report.render().contains("Recycled buffers"));
     }
 
     #[test]
