@@ -1,6 +1,6 @@
-//! The C ABI (see include/hotpin.h). `hotpin_malloc` and `hotpin_free` themselves are in
-//! c/entry.c, which passes the caller's return address to the functions here. Nothing here
-//! unwinds into C: a panic turns into plain malloc (alloc) or an error code.
+//! The C ABI (see include/hotpin.h), exported by libhotpin.so and by programs linking the
+//! crate. Nothing here unwinds into C: a panic turns into plain malloc (alloc) or an error
+//! code.
 
 use std::{
     ffi::{CStr, c_char, c_int, c_void},
@@ -10,11 +10,40 @@ use std::{
 
 use crate::{Allocator, Config, Mode, Stats};
 
-unsafe extern "C" {
-    /// c/entry.c
-    pub fn hotpin_malloc(size: usize) -> *mut c_void;
-    /// c/entry.c
-    pub fn hotpin_free(ptr: *mut c_void) -> c_int;
+// `hotpin_malloc` and `hotpin_free` pass their caller's return address (the call site) on to
+// the `_at` functions. They are naked so that the return address is where the call left it
+// (at the stack pointer on x86-64, in the link register on arm64): Rust has no other way to
+// name it. Each is one instruction and a tail jump, and a real exported symbol, which the
+// tracer probes.
+
+/// `void *hotpin_malloc(size_t size)`: see include/hotpin.h.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn hotpin_malloc(size: usize) -> *mut c_void {
+    core::arch::naked_asm!("mov rsi, [rsp]", "jmp {at}@PLT", at = sym hotpin_malloc_at)
+}
+
+/// `int hotpin_free(void *ptr)`: see include/hotpin.h.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn hotpin_free(ptr: *mut c_void) -> c_int {
+    core::arch::naked_asm!("mov rsi, [rsp]", "jmp {at}@PLT", at = sym hotpin_free_at)
+}
+
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn hotpin_malloc(size: usize) -> *mut c_void {
+    core::arch::naked_asm!("mov x1, x30", "b {at}", at = sym hotpin_malloc_at)
+}
+
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn hotpin_free(ptr: *mut c_void) -> c_int {
+    core::arch::naked_asm!("mov x1, x30", "b {at}", at = sym hotpin_free_at)
 }
 
 #[unsafe(no_mangle)]

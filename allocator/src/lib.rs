@@ -306,8 +306,8 @@ impl Allocator {
     /// Its call site is the caller (this function is inlined into it).
     #[inline(always)]
     pub fn alloc(&'static self, size: usize) -> Option<HostBuffer> {
-        // SAFETY: hotpin_malloc is this crate's C entry point.
-        let ptr = unsafe { capi::hotpin_malloc(size) };
+        // Through the C entry point, so that the call site is this function's caller's.
+        let ptr = capi::hotpin_malloc(size);
         (!ptr.is_null()).then(|| HostBuffer {
             ptr: ptr.cast(),
             len: size,
@@ -513,8 +513,8 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        // SAFETY: the C entry point, on the pointer hotpin_malloc returned.
-        unsafe { capi::hotpin_free(self.ptr.cast()) };
+        // The C entry point, on the pointer hotpin_malloc returned.
+        capi::hotpin_free(self.ptr.cast());
     }
 }
 

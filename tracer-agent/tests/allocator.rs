@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use tracer_agent::{dump::Format, history::AllocKind};
+use tracer_agent::{dump::Format, history::AllocKind, report::HotPolicy};
 
 const SIZE: u64 = 256 * 1024;
 
@@ -138,4 +138,87 @@ fn pinning_failures_fall_back_to_pageable_and_every_allocation_is_satisfied() {
         summary["allocator"]["fallbacks"], 1,
         "the failed pin is counted"
     );
+}
+
+/// The C ABI from libhotpin.so, loaded with dlopen after the start as Python's ctypes loads
+/// it: the tracer notices the library opening and attaches before it runs; the history shows
+/// the per-step batch buffers as one recycled group; use mode pins the hot buffer and one
+/// reused block for all the batches, and leaves the cold buffers pageable.
+#[test]
+fn a_batch_buffer_allocated_every_step_is_pinned_once_and_reused() {
+    common::require_root();
+    let standin = common::standin("alloc-batches");
+    let program = common::compile_c(&standin, "batches");
+    let env = |mode: &str| {
+        vec![
+            ("HOTPIN_MODE".to_string(), mode.to_string()),
+            (
+                "HOTPIN_LIB".into(),
+                common::hotpin_library().display().to_string(),
+            ),
+            (
+                "HOTPIN_CUDART".into(),
+                standin.runtime.display().to_string(),
+            ),
+            ("LD_LIBRARY_PATH".into(), standin.dir.display().to_string()),
+        ]
+    };
+    let (agent, output) = common::trace_program(
+        &standin,
+        &program,
+        &[],
+        &env("profile"),
+        common::Find::WhenOpened,
+        || {},
+    );
+    assert!(output.status.success(), "{output:?}");
+    let history = agent.history();
+    let groups = HotPolicy::default().recycled_groups(&history);
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let group = &groups[0];
+    assert_eq!(
+        (
+            group.size,
+            group.allocations,
+            group.transfers,
+            group.peak_live
+        ),
+        (4 << 20, 12, 12, 1),
+        "{group:?}"
+    );
+    let hot: Vec<_> = history
+        .hotspots_threshold(4)
+        .iter()
+        .map(|a| a.size)
+        .collect();
+    assert_eq!(hot, vec![2 << 20], "the one hot buffer");
+    drop(history);
+    let path = std::env::temp_dir().join(format!("hotpin-batches-{}.hotpin", std::process::id()));
+    agent
+        .dump(&path, Format::Binary, false)
+        .expect("write the history");
+
+    let mut env = env("use");
+    env.push(("HOTPIN_HISTORY".into(), path.display().to_string()));
+    let output = Command::new(&program)
+        .envs(env)
+        .output()
+        .expect("run the program in use mode");
+    assert!(output.status.success(), "{output:?}");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the program prints its counters");
+    assert_eq!(
+        stats["pinned_allocations"], 13,
+        "the hot buffer and 12 batches: {stats}"
+    );
+    assert_eq!(
+        stats["pageable_allocations"], 2,
+        "the cold buffers: {stats}"
+    );
+    assert_eq!(
+        stats["cache_hits"], 11,
+        "one block serves every batch: {stats}"
+    );
+    assert_eq!(stats["peak_pinned_bytes"], (2 << 20) + (4 << 20), "{stats}");
+    let _ = std::fs::remove_file(path);
 }

@@ -103,6 +103,9 @@ pub mod config {
 pub const PATH_BYTES: usize = 256;
 /// The file-name prefix of the CUDA runtime and driver (`libcudart.so*`, `libcuda.so*`).
 pub const CUDA_LIBRARY_PREFIX: &[u8; 6] = b"libcud";
+/// The file-name prefix of hotpin's allocator (`libhotpin.so`), which Python loads with ctypes
+/// whenever it likes.
+pub const HOTPIN_LIBRARY_PREFIX: &[u8; 9] = b"libhotpin";
 
 /// Largest number of processes traced at once.
 pub const MAX_TARGETS: u32 = 4096;
@@ -171,8 +174,8 @@ event_kinds! {
     /// Called inside `hotpin_malloc` for each pinned block it hands out, fresh or cached.
     HotpinPinned = 152,
 
-    /// A traced process opened a file named `libcud*` (a CUDA library it may be about to map):
-    /// `args[0]` is the new file descriptor.
+    /// A traced process opened a file named `libcud*` or `libhotpin*` (a library it may be
+    /// about to map): `args[0]` is the new file descriptor.
     LibraryOpen = 300,
     /// The NVIDIA driver pinned a target's pages (`os_lock_user_pages`, a kprobe):
     /// `args[0]` is the address, `args[1]` the page count.

@@ -23,8 +23,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_NESTED, FLAG_NO_ENTRY,
-    FLAG_OUT_UNREADABLE, Layer, MAX_ARGS, MAX_TARGETS, PATH_BYTES, ProbeCookie, SITE_BUILD_ID,
-    SITE_IP, SITE_NONE, config, counter,
+    FLAG_OUT_UNREADABLE, HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS, MAX_TARGETS, PATH_BYTES,
+    ProbeCookie, SITE_BUILD_ID, SITE_IP, SITE_NONE, config, counter,
 };
 
 /// Default ring size; the agent may set another with `EbpfLoader::map_max_entries`.
@@ -72,7 +72,7 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT
 #[map]
 static CONFIG: Array<u64> = Array::with_max_entries(config::COUNT, 0);
 
-/// Threads inside an openat of a CUDA library.
+/// Threads inside an openat of a CUDA library or hotpin.
 #[map]
 static OPENING: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
 
@@ -334,28 +334,34 @@ pub fn library_open_sys_exit_openat(ctx: TracePointContext) -> u32 {
     }
 }
 
-/// Whether the path names a file starting with "libcud": it starts so, or contains
-/// "/libcud". One comparison per position and nothing carried between iterations, so the
-/// verifier's work stays linear in the path length. A directory named `libcud*` also matches;
-/// the agent looks at the file and lets the process go on.
-fn is_cuda_library(path: &[u8; PATH_BYTES], len: usize) -> bool {
+/// Whether the path names a file starting with "libcud" or "libhotpin": it starts so, or
+/// contains "/" and then the prefix. A few comparisons per position and nothing carried between
+/// iterations, so the verifier's work stays linear in the path length. A directory with such a
+/// name also matches; the agent looks at the file and lets the process go on.
+fn is_probed_library(path: &[u8; PATH_BYTES], len: usize) -> bool {
     // Reads through `get`, never indexing, so no bounds-check panic reaches the verifier.
     let byte = |at: usize| path.get(at).copied().unwrap_or(0);
-    let prefix = CUDA_LIBRARY_PREFIX;
+    let cuda = CUDA_LIBRARY_PREFIX;
+    let hotpin = HOTPIN_LIBRARY_PREFIX;
+    // Both prefixes start with "libcud"[..3] == "lib"; then "cud" or "hotpin".
     let matches_at = |at: usize| {
-        byte(at) == prefix[0]
-            && byte(at + 1) == prefix[1]
-            && byte(at + 2) == prefix[2]
-            && byte(at + 3) == prefix[3]
-            && byte(at + 4) == prefix[4]
-            && byte(at + 5) == prefix[5]
+        byte(at) == cuda[0]
+            && byte(at + 1) == cuda[1]
+            && byte(at + 2) == cuda[2]
+            && ((byte(at + 3) == cuda[3] && byte(at + 4) == cuda[4] && byte(at + 5) == cuda[5])
+                || (byte(at + 3) == hotpin[3]
+                    && byte(at + 4) == hotpin[4]
+                    && byte(at + 5) == hotpin[5]
+                    && byte(at + 6) == hotpin[6]
+                    && byte(at + 7) == hotpin[7]
+                    && byte(at + 8) == hotpin[8]))
     };
-    if len >= prefix.len() && matches_at(0) {
+    if len >= cuda.len() && matches_at(0) {
         return true;
     }
     let mut i = 0;
-    while i + prefix.len() < PATH_BYTES {
-        if i + prefix.len() >= len {
+    while i + cuda.len() < PATH_BYTES {
+        if i + cuda.len() >= len {
             return false;
         }
         if byte(i) == b'/' && matches_at(i + 1) {
@@ -379,7 +385,7 @@ fn try_library_open_enter(ctx: &TracePointContext) -> Result<(), i64> {
     let len = unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, buffer) }
         .map_err(i64::from)?
         .len();
-    if is_cuda_library(buffer, len) {
+    if is_probed_library(buffer, len) {
         OPENING.insert(tid, 1, 0)?;
     }
     Ok(())

@@ -30,8 +30,14 @@ pub fn run() -> Result<()> {
         .args(["--target-dir", "target/ebpf-clippy", "--", "-D", "warnings"])
         .env("RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\""))?;
     // Unit and integration tests; the integration tests start processes of their own, which
-    // need the workload built first.
-    sh(cargo().args(["build", "--package", "transfer-bench"]))?;
+    // need the workload and libhotpin.so built first.
+    sh(cargo().args([
+        "build",
+        "--package",
+        "transfer-bench",
+        "--package",
+        "allocator",
+    ]))?;
     sh(cargo().args(["test", "--no-fail-fast", "--", "--test-threads", "2"]))?;
     // The allocator's unit tests again under valgrind's memcheck: the concurrent stress test
     // and the double/foreign free tests must not touch memory they should not.

@@ -42,6 +42,14 @@ fn which(program: &Path) -> Option<PathBuf> {
     })
 }
 
+/// Whether `path` starts like an ELF file (not a script).
+fn is_elf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
+        .is_ok_and(|()| magic == *b"\x7fELF")
+}
+
 fn default_output(args: &RecordArgs, pid: u32) -> PathBuf {
     let name = args
         .command
@@ -87,7 +95,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         config.modules = which(Path::new(program)).into_iter().collect();
         // The program itself may carry the CUDA runtime or hotpin statically; at this point
         // the child is still the trampoline shell, so /proc/PID/exe is not the program yet.
-        config.libraries.extend(config.modules.iter().cloned());
+        // A script (a pyenv shim, `#!`) carries nothing: its interpreter is found once it runs.
+        config
+            .libraries
+            .extend(config.modules.iter().filter(|p| is_elf(p)).cloned());
         config.command = args
             .command
             .iter()

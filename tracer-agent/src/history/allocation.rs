@@ -117,7 +117,8 @@ pub struct Allocation {
     pub size: u64,
     pub kind: AllocKind,
     pub call_site: Option<CallSiteId>,
-    /// This is the nth allocation (from 0) made at its call site in its process.
+    /// This is the nth host (or device) allocation, from 0, made at its call site in its
+    /// process.
     pub ordinal: u32,
     pub alloc_ns: u64,
     /// When it was freed; `None` while live.

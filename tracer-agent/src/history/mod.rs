@@ -117,8 +117,8 @@ pub struct MemHistory {
     /// Host allocations ordered by transfer count.
     by_transfers: BTreeSet<(u64, AllocId)>,
     by_call_site: HashMap<CallSiteId, Vec<AllocId>>,
-    /// Allocations made so far per (pid, call site): the next ordinal.
-    ordinals: HashMap<(u32, Option<CallSiteId>), u32>,
+    /// Allocations made so far per (pid, call site, host or device): the next ordinal.
+    ordinals: HashMap<(u32, Option<CallSiteId>, bool), u32>,
     /// Untracked entries by (pid, host pointer).
     untracked: HashMap<(u32, u64), AllocId>,
     /// Blocks hotpin's allocator marked pinned, waiting for the allocation that hands them
@@ -168,7 +168,11 @@ impl MemHistory {
             }
             let next = history
                 .ordinals
-                .entry((allocation.pid, allocation.call_site))
+                .entry((
+                    allocation.pid,
+                    allocation.call_site,
+                    allocation.kind.is_host(),
+                ))
                 .or_default();
             *next = (*next).max(allocation.ordinal.saturating_add(1));
             if allocation.kind == AllocKind::Untracked {
@@ -321,7 +325,13 @@ impl MemHistory {
         if let Some(previous) = self.live.remove(&(pid, start)) {
             self.close(previous, ts_ns);
         }
-        let ordinal_slot = self.ordinals.entry((pid, call_site)).or_default();
+        // Host and device allocations are counted apart: one call site can make both (a
+        // wrapper, or ctypes, whose calls all come from one place in libffi), and hotpin's
+        // allocator, which matches allocations by ordinal, sees only the host ones.
+        let ordinal_slot = self
+            .ordinals
+            .entry((pid, call_site, kind.is_host()))
+            .or_default();
         let ordinal = *ordinal_slot;
         *ordinal_slot += 1;
         let id = self.data.allocations.len() as AllocId;

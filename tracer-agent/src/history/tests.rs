@@ -164,7 +164,7 @@ fn register_pins_a_known_allocation_in_place_and_unregister_undoes_it() {
 }
 
 #[test]
-fn ordinals_count_allocations_per_call_site_and_process() {
+fn ordinals_count_host_and_device_allocations_per_call_site_and_process() {
     let mut h = MemHistory::new();
     let a = site(&mut h, 0x10);
     let b = site(&mut h, 0x20);
@@ -186,6 +186,12 @@ fn ordinals_count_allocations_per_call_site_and_process() {
         .collect();
     assert_eq!(ordinals, vec![0, 1, 0, 0, 2]);
     assert_eq!(h.at_call_site(a).count(), 4);
+    // A device allocation from the same site (ctypes calls everything from one place in
+    // libffi) has its own count and does not shift the host ones hotpin matches against.
+    let device = h.alloc(PID, 0xd000_0000, 8, AllocKind::Device, Some(a), 0);
+    let host = h.alloc(PID, 0x9000, 8, AllocKind::Pageable, Some(a), 0);
+    let ordinal = |id| h.allocation(id).expect("exists").ordinal;
+    assert_eq!((ordinal(device), ordinal(host)), (0, 3));
 }
 
 #[test]

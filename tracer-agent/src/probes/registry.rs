@@ -483,7 +483,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_enter_openat",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
-        purpose: "notice a CUDA library being opened",
+        purpose: "notice a CUDA library or hotpin being opened",
     },
     TracepointProbe {
         program: "library_open_sys_exit_openat",

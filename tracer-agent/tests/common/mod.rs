@@ -53,6 +53,22 @@ pub fn workload() -> PathBuf {
     path
 }
 
+/// hotpin's C library (the allocator crate's cdylib), built alongside the workload.
+pub fn hotpin_library() -> PathBuf {
+    let path = workload().with_file_name("libhotpin.so");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "allocator"]);
+        if path.parent().is_some_and(|dir| dir.ends_with("release")) {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
+        assert!(status.success(), "building libhotpin.so failed");
+    }
+    path
+}
+
 /// A transfer-bench run against the stand-in: the arguments and extra environment.
 pub struct Bench {
     pub args: Vec<OsString>,
@@ -159,8 +175,9 @@ pub fn trace_program(
 pub fn compile_c(standin: &Installed, name: &str) -> PathBuf {
     let program = standin.dir.join(name);
     let source = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let include = format!("{}/../allocator/include", env!("CARGO_MANIFEST_DIR"));
     let status = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
+        .args(["-O1", "-pthread", "-I", &include, "-o"])
         .arg(&program)
         .arg(&source)
         .arg("-ldl")
