@@ -75,7 +75,8 @@ impl Config {
     }
 }
 
-/// A budget in bytes, or as a share of RAM (`25%`).
+/// A budget in bytes (with an optional K, M or G suffix, powers of 1024), or as a share of RAM
+/// (`25%`).
 pub fn parse_budget(text: &str) -> Result<u64, InitError> {
     let bad = || InitError::BadBudget(text.to_string());
     if let Some(percent) = text.strip_suffix('%') {
@@ -87,7 +88,15 @@ pub fn parse_budget(text: &str) -> Result<u64, InitError> {
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) } as f64;
         return Ok((pages * pool::page_size() as f64 * share / 100.0) as u64);
     }
-    text.trim().parse().map_err(|_| bad())
+    let text = text.trim();
+    let (digits, shift) = match text.as_bytes().last() {
+        Some(b'K' | b'k') => (&text[..text.len() - 1], 10),
+        Some(b'M' | b'm') => (&text[..text.len() - 1], 20),
+        Some(b'G' | b'g') => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    let value: u64 = digits.parse().map_err(|_| bad())?;
+    value.checked_mul(1 << shift).ok_or_else(bad)
 }
 
 /// Why the allocator could not be set up.
@@ -95,7 +104,7 @@ pub fn parse_budget(text: &str) -> Result<u64, InitError> {
 pub enum InitError {
     #[error("HOTPIN_MODE={0:?} is not one of pin-none, pin-all, profile, use")]
     BadMode(String),
-    #[error("pinned budget {0:?} is neither bytes nor a share of RAM like 25%")]
+    #[error("pinned budget {0:?} is neither bytes (like 512M) nor a share of RAM (like 25%)")]
     BadBudget(String),
     #[error("use mode needs a history (HOTPIN_HISTORY or Allocator::use_history)")]
     NoHistory,

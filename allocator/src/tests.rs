@@ -214,6 +214,10 @@ fn eight_threads_allocating_and_freeing_at_once_keep_exact_stats() {
 #[test]
 fn budgets_parse_as_bytes_or_a_share_of_ram() {
     assert_eq!(parse_budget("1048576").expect("bytes"), 1 << 20);
+    assert_eq!(parse_budget("512M").expect("MiB"), 512 << 20);
+    assert_eq!(parse_budget("2G").expect("GiB"), 2 << 30);
+    assert!(parse_budget("99999999999G").is_err(), "overflow");
+    assert!(parse_budget("M").is_err());
     assert!(parse_budget("10%").expect("share") > 0);
     assert!(parse_budget("150%").is_err());
     assert!(parse_budget("lots").is_err());
