@@ -15,8 +15,10 @@ fuzz_target!(|bytes: &[u8]| {
     let _ = events::decode(&rest[..usize::from(first).min(rest.len())]);
     let mut history = MemHistory::new();
     for record in rest.chunks(EVENT_SIZE) {
-        if let Ok(events::TraceEvent::Cuda(call)) = events::decode(record) {
-            history.apply(&call, None);
+        match events::decode(record) {
+            Ok(events::TraceEvent::Cuda(call)) => history.apply(&call, None),
+            Ok(event) => history.apply_kernel(&event, |_| None),
+            Err(_) => {}
         }
     }
     let data = history.into_data();

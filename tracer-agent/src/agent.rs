@@ -13,7 +13,7 @@ use crate::{
     error::TracerError,
     events::CudaCall,
     history::{Allocation, CallSite, MemHistory},
-    probes::{ProbeState, ProbeStatus, Probes},
+    probes::{ProbeOptions, ProbeState, ProbeStatus, Probes},
     recorder::{LiveStatus, Recorder, RecorderConfig, RecorderEnd, Shared},
     target::{self, CallSiteResolver},
 };
@@ -42,6 +42,8 @@ pub struct AgentConfig {
     /// library loaded after the start is attached as soon as its opening is seen, and calls in
     /// between are missed.
     pub stop_on_library_open: bool,
+    /// Probes that are off by default to attach too.
+    pub probes: ProbeOptions,
 }
 
 impl AgentConfig {
@@ -54,6 +56,7 @@ impl AgentConfig {
             recorder: RecorderConfig::default(),
             command: Vec::new(),
             stop_on_library_open: false,
+            probes: ProbeOptions::default(),
         }
     }
 }
@@ -129,7 +132,7 @@ impl TracerAgent {
         if self.running.is_some() {
             return Err(TracerError::AlreadyRunning);
         }
-        let mut probes = Probes::load(self.config.ring_bytes)?;
+        let mut probes = Probes::load(self.config.ring_bytes, self.config.probes)?;
         probes.set_stop_on_library_open(self.config.stop_on_library_open)?;
         let mut files: Vec<PathBuf> = self.config.libraries.clone();
         for &pid in &self.config.pids {

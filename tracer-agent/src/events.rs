@@ -103,6 +103,106 @@ pub enum TraceEvent {
         locked: bool,
         pages: u64,
     },
+    /// A host memory syscall made outside CUDA and hotpin calls (those are `nested`: the call
+    /// accounts for its memory).
+    HostMemory {
+        pid: u32,
+        ts_ns: u64,
+        nested: bool,
+        /// The syscall failed (its memory did not change).
+        failed: bool,
+        op: HostOp,
+    },
+    /// `pages` user page faults by one thread on consecutive pages from `addr`.
+    PageFaults {
+        pid: u32,
+        ts_ns: u64,
+        addr: u64,
+        pages: u64,
+    },
+    /// An ioctl of the NVIDIA driver's kind; `cmd` is its full command.
+    NvidiaIoctl {
+        pid: u32,
+        cmd: u32,
+    },
+}
+
+/// What a host memory syscall did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostOp {
+    Map {
+        addr: u64,
+        len: u64,
+    },
+    Unmap {
+        addr: u64,
+        len: u64,
+    },
+    Remap {
+        old_addr: u64,
+        old_len: u64,
+        new_addr: u64,
+        new_len: u64,
+    },
+    /// The program break is now `end` (`brk`'s return, whether or not the move asked for
+    /// succeeded).
+    Break {
+        end: u64,
+    },
+}
+
+impl HostOp {
+    pub fn syscall(self) -> &'static str {
+        match self {
+            HostOp::Map { .. } => "mmap",
+            HostOp::Unmap { .. } => "munmap",
+            HostOp::Remap { .. } => "mremap",
+            HostOp::Break { .. } => "brk",
+        }
+    }
+}
+
+/// The host memory syscall in `event`, if it is one.
+fn host_memory(event: &Event, kind: EventKind) -> Option<TraceEvent> {
+    let a = &event.args;
+    let ret = event.ret;
+    // A syscall's -errno is within the last page of the address space.
+    let error = (ret as i64) < 0 && (ret as i64) >= -4095;
+    let (op, failed) = match kind {
+        EventKind::Mmap => (
+            HostOp::Map {
+                addr: ret,
+                len: a[1],
+            },
+            error,
+        ),
+        EventKind::Munmap => (
+            HostOp::Unmap {
+                addr: a[0],
+                len: a[1],
+            },
+            ret != 0,
+        ),
+        EventKind::Mremap => (
+            HostOp::Remap {
+                old_addr: a[0],
+                old_len: a[1],
+                new_addr: ret,
+                new_len: a[2],
+            },
+            error,
+        ),
+        // brk(0) asks where the break is; brk(x) that fails returns the old break.
+        EventKind::Brk => (HostOp::Break { end: ret }, a[0] != 0 && ret != a[0]),
+        _ => return None,
+    };
+    Some(TraceEvent::HostMemory {
+        pid: event.header.pid,
+        ts_ns: event.header.ts_ns,
+        nested: event.header.flags & FLAG_NESTED != 0,
+        failed,
+        op,
+    })
 }
 
 /// Decodes one ring-buffer record.
@@ -129,7 +229,26 @@ pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
                 pages: event.args[0],
             });
         }
-        _ => {}
+        Some(EventKind::PageFaults) => {
+            return Ok(TraceEvent::PageFaults {
+                pid: event.header.pid,
+                ts_ns: event.header.ts_ns,
+                addr: event.args[0],
+                pages: event.args[1],
+            });
+        }
+        Some(EventKind::NvidiaIoctl) => {
+            return Ok(TraceEvent::NvidiaIoctl {
+                pid: event.header.pid,
+                cmd: event.args[1] as u32,
+            });
+        }
+        Some(kind) => {
+            if let Some(host) = host_memory(&event, kind) {
+                return Ok(host);
+            }
+        }
+        None => {}
     }
     decode_event(&event).map(TraceEvent::Cuda)
 }

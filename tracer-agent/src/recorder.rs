@@ -15,7 +15,7 @@ use tokio::{io::unix::AsyncFd, sync::mpsc, sync::watch, time::MissedTickBehavior
 
 use crate::{
     error::TracerError,
-    events::{self, CudaCall, Op, RawSite, TraceEvent},
+    events::{self, Op, RawSite, TraceEvent},
     history::MemHistory,
     probes::{KernelCounters, ProbeStatus, Probes},
     target::{self, AddressSites, CallSiteResolver},
@@ -108,7 +108,7 @@ impl Recorder {
             mut targets,
             config,
         } = self;
-        let (tx, rx) = mpsc::channel::<Vec<CudaCall>>(CHANNEL_BATCHES);
+        let (tx, rx) = mpsc::channel::<Vec<TraceEvent>>(CHANNEL_BATCHES);
         let writer = tokio::spawn(write_batches(rx, Arc::clone(&shared), resolver));
         // SAFETY: the RingBuf owns its map's descriptor, keeps it open while it lives, and
         // always returns the same one; it is moved into the AsyncFd and never swapped.
@@ -164,6 +164,14 @@ impl Recorder {
             &mut address_sites,
         )
         .await;
+        // Runs of page faults the threads had not sent yet: after everything else they did.
+        match probes.take_fault_runs() {
+            Ok(runs) if !runs.is_empty() => {
+                let _ = tx.send(runs).await;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot read the last page-fault runs"),
+        }
         drop(tx);
         writer
             .await
@@ -187,7 +195,7 @@ impl Recorder {
 /// being opened is handled at once: its process may be stopped until then.
 async fn drain(
     ring: &mut RingBuf<MapData>,
-    tx: &mpsc::Sender<Vec<CudaCall>>,
+    tx: &mpsc::Sender<Vec<TraceEvent>>,
     shared: &Shared,
     probes: &mut Probes,
     address_sites: &mut AddressSites,
@@ -204,18 +212,10 @@ async fn drain(
                 if let Some(RawSite::Address(addr)) = call.site {
                     call.site = address_sites.to_build_id(call.pid, addr).or(call.site);
                 }
-                batch.push(call);
+                batch.push(TraceEvent::Cuda(call));
             }
             Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd),
-            Ok(TraceEvent::DriverPages { locked, pages, .. }) => {
-                let mut history = shared.history.write().expect("history lock poisoned");
-                let stats = history.stats_mut();
-                if locked {
-                    stats.driver_locked_pages += pages;
-                } else {
-                    stats.driver_unlocked_pages += pages;
-                }
-            }
+            Ok(event) => batch.push(event),
             Err(error) => {
                 shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "dropping a ring-buffer record that does not decode");
@@ -241,15 +241,23 @@ async fn drain(
     }
 }
 
-/// Applies batches to the history, resolving allocation call sites.
+/// Applies batches to the history in ring order, resolving allocation call sites.
 async fn write_batches(
-    mut rx: mpsc::Receiver<Vec<CudaCall>>,
+    mut rx: mpsc::Receiver<Vec<TraceEvent>>,
     shared: Arc<Shared>,
     mut resolver: CallSiteResolver,
 ) {
     while let Some(batch) = rx.recv().await {
         let mut history = shared.history.write().expect("history lock poisoned");
-        for call in &batch {
+        for event in &batch {
+            apply(&mut history, &mut resolver, event);
+        }
+    }
+}
+
+fn apply(history: &mut MemHistory, resolver: &mut CallSiteResolver, event: &TraceEvent) {
+    match *event {
+        TraceEvent::Cuda(ref call) => {
             let site = match (call.op, call.site) {
                 (Op::Alloc { .. } | Op::Register { .. }, Some(raw)) if !call.nested => {
                     Some(history.intern_call_site(resolver.resolve(call.pid, raw)))
@@ -258,6 +266,9 @@ async fn write_batches(
             };
             history.apply(call, site);
         }
+        // Handled by the reader: the process may be waiting for it.
+        TraceEvent::LibraryOpen { .. } => {}
+        _ => history.apply_kernel(event, target::heap_start),
     }
 }
 
@@ -331,8 +342,14 @@ fn rescan(probes: &mut Probes, targets: &mut Vec<u32>, shared: &Shared) {
 }
 
 fn publish_counters(probes: &Probes, shared: &Shared) {
-    if let Ok(KernelCounters { ringbuf_full, .. }) = probes.counters() {
-        let lost = ringbuf_full + shared.live.decode_errors.load(Ordering::Relaxed);
+    if let Ok(KernelCounters {
+        ringbuf_full,
+        host_ringbuf_full,
+        ..
+    }) = probes.counters()
+    {
+        let lost =
+            ringbuf_full + host_ringbuf_full + shared.live.decode_errors.load(Ordering::Relaxed);
         shared.live.lost.store(lost, Ordering::Relaxed);
     }
 }

@@ -182,7 +182,8 @@ pub struct Report {
     pub pin_bytes: u64,
     /// Call sites that pinned and were never hot: stop pinning these.
     pub unpin_sites: Vec<SiteAdvice>,
-    /// Hot transfers from memory no probe saw allocated (their call site is unknown).
+    /// Hot memory with no allocating call site: memory no probe saw allocated, and anonymous
+    /// mappings and heaps (seen, but not who in the program asked for them).
     pub untracked_hot_bytes: u64,
 }
 
@@ -283,7 +284,7 @@ impl Report {
                 *any_hot |= hot;
             } else if hot && !grouped {
                 candidates.push(*a);
-                if a.kind == AllocKind::Untracked {
+                if a.call_site.is_none() {
                     untracked_hot_bytes += a.size;
                 }
             }
@@ -452,8 +453,9 @@ impl Report {
         if self.untracked_hot_bytes > 0 {
             let _ = writeln!(
                 out,
-                "  {} of hot transfers came from memory no probe saw allocated; run with the \
-                 hotpin allocator to attribute them to call sites",
+                "  {} of hot memory has no allocating call site (memory no probe saw allocated, \
+                 anonymous mappings, the heap); run with the hotpin allocator to attribute it \
+                 to call sites",
                 bytes(self.untracked_hot_bytes)
             );
         }

@@ -124,6 +124,14 @@ pub fn host_path(pid: u32, path: &str) -> PathBuf {
     }
 }
 
+/// Where the heap (`[heap]` in /proc/PID/maps) of `pid` starts, if it has one now.
+pub fn heap_start(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let line = text.lines().find(|line| line.ends_with("[heap]"))?;
+    let (start, _) = line.split_once('-')?;
+    u64::from_str_radix(start, 16).ok()
+}
+
 /// The files of `pid` worth examining for probes: its executable (which may carry the CUDA
 /// runtime or hotpin statically, as nvcc's default does for the runtime) and the mapped files
 /// named like a CUDA library or hotpin.

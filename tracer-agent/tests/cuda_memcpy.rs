@@ -249,7 +249,7 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
     let pinned = history
         .allocations()
         .iter()
-        .find(|a| a.size == 3 * 4096)
+        .find(|a| a.size == 3 * 4096 && a.kind == AllocKind::Pinned)
         .expect("h");
     assert_eq!(
         pinned.stats.transfers, 20,

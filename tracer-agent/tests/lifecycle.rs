@@ -187,6 +187,7 @@ fn eight_threads_at_full_speed_every_event_arrives_or_is_counted_lost() {
     let history = agent.history();
     let stats = history.stats();
     // Every cudaMemcpy is a runtime call over a driver call: two events. cudaMalloc adds two.
+    // (The threads' own mmaps and faults are host memory events, lost or not, counted apart.)
     let emitted = 2 * 8 * PER_THREAD + 2;
     eprintln!(
         "threads: {} cudaMemcpy in {seconds:.2} s = {:.0} events/s, {} received, {} lost",

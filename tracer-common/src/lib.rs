@@ -84,11 +84,13 @@ pub const FLAG_OUT_UNREADABLE: u16 = 1 << 2;
 
 /// Indexes of the per-CPU counters map `COUNTERS`.
 pub mod counter {
-    /// Events that found the ring buffer full: lost.
+    /// CUDA and hotpin calls (and library opens) that found the ring buffer full: lost.
     pub const RINGBUF_FULL: u32 = 0;
     /// Entries that found the pending-call map full: their returns carry `FLAG_NO_ENTRY`.
     pub const PENDING_FULL: u32 = 1;
-    pub const COUNT: u32 = 2;
+    /// Host memory syscalls, page-fault runs and ioctls that found the ring buffer full: lost.
+    pub const HOST_RINGBUF_FULL: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
 /// Indexes of the array map `CONFIG`, set by the agent.
@@ -182,7 +184,43 @@ event_kinds! {
     DriverLockPages = 301,
     /// The NVIDIA driver unpinned pages (`os_unlock_user_pages`): `args[0]` is the page count.
     DriverUnlockPages = 302,
+
+    /// Host memory syscalls, from their enter and exit tracepoints: `args` are the syscall's
+    /// arguments in order, `ret` its return value. Anonymous mappings only (`mmap` with
+    /// `MAP_ANONYMOUS`); `FLAG_NESTED` when made inside a CUDA or hotpin call.
+    Mmap = 310,
+    Munmap = 311,
+    Mremap = 312,
+    Brk = 313,
+    /// A run of user page faults by one thread on consecutive pages
+    /// (`exceptions:page_fault_user`): `args[0]` is the first page, `args[1]` how many pages;
+    /// the timestamp is the first fault's.
+    PageFaults = 320,
+    /// An ioctl of the NVIDIA driver's kind (`_IOC_TYPE(cmd) == 'F'`, the resource manager's
+    /// escapes): `args[0]` the fd, `args[1]` the command.
+    NvidiaIoctl = 330,
 }
+
+/// A thread's page faults on consecutive pages not yet sent, kept by thread in the kernel's
+/// `FAULT_RUNS` map; sent as one [`EventKind::PageFaults`] when the run breaks, when the thread
+/// sends any other event, or read by the agent at the end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultRun {
+    pub pid: u32,
+    pub _pad: u32,
+    /// The first page's address.
+    pub start: u64,
+    pub pages: u64,
+    pub ts_ns: u64,
+}
+
+/// Longest run of faults kept before it is sent (2 MiB of 4 KiB pages).
+pub const MAX_FAULT_RUN: u64 = 512;
+/// The page size faults are counted in.
+pub const PAGE_BYTES: u64 = 4096;
+/// `_IOC_TYPE` of the NVIDIA driver's ioctls (`NV_IOCTL_MAGIC`).
+pub const NVIDIA_IOCTL_TYPE: u64 = b'F' as u64;
 
 /// Which API layer a probed function belongs to; the kernel side marks a call made inside a
 /// call of an outer layer as nested (driver in runtime or allocator, runtime in allocator).
@@ -281,6 +319,10 @@ impl Event {
 #[cfg(feature = "user")]
 // SAFETY: `Event` is `#[repr(C)]`, `Copy`, has explicit padding and no invalid bit patterns.
 unsafe impl aya::Pod for Event {}
+
+#[cfg(feature = "user")]
+// SAFETY: `FaultRun` is `#[repr(C)]`, `Copy`, has explicit padding and no invalid bit patterns.
+unsafe impl aya::Pod for FaultRun {}
 
 #[cfg(test)]
 mod tests {

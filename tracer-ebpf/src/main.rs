@@ -23,8 +23,9 @@ use aya_ebpf::{
 };
 use tracer_common::{
     CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_NESTED, FLAG_NO_ENTRY,
-    FLAG_OUT_UNREADABLE, HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS, MAX_TARGETS, PATH_BYTES,
-    ProbeCookie, SITE_BUILD_ID, SITE_IP, SITE_NONE, config, counter,
+    FLAG_OUT_UNREADABLE, FaultRun, HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS, MAX_FAULT_RUN,
+    MAX_TARGETS, NVIDIA_IOCTL_TYPE, PAGE_BYTES, PATH_BYTES, ProbeCookie, SITE_BUILD_ID, SITE_IP,
+    SITE_NONE, config, counter,
 };
 
 /// Default ring size; the agent may set another with `EbpfLoader::map_max_entries`.
@@ -75,6 +76,10 @@ static CONFIG: Array<u64> = Array::with_max_entries(config::COUNT, 0);
 /// Threads inside an openat of a CUDA library or hotpin.
 #[map]
 static OPENING: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
+
+/// Each thread's run of page faults on consecutive pages not yet sent.
+#[map]
+static FAULT_RUNS: LruHashMap<u32, FaultRun> = LruHashMap::with_max_entries(MAX_PENDING, 0);
 
 /// Room to read a path into (too large for the BPF stack).
 #[map]
@@ -294,6 +299,7 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
     } else {
         CallSiteRaw::default()
     };
+    send_fault_run(tid);
 
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         bump(counter::RINGBUF_FULL);
@@ -428,6 +434,244 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         unsafe { bpf_send_signal(SIGSTOP) };
     }
     entry.submit(BPF_RB_FORCE_WAKEUP.into());
+    Ok(())
+}
+
+/// Syscall tracepoint records: `__syscall_nr` at offset 8; `sys_enter_*` arguments from
+/// offset 16, 8 bytes each; `sys_exit_*`'s `ret` at 16 (`SYS_EXIT_RET_OFFSET`).
+const SYSCALL_NR_OFFSET: usize = 8;
+const SYSCALL_ARGS_OFFSET: usize = 16;
+/// Arguments of the host memory syscalls read at entry (mmap has the most: six).
+const SYSCALL_ARGS: usize = 6;
+const MAP_ANONYMOUS: u64 = 0x20;
+
+/// The host memory syscall with this number, by architecture.
+#[cfg(bpf_target_arch = "x86_64")]
+fn host_memory_kind(nr: i32) -> Option<EventKind> {
+    match nr {
+        9 => Some(EventKind::Mmap),
+        11 => Some(EventKind::Munmap),
+        25 => Some(EventKind::Mremap),
+        12 => Some(EventKind::Brk),
+        _ => None,
+    }
+}
+
+#[cfg(bpf_target_arch = "aarch64")]
+fn host_memory_kind(nr: i32) -> Option<EventKind> {
+    match nr {
+        222 => Some(EventKind::Mmap),
+        215 => Some(EventKind::Munmap),
+        216 => Some(EventKind::Mremap),
+        214 => Some(EventKind::Brk),
+        _ => None,
+    }
+}
+
+/// Attached to `sys_enter_` mmap, munmap, mremap and brk: keeps the arguments for the exit.
+#[tracepoint]
+pub fn host_memory_sys_enter(ctx: TracePointContext) -> u32 {
+    match try_host_memory_enter(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+/// Attached to `sys_exit_` mmap, munmap, mremap and brk: sends the call with its result.
+#[tracepoint]
+pub fn host_memory_sys_exit(ctx: TracePointContext) -> u32 {
+    match try_host_memory_exit(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+fn try_host_memory_enter(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((_, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: the offset of `__syscall_nr` in every syscall tracepoint's record.
+    let nr: i32 = unsafe { ctx.read_at(SYSCALL_NR_OFFSET) }.map_err(i64::from)?;
+    let Some(kind) = host_memory_kind(nr) else {
+        return Ok(());
+    };
+    let mut pending = Pending {
+        // SAFETY: no preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        args: [0; MAX_ARGS],
+    };
+    for (index, slot) in pending.args.iter_mut().take(SYSCALL_ARGS).enumerate() {
+        // SAFETY: argument `index` of a sys_enter record; the record always has six slots.
+        *slot = unsafe { ctx.read_at(SYSCALL_ARGS_OFFSET + 8 * index) }.unwrap_or(0);
+    }
+    // Mappings of files (libraries, data) are not host buffers.
+    if kind == EventKind::Mmap && pending.args[3] & MAP_ANONYMOUS == 0 {
+        return Ok(());
+    }
+    let key = PendingKey {
+        tid,
+        kind: kind as u32,
+    };
+    if PENDING.insert(key, pending, 0).is_err() {
+        bump(counter::PENDING_FULL);
+    }
+    Ok(())
+}
+
+fn try_host_memory_exit(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: as at entry.
+    let nr: i32 = unsafe { ctx.read_at(SYSCALL_NR_OFFSET) }.map_err(i64::from)?;
+    let Some(kind) = host_memory_kind(nr) else {
+        return Ok(());
+    };
+    let key = PendingKey {
+        tid,
+        kind: kind as u32,
+    };
+    // SAFETY: copied out before the entry is removed.
+    let Some(pending) = (unsafe { PENDING.get(key) }).copied() else {
+        // Filtered at entry (a file mapping), or entered before the probes were attached.
+        return Ok(());
+    };
+    let _ = PENDING.remove(key);
+    // SAFETY: the offset of `ret` in a sys_exit record.
+    let ret: i64 = unsafe { ctx.read_at(SYS_EXIT_RET_OFFSET) }.map_err(i64::from)?;
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let mut flags = 0;
+    // SAFETY: only this thread changes its entry, and it is running this program.
+    if let Some(depth) = unsafe { DEPTH.get(tid) }
+        && (depth.runtime > 0 || depth.allocator > 0)
+    {
+        flags |= FLAG_NESTED;
+    }
+    send_fault_run(tid);
+    let event = Event {
+        header: header(kind as u16, flags, tgid, tid, now),
+        args: pending.args,
+        ret: ret as u64,
+        duration_ns: now.saturating_sub(pending.ts_ns),
+        ..Event::default()
+    };
+    if EVENTS.output::<Event>(&event, 0).is_err() {
+        bump(counter::HOST_RINGBUF_FULL);
+    }
+    Ok(())
+}
+
+/// `exceptions:page_fault_user`: `address` at offset 8.
+const FAULT_ADDRESS_OFFSET: usize = 8;
+
+/// A target's user page fault. Faults on consecutive pages by one thread (a buffer's first
+/// touch) are counted into one run and sent as one event, so a 1 GiB first touch is 512
+/// events, not 262144.
+#[tracepoint]
+pub fn page_fault_user(ctx: TracePointContext) -> u32 {
+    match try_page_fault_user(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+fn try_page_fault_user(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: the offset of `address` in this tracepoint's record.
+    let address: u64 = unsafe { ctx.read_at(FAULT_ADDRESS_OFFSET) }.map_err(i64::from)?;
+    let page = address & !(PAGE_BYTES - 1);
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(run) = FAULT_RUNS.get_ptr_mut(tid) {
+        // SAFETY: the entry belongs to this thread, which is running this program.
+        let run = unsafe { &mut *run };
+        if run.pages > 0 && run.start + run.pages * PAGE_BYTES == page && run.pages < MAX_FAULT_RUN
+        {
+            run.pages += 1;
+            return Ok(());
+        }
+        if run.pages > 0 {
+            send_run(run, tid);
+        }
+        run.start = page;
+        run.pages = 1;
+        run.ts_ns = now;
+        return Ok(());
+    }
+    let run = FaultRun {
+        pid: tgid,
+        start: page,
+        pages: 1,
+        ts_ns: now,
+        ..FaultRun::default()
+    };
+    FAULT_RUNS.insert(tid, run, 0)?;
+    Ok(())
+}
+
+/// Sends this thread's run of faults, if it has one, before another event of the thread, so
+/// the history sees faults in order with the thread's frees and reallocations.
+fn send_fault_run(tid: u32) {
+    let Some(run) = FAULT_RUNS.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: the entry belongs to this thread, which is running this program.
+    let run = unsafe { &mut *run };
+    if run.pages > 0 {
+        send_run(run, tid);
+        run.pages = 0;
+    }
+}
+
+fn send_run(run: &FaultRun, tid: u32) {
+    let mut event = Event {
+        header: header(EventKind::PageFaults as u16, 0, run.pid, tid, run.ts_ns),
+        ..Event::default()
+    };
+    event.args[0] = run.start;
+    event.args[1] = run.pages;
+    if EVENTS.output::<Event>(&event, 0).is_err() {
+        bump(counter::HOST_RINGBUF_FULL);
+    }
+}
+
+/// `sys_enter_ioctl`: `fd` at 16, `cmd` at 24.
+const IOCTL_FD_OFFSET: usize = 16;
+const IOCTL_CMD_OFFSET: usize = 24;
+
+/// A target's ioctl of the NVIDIA driver's kind (the resource manager's escapes on
+/// /dev/nvidiactl and /dev/nvidia*): how often the driver is asked for what.
+#[tracepoint]
+pub fn nvidia_ioctl_sys_enter(ctx: TracePointContext) -> u32 {
+    match try_nvidia_ioctl(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+fn try_nvidia_ioctl(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: the offsets of `fd` and `cmd` in this tracepoint's record.
+    let cmd: u64 = unsafe { ctx.read_at(IOCTL_CMD_OFFSET) }.map_err(i64::from)?;
+    if (cmd >> 8) & 0xff != NVIDIA_IOCTL_TYPE {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let fd: u64 = unsafe { ctx.read_at(IOCTL_FD_OFFSET) }.map_err(i64::from)?;
+    send_fault_run(tid);
+    let mut event = Event {
+        // SAFETY: no preconditions.
+        header: header(EventKind::NvidiaIoctl as u16, 0, tgid, tid, unsafe {
+            bpf_ktime_get_ns()
+        }),
+        ..Event::default()
+    };
+    event.args[0] = fd;
+    event.args[1] = cmd & 0xffff_ffff;
+    if EVENTS.output::<Event>(&event, 0).is_err() {
+        bump(counter::HOST_RINGBUF_FULL);
+    }
     Ok(())
 }
 

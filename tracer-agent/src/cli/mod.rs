@@ -73,6 +73,11 @@ struct RecordArgs {
     /// Print the hot/cold report when the recording ends.
     #[arg(long)]
     report: bool,
+    /// Also count user page faults per allocation (exceptions:page_fault_user). Off by
+    /// default: faults on consecutive pages are sent as one event, but a process that faults
+    /// all over (a Python start) still sends many.
+    #[arg(long)]
+    page_faults: bool,
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,

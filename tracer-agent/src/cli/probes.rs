@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::{Context as _, Result, bail};
 use tracer_agent::{
     privileges,
-    probes::{ProbeState, Probes},
+    probes::{ProbeOptions, ProbeState, Probes},
     target,
 };
 
@@ -41,7 +41,10 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
-    let mut probes = Probes::load(1 << 16).context("loading the tracer's eBPF programs")?;
+    // Every probe, those off by default included, to show which the kernel allows.
+    let options = ProbeOptions { page_faults: true };
+    let mut probes =
+        Probes::load(1 << 16, options).context("loading the tracer's eBPF programs")?;
     for path in &libraries {
         if let Err(error) = probes.attach_file(path) {
             eprintln!("tracer: {}: {error}", path.display());

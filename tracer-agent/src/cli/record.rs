@@ -89,6 +89,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     config.libraries = args.target.files();
     config.ring_bytes = args.ring_mib << 20;
     config.stop_on_library_open = args.stop_on_load;
+    config.probes.page_faults = args.page_faults;
     if let Some((program, rest)) = args.command.split_first() {
         let paused = target::spawn_paused(program, rest, |_| {})?;
         config.pids = vec![paused.pid()];

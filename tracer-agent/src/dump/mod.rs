@@ -16,7 +16,7 @@ use crate::history::{HistoryData, InvalidHistory, MemHistory};
 /// First bytes of a binary dump.
 pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
 /// Largest history file read, compressed or not (a history of 1M allocations is far below).
@@ -292,8 +292,14 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
     if body.len() as u64 > limit {
         return Err(DecodeFailure::TooLarge(limit));
     }
-    let (data, used) =
-        decode_body(&body).map_err(|e| DecodeFailure::Corrupted(format!("bincode: {e}")))?;
+    let corrupted =
+        |e: bincode::error::DecodeError| DecodeFailure::Corrupted(format!("bincode: {e}"));
+    let (data, used) = if version == 1 {
+        let (old, used) = decode_body::<v1::HistoryData>(&body).map_err(corrupted)?;
+        (old.into(), used)
+    } else {
+        decode_body::<HistoryData>(&body).map_err(corrupted)?
+    };
     if used != body.len() {
         return Err(DecodeFailure::Corrupted(format!(
             "{} bytes left over after the history",
@@ -308,7 +314,9 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
 /// lengths may claim in all, and a real body claims no more than its own length. So the limit
 /// is the first of a few steps (16x apart) at or above the body's length: a crafted 3 KB body
 /// that claims a 4 GB string is refused, not allocated (found by the fuzzer).
-fn decode_body(body: &[u8]) -> Result<(HistoryData, usize), bincode::error::DecodeError> {
+fn decode_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Result<(T, usize), bincode::error::DecodeError> {
     macro_rules! first_limit_above {
         ($($bits:literal)*) => {$(
             if body.len() <= 1 << $bits {
@@ -320,6 +328,87 @@ fn decode_body(body: &[u8]) -> Result<(HistoryData, usize), bincode::error::Deco
     first_limit_above!(16 20 24 28);
     let config = bincode::config::standard().with_limit::<{ MAX_DECOMPRESSED_BYTES as usize }>();
     bincode::serde::decode_from_slice(body, config)
+}
+
+/// Format 1, read and converted: its statistics lack the host memory, page fault and ioctl
+/// counters of format 2 (they read as zero); everything else is the same.
+mod v1 {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use crate::{
+        history::{self, Allocation, CallSite, RecordingMeta},
+        probes::KernelCounters,
+    };
+
+    #[derive(Deserialize)]
+    struct KernelCountersV1 {
+        ringbuf_full: u64,
+        pending_full: u64,
+    }
+
+    #[derive(Deserialize)]
+    pub struct HistoryData {
+        meta: RecordingMeta,
+        call_sites: Vec<CallSite>,
+        allocations: Vec<Allocation>,
+        stats: HistoryStats,
+    }
+
+    #[derive(Deserialize)]
+    struct HistoryStats {
+        calls_by_function: BTreeMap<String, u64>,
+        failed_by_function: BTreeMap<String, (u64, i32)>,
+        calls: u64,
+        transfers: u64,
+        h2d_bytes: u64,
+        d2h_bytes: u64,
+        other_copies: u64,
+        nested_calls: u64,
+        failed_calls: u64,
+        partial_calls: u64,
+        untracked_transfers: u64,
+        unmatched_frees: u64,
+        driver_locked_pages: u64,
+        driver_unlocked_pages: u64,
+        kernel: KernelCountersV1,
+        decode_errors: u64,
+    }
+
+    impl From<HistoryData> for history::HistoryData {
+        fn from(old: HistoryData) -> Self {
+            let s = old.stats;
+            history::HistoryData {
+                meta: old.meta,
+                call_sites: old.call_sites,
+                allocations: old.allocations,
+                stats: history::HistoryStats {
+                    calls_by_function: s.calls_by_function,
+                    failed_by_function: s.failed_by_function,
+                    calls: s.calls,
+                    transfers: s.transfers,
+                    h2d_bytes: s.h2d_bytes,
+                    d2h_bytes: s.d2h_bytes,
+                    other_copies: s.other_copies,
+                    nested_calls: s.nested_calls,
+                    failed_calls: s.failed_calls,
+                    partial_calls: s.partial_calls,
+                    untracked_transfers: s.untracked_transfers,
+                    unmatched_frees: s.unmatched_frees,
+                    driver_locked_pages: s.driver_locked_pages,
+                    driver_unlocked_pages: s.driver_unlocked_pages,
+                    kernel: KernelCounters {
+                        ringbuf_full: s.kernel.ringbuf_full,
+                        pending_full: s.kernel.pending_full,
+                        host_ringbuf_full: 0,
+                    },
+                    decode_errors: s.decode_errors,
+                    ..Default::default()
+                },
+            }
+        }
+    }
 }
 
 #[cfg(test)]

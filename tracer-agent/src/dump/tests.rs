@@ -66,8 +66,16 @@ fn random_history(seed: u64) -> MemHistory {
                 h.register(pid, addr, 4096, None, ts);
             }
             5 => {
-                h.page_fault(pid, addr + rng.below(0x1000), ts);
+                h.page_faults(pid, addr + rng.below(0x1000), 1 + rng.below(8), ts);
             }
+            6 => match rng.below(4) {
+                0 => {
+                    h.map(pid, addr, 0x1000 * (1 + rng.below(4)), ts);
+                }
+                1 => h.unmap(pid, addr, 0x1000 * (1 + rng.below(4)), ts),
+                2 => h.remap(pid, addr, 0x1000, 0x1000 * (1 + rng.below(64)), 0x2000, ts),
+                _ => h.set_break(pid, Some(0x10_0000), 0x10_0000 + rng.below(0x10000), ts),
+            },
             _ => {
                 let other = 0x1000 * (1 + rng.below(64));
                 let direction = directions[rng.below(4) as usize];
@@ -75,6 +83,12 @@ fn random_history(seed: u64) -> MemHistory {
             }
         }
     }
+    h.stats_mut()
+        .nvidia_ioctls
+        .insert("0x2a".into(), rng.below(9));
+    h.stats_mut()
+        .host_memory_calls
+        .insert("mmap".into(), rng.below(9));
     h.stats_mut().kernel.ringbuf_full = rng.below(3);
     h.stats_mut().decode_errors = rng.below(2);
     h
@@ -261,4 +275,18 @@ fn a_small_body_claiming_a_huge_string_is_refused_without_allocating_it() {
         error.contains("LimitExceeded"),
         "refused by the limit, not after allocating: {error}"
     );
+}
+
+/// A binary dump in format 1 (written by the tracer before host memory, page faults and
+/// ioctls were counted) still loads, with those counters at zero.
+#[test]
+fn a_format_1_dump_still_loads() {
+    let bytes = include_bytes!("testdata/history-v1.bin");
+    assert_eq!(&bytes[MAGIC.len()..MAGIC.len() + 4], &1u32.to_le_bytes());
+    let data = decode(bytes).expect("format 1 decodes");
+    let history = MemHistory::from_data(data).expect("and is consistent");
+    assert!(!history.allocations().is_empty());
+    assert!(history.stats().transfers > 0);
+    assert_eq!(history.stats().page_faults, 0);
+    assert!(history.stats().nvidia_ioctls.is_empty());
 }

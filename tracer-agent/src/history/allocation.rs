@@ -26,7 +26,8 @@ pub struct CallSite {
 pub enum AllocKind {
     /// malloc and friends.
     Pageable,
-    /// An anonymous mmap.
+    /// An anonymous mmap made outside CUDA and hotpin calls (malloc's large blocks, Python's
+    /// arenas, a program's own buffers).
     Mmap,
     /// cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc.
     Pinned,
@@ -37,6 +38,8 @@ pub enum AllocKind {
     /// A host pointer used in a transfer that no tracked allocation contains: the entry
     /// collects those transfers so none is dropped. Its size is the largest copy seen.
     Untracked,
+    /// The process's brk heap (malloc's arena): one region that grows and shrinks.
+    Heap,
 }
 
 impl AllocKind {
@@ -47,6 +50,12 @@ impl AllocKind {
 
     pub fn is_host(self) -> bool {
         self != AllocKind::Device
+    }
+
+    /// Mapped memory that holds allocations (an anonymous mmap, the heap): addresses are
+    /// credited to it only when no allocation inside contains them.
+    pub fn is_region(self) -> bool {
+        matches!(self, AllocKind::Mmap | AllocKind::Heap)
     }
 }
 

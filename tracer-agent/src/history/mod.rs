@@ -16,7 +16,7 @@ pub use allocation::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    events::{CudaCall, Op},
+    events::{CudaCall, HostOp, Op, TraceEvent},
     probes::{
         KernelCounters,
         registry::{AllocSpace, CopyDirection},
@@ -52,6 +52,19 @@ pub struct HistoryStats {
     /// kernel has none).
     pub driver_locked_pages: u64,
     pub driver_unlocked_pages: u64,
+    /// User page faults seen (with `--page-faults`), in pages; those in no tracked allocation
+    /// or mapping are also counted apart.
+    #[serde(default)]
+    pub page_faults: u64,
+    #[serde(default)]
+    pub untracked_page_faults: u64,
+    /// Host memory syscalls seen (mmap, munmap, mremap, brk), made outside CUDA and hotpin
+    /// calls; failed ones included.
+    #[serde(default)]
+    pub host_memory_calls: BTreeMap<String, u64>,
+    /// ioctls of the NVIDIA driver's kind, by escape number (`_IOC_NR`, in hex: "0x2a").
+    #[serde(default)]
+    pub nvidia_ioctls: BTreeMap<String, u64>,
     /// What the kernel side could not deliver.
     pub kernel: KernelCounters,
     /// Ring-buffer records that did not decode.
@@ -61,7 +74,7 @@ pub struct HistoryStats {
 impl HistoryStats {
     /// Events lost between the kernel and the history, counted exactly.
     pub fn lost_events(&self) -> u64 {
-        self.kernel.ringbuf_full + self.decode_errors
+        self.kernel.ringbuf_full + self.kernel.host_ringbuf_full + self.decode_errors
     }
 }
 
@@ -114,6 +127,11 @@ pub struct MemHistory {
     site_ids: HashMap<(String, u64), CallSiteId>,
     /// Live allocations by (pid, start).
     live: BTreeMap<(u32, u64), AllocId>,
+    /// Live anonymous mappings and heaps by (pid, start): they hold allocations, so an address
+    /// is looked up in `live` first. They never overlap each other.
+    regions: BTreeMap<(u32, u64), AllocId>,
+    /// Each process's live heap (the brk region).
+    heaps: HashMap<u32, AllocId>,
     /// Host allocations ordered by transfer count.
     by_transfers: BTreeSet<(u64, AllocId)>,
     by_call_site: HashMap<CallSiteId, Vec<AllocId>>,
@@ -124,6 +142,14 @@ pub struct MemHistory {
     /// Blocks hotpin's allocator marked pinned, waiting for the allocation that hands them
     /// out (the marker returns before the allocation call does).
     pinned_marks: std::collections::HashSet<(u32, u64)>,
+}
+
+/// Where the first entry of `index` after `addr` in process `pid` starts.
+fn next_start(index: &BTreeMap<(u32, u64), AllocId>, pid: u32, addr: u64) -> Option<u64> {
+    index
+        .range((pid, addr.saturating_add(1))..=(pid, u64::MAX))
+        .next()
+        .map(|(&(_, start), _)| start)
 }
 
 impl PartialEq for MemHistory {
@@ -179,6 +205,15 @@ impl MemHistory {
                 history
                     .untracked
                     .insert((allocation.pid, allocation.start), id);
+            } else if allocation.kind.is_region() {
+                if allocation.is_live() {
+                    history
+                        .regions
+                        .insert((allocation.pid, allocation.start), id);
+                    if allocation.kind == AllocKind::Heap {
+                        history.heaps.insert(allocation.pid, id);
+                    }
+                }
             } else if allocation.is_live()
                 && let Some(first) = history.live.insert((allocation.pid, allocation.start), id)
             {
@@ -257,9 +292,24 @@ impl MemHistory {
             .map(|id| &self.data.allocations[id as usize])
     }
 
+    /// The live allocation containing `addr`, else the mapping (or heap) containing it.
     fn find_id(&self, pid: u32, addr: u64) -> Option<AllocId> {
-        let (&(found_pid, _), &id) = self.live.range(..=(pid, addr)).next_back()?;
-        (found_pid == pid && self.data.allocations[id as usize].contains(addr)).then_some(id)
+        let containing = |index: &BTreeMap<(u32, u64), AllocId>| {
+            let (&(found_pid, _), &id) = index.range(..=(pid, addr)).next_back()?;
+            (found_pid == pid && self.data.allocations[id as usize].contains(addr)).then_some(id)
+        };
+        containing(&self.live).or_else(|| containing(&self.regions))
+    }
+
+    /// Where the next live allocation or mapping after `addr` starts, if any.
+    fn next_start(&self, pid: u32, addr: u64) -> Option<u64> {
+        match (
+            next_start(&self.live, pid, addr),
+            next_start(&self.regions, pid, addr),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Every allocation (live or freed) made at a call site.
@@ -350,7 +400,11 @@ impl MemHistory {
         };
         allocation.push_event(AllocEvent::Alloc { ts_ns });
         self.data.allocations.push(allocation);
-        if kind != AllocKind::Untracked {
+        if kind.is_region() {
+            if let Some(previous) = self.regions.insert((pid, start), id) {
+                self.close(previous, ts_ns);
+            }
+        } else if kind != AllocKind::Untracked {
             self.live.insert((pid, start), id);
         }
         if let Some(site) = call_site {
@@ -516,13 +570,202 @@ impl MemHistory {
         id
     }
 
-    /// Records a user page fault at `addr` against the allocation containing it.
-    pub fn page_fault(&mut self, pid: u32, addr: u64, ts_ns: u64) -> Option<AllocId> {
-        let id = self.find_id(pid, addr)?;
-        let allocation = &mut self.data.allocations[id as usize];
-        allocation.stats.page_faults += 1;
-        allocation.push_event(AllocEvent::PageFault { ts_ns, addr });
-        Some(id)
+    /// Records a run of `pages` user page faults from the page at `addr` on: each page is
+    /// counted against the allocation (or else the mapping) containing it, with one timeline
+    /// event per allocation the run touches; pages in none are counted as untracked.
+    pub fn page_faults(&mut self, pid: u32, addr: u64, pages: u64, ts_ns: u64) {
+        const PAGE: u64 = tracer_common::PAGE_BYTES;
+        self.data.stats.page_faults = self.data.stats.page_faults.saturating_add(pages);
+        let end = addr.saturating_add(pages.saturating_mul(PAGE));
+        let mut at = addr;
+        while at < end {
+            let (stop, id) = match self.find_id(pid, at) {
+                Some(id) => {
+                    let a = &self.data.allocations[id as usize];
+                    let mut stop = a.start.saturating_add(a.size.max(1));
+                    // A mapping's pages stop where an allocation inside it starts.
+                    if a.kind.is_region()
+                        && let Some(next) = next_start(&self.live, pid, at)
+                    {
+                        stop = stop.min(next);
+                    }
+                    (stop, Some(id))
+                }
+                None => (self.next_start(pid, at).unwrap_or(end), None),
+            };
+            // Whole pages from `at` up to the page holding `stop`'s last byte.
+            let stop = stop.min(end).max(at + 1);
+            let counted = (stop - at).div_ceil(PAGE);
+            match id {
+                Some(id) => {
+                    let allocation = &mut self.data.allocations[id as usize];
+                    allocation.stats.page_faults =
+                        allocation.stats.page_faults.saturating_add(counted);
+                    allocation.push_event(AllocEvent::PageFault { ts_ns, addr: at });
+                }
+                None => {
+                    let untracked = &mut self.data.stats.untracked_page_faults;
+                    *untracked = untracked.saturating_add(counted);
+                }
+            }
+            at = at.saturating_add(counted.saturating_mul(PAGE));
+        }
+    }
+
+    /// Records an anonymous mapping made outside CUDA and hotpin calls.
+    pub fn map(&mut self, pid: u32, addr: u64, len: u64, ts_ns: u64) -> AllocId {
+        self.alloc(pid, addr, len, AllocKind::Mmap, None, ts_ns)
+    }
+
+    /// Records `munmap(addr, len)`: mappings inside the range end; one that straddles an end
+    /// keeps its part outside the range (a part after the range continues as a new mapping).
+    pub fn unmap(&mut self, pid: u32, addr: u64, len: u64, ts_ns: u64) {
+        let end = addr.saturating_add(len);
+        let first = self
+            .regions
+            .range(..=(pid, addr))
+            .next_back()
+            .filter(|(key, _)| key.0 == pid)
+            .map(|(&key, _)| key);
+        let touched: Vec<(u64, AllocId)> = first
+            .into_iter()
+            .chain(self.regions.range((pid, addr)..(pid, end)).map(|(&k, _)| k))
+            .filter_map(|key| self.regions.get(&key).map(|&id| (key.1, id)))
+            .collect();
+        for (start, id) in touched {
+            let (kind, size) = {
+                let a = &self.data.allocations[id as usize];
+                (a.kind, a.size)
+            };
+            let region_end = start.saturating_add(size);
+            if region_end <= addr || start >= end {
+                continue;
+            }
+            if start < addr {
+                // Keeps its head.
+                self.data.allocations[id as usize].size = addr - start;
+            } else {
+                self.regions.remove(&(pid, start));
+                if self.heaps.get(&pid) == Some(&id) {
+                    self.heaps.remove(&pid);
+                }
+                self.close(id, ts_ns);
+            }
+            if region_end > end {
+                self.alloc(pid, end, region_end - end, kind, None, ts_ns);
+            }
+        }
+    }
+
+    /// Records `mremap`: in place the mapping changes size; moved, the old one ends and a new
+    /// one starts at `new_addr`.
+    pub fn remap(
+        &mut self,
+        pid: u32,
+        old_addr: u64,
+        old_len: u64,
+        new_addr: u64,
+        new_len: u64,
+        ts_ns: u64,
+    ) {
+        if new_addr == old_addr
+            && let Some(&id) = self.regions.get(&(pid, old_addr))
+        {
+            self.data.allocations[id as usize].size = new_len;
+            return;
+        }
+        self.unmap(pid, old_addr, old_len, ts_ns);
+        self.map(pid, new_addr, new_len, ts_ns);
+    }
+
+    /// Whether the heap of `pid` is known yet.
+    pub fn has_heap(&self, pid: u32) -> bool {
+        self.heaps.contains_key(&pid)
+    }
+
+    /// Records the program break moving to `end` (brk): the heap region, from `start` (where
+    /// the heap begins, if known) or from the first break seen, grows or shrinks to it.
+    pub fn set_break(&mut self, pid: u32, start: Option<u64>, end: u64, ts_ns: u64) {
+        if let Some(&id) = self.heaps.get(&pid) {
+            let heap = &mut self.data.allocations[id as usize];
+            heap.size = end.saturating_sub(heap.start);
+            return;
+        }
+        let start = start.filter(|&s| s <= end).unwrap_or(end);
+        let id = self.alloc(pid, start, end - start, AllocKind::Heap, None, ts_ns);
+        self.heaps.insert(pid, id);
+    }
+
+    /// Applies an event of the kernel's other probes: host memory syscalls, page faults,
+    /// ioctls, the driver's page pinning; CUDA calls go through [`Self::apply`].
+    /// `heap_start` tells where a process's heap begins, asked when its break first moves.
+    pub fn apply_kernel(
+        &mut self,
+        event: &TraceEvent,
+        heap_start: impl FnOnce(u32) -> Option<u64>,
+    ) {
+        match *event {
+            TraceEvent::DriverPages { locked, pages, .. } => {
+                let stats = self.stats_mut();
+                if locked {
+                    stats.driver_locked_pages += pages;
+                } else {
+                    stats.driver_unlocked_pages += pages;
+                }
+            }
+            // Memory a CUDA or hotpin call maps for itself is that call's allocation.
+            TraceEvent::HostMemory { nested: true, .. } => {}
+            TraceEvent::HostMemory {
+                pid,
+                ts_ns,
+                failed,
+                op,
+                ..
+            } => {
+                *self
+                    .stats_mut()
+                    .host_memory_calls
+                    .entry(op.syscall().to_string())
+                    .or_default() += 1;
+                if failed {
+                    return;
+                }
+                match op {
+                    HostOp::Map { addr, len } => {
+                        self.map(pid, addr, len, ts_ns);
+                    }
+                    HostOp::Unmap { addr, len } => self.unmap(pid, addr, len, ts_ns),
+                    HostOp::Remap {
+                        old_addr,
+                        old_len,
+                        new_addr,
+                        new_len,
+                    } => self.remap(pid, old_addr, old_len, new_addr, new_len, ts_ns),
+                    HostOp::Break { end } => {
+                        let start = if self.has_heap(pid) {
+                            None
+                        } else {
+                            heap_start(pid)
+                        };
+                        self.set_break(pid, start, end, ts_ns);
+                    }
+                }
+            }
+            TraceEvent::PageFaults {
+                pid,
+                ts_ns,
+                addr,
+                pages,
+            } => self.page_faults(pid, addr, pages, ts_ns),
+            TraceEvent::NvidiaIoctl { cmd, .. } => {
+                *self
+                    .stats_mut()
+                    .nvidia_ioctls
+                    .entry(format!("{:#x}", cmd & 0xff))
+                    .or_default() += 1;
+            }
+            TraceEvent::Cuda(_) | TraceEvent::LibraryOpen { .. } => {}
+        }
     }
 
     /// Applies one decoded CUDA call. `call_site` is the caller, already interned.

@@ -305,3 +305,73 @@ fn from_data_rebuilds_every_index_and_rejects_inconsistent_content() {
         Err(InvalidHistory::DuplicateLive { .. })
     ));
 }
+
+/// A mapping holds allocations: an address inside an allocation is the allocation's, one
+/// outside every allocation is the mapping's; a run of faults is split between them.
+#[test]
+fn mappings_hold_allocations_and_faults_split_between_them() {
+    let mut h = MemHistory::new();
+    let page = tracer_common::PAGE_BYTES;
+    let region = h.map(PID, 0x10_0000, 16 * page, 1);
+    let inner = h.alloc(
+        PID,
+        0x10_0000 + 4 * page,
+        2 * page,
+        AllocKind::Pageable,
+        None,
+        2,
+    );
+    assert_eq!(
+        h.find(PID, 0x10_0000 + 4 * page + 8).map(|a| a.id),
+        Some(inner)
+    );
+    assert_eq!(
+        h.find(PID, 0x10_0000 + 8 * page).map(|a| a.id),
+        Some(region)
+    );
+    // 10 pages from the region's start: 4 region, 2 inner, 4 region.
+    h.page_faults(PID, 0x10_0000, 10, 3);
+    let faults = |h: &MemHistory, id| h.allocation(id).expect("exists").stats.page_faults;
+    assert_eq!((faults(&h, region), faults(&h, inner)), (8, 2));
+    // 4 pages past the region's end belong to nothing.
+    h.page_faults(PID, 0x10_0000 + 16 * page, 4, 4);
+    assert_eq!(h.stats().untracked_page_faults, 4);
+    assert_eq!(h.stats().page_faults, 14);
+}
+
+/// munmap keeps what lies outside its range (a hole in the middle leaves two mappings);
+/// mremap in place resizes, moved it starts a new mapping; brk grows the heap.
+#[test]
+fn unmap_remap_and_break_follow_the_kernel() {
+    let mut h = MemHistory::new();
+    let page = tracer_common::PAGE_BYTES;
+    let whole = h.map(PID, 0x20_0000, 8 * page, 1);
+    h.unmap(PID, 0x20_0000 + 2 * page, 2 * page, 2);
+    assert_eq!(
+        h.allocation(whole).map(|a| a.size),
+        Some(2 * page),
+        "head kept"
+    );
+    let tail = h.find(PID, 0x20_0000 + 4 * page).expect("tail kept");
+    assert_eq!((tail.start, tail.size), (0x20_0000 + 4 * page, 4 * page));
+    h.unmap(PID, 0x20_0000, 8 * page, 3);
+    assert!(h.find(PID, 0x20_0000).is_none() && h.find(PID, 0x20_0000 + 5 * page).is_none());
+
+    let moved = h.map(PID, 0x40_0000, page, 4);
+    h.remap(PID, 0x40_0000, page, 0x40_0000, 3 * page, 5);
+    assert_eq!(
+        h.allocation(moved).map(|a| a.size),
+        Some(3 * page),
+        "in place"
+    );
+    h.remap(PID, 0x40_0000, 3 * page, 0x80_0000, 6 * page, 6);
+    assert!(h.allocation(moved).is_some_and(|a| a.free_ns == Some(6)));
+    assert_eq!(h.find(PID, 0x80_0000).map(|a| a.size), Some(6 * page));
+
+    assert!(!h.has_heap(PID));
+    h.set_break(PID, Some(0x100_0000), 0x100_0000 + 33 * page, 7);
+    h.set_break(PID, None, 0x100_0000 + 66 * page, 8);
+    let heap = h.find(PID, 0x100_0000 + 40 * page).expect("the heap grew");
+    assert_eq!((heap.kind, heap.size), (AllocKind::Heap, 66 * page));
+    assert!(h.has_heap(PID));
+}

@@ -19,7 +19,7 @@ use aya::{
     },
 };
 use serde::Serialize;
-use tracer_common::{config, counter};
+use tracer_common::{FaultRun, config, counter};
 
 use self::{
     registry::{CALL_PROBES, KPROBE_PROBES, Library, TRACEPOINT_PROBES},
@@ -92,6 +92,24 @@ pub struct KernelCounters {
     pub ringbuf_full: u64,
     /// Calls whose entry could not be remembered (their event has no arguments).
     pub pending_full: u64,
+    /// Host memory syscalls, page-fault runs and ioctls dropped because the ring buffer was
+    /// full (counted apart, so CUDA calls' losses stay exact on their own).
+    #[serde(default)]
+    pub host_ringbuf_full: u64,
+}
+
+/// Which probes that are off by default to attach as well.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeOptions {
+    /// `exceptions:page_fault_user`: user page faults, attributed to allocations. Off by
+    /// default: a process that faults a lot (a Python start) sends many events.
+    pub page_faults: bool,
+}
+
+impl ProbeOptions {
+    fn wants(self, probe: &registry::TracepointProbe) -> bool {
+        probe.default_on || (self.page_faults && probe.program == registry::PAGE_FAULT_PROGRAM)
+    }
 }
 
 /// The loaded kernel programs and what they are attached to.
@@ -108,7 +126,7 @@ pub struct Probes {
 impl Probes {
     /// Loads the embedded object with a ring buffer of `ring_bytes` (a power of two, at least
     /// one page) and loads both programs into the kernel.
-    pub fn load(ring_bytes: u32) -> Result<Self, TracerError> {
+    pub fn load(ring_bytes: u32, options: ProbeOptions) -> Result<Self, TracerError> {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
             .load(EBPF_OBJECT)
@@ -129,25 +147,58 @@ impl Probes {
             stop_on_library_open: false,
         };
         mount_tracefs();
-        probes.attach_tracepoints();
+        probes.attach_tracepoints(options);
         probes.attach_kprobes();
         Ok(probes)
     }
 
     /// Loads and attaches every tracepoint of the registry; one the kernel refuses is reported
     /// and skipped.
-    fn attach_tracepoints(&mut self) {
-        for probe in TRACEPOINT_PROBES.iter().filter(|p| p.default_on) {
+    fn attach_tracepoints(&mut self, options: ProbeOptions) {
+        for probe in TRACEPOINT_PROBES.iter().filter(|p| options.wants(p)) {
             let target = ProbeTarget::Tracepoint {
                 category: probe.category,
                 name: probe.name,
             };
             self.attach_kernel_program(probe.program, target, |program| {
                 let program: &mut TracePoint = program.try_into()?;
-                program.load()?;
+                // One program serves several tracepoints (the four host memory syscalls).
+                if program.fd().is_err() {
+                    program.load()?;
+                }
                 program.attach(probe.category, probe.name).map(drop)
             });
         }
+    }
+
+    /// Takes the runs of page faults the kernel side holds unsent (each thread's last), as
+    /// events to apply after everything else.
+    pub fn take_fault_runs(&mut self) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
+        let map = self
+            .ebpf
+            .map("FAULT_RUNS")
+            .expect("the object defines FAULT_RUNS");
+        let runs =
+            BpfHashMap::<_, u32, FaultRun>::try_from(map).map_err(|source| TracerError::Map {
+                map: "FAULT_RUNS",
+                source,
+            })?;
+        let mut events = Vec::new();
+        for entry in runs.iter() {
+            let (_, run) = entry.map_err(|source| TracerError::Map {
+                map: "FAULT_RUNS",
+                source,
+            })?;
+            if run.pages > 0 {
+                events.push(crate::events::TraceEvent::PageFaults {
+                    pid: run.pid,
+                    ts_ns: run.ts_ns,
+                    addr: run.start,
+                    pages: run.pages,
+                });
+            }
+        }
+        Ok(events)
     }
 
     /// Attaches the registry's kprobes. A kernel without kprobes (ours) is detected, said once,
@@ -399,6 +450,7 @@ impl Probes {
         Ok(KernelCounters {
             ringbuf_full: sum(counter::RINGBUF_FULL)?,
             pending_full: sum(counter::PENDING_FULL)?,
+            host_ringbuf_full: sum(counter::HOST_RINGBUF_FULL)?,
         })
     }
 }

@@ -56,6 +56,8 @@ pub enum KernelFeature {
     UprobeWithCookie,
     /// Syscall tracepoints (CONFIG_FTRACE_SYSCALLS).
     SyscallTracepoint,
+    /// Other kernel tracepoints (CONFIG_TRACEPOINTS).
+    Tracepoint,
     /// Kernel kprobes (CONFIG_KPROBES): absent on our kernels, detected and reported.
     Kprobe,
 }
@@ -474,8 +476,11 @@ pub struct TracepointProbe {
     pub purpose: &'static str,
 }
 
-/// Every tracepoint probe. The openat pair notices a target opening a CUDA library so the
-/// agent attaches before the library runs (PyTorch loads CUDA lazily with dlopen).
+/// Every tracepoint probe. The openat pair notices a target opening a CUDA library (or hotpin)
+/// so the agent attaches before the library runs (PyTorch loads CUDA lazily with dlopen). The
+/// host memory syscalls record anonymous mappings and the heap, so copies from pageable memory
+/// are credited to the mapping that holds them; page faults (off by default) count first
+/// touches per allocation; the ioctl probe counts what the process asks the NVIDIA driver.
 pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
     TracepointProbe {
         program: "library_open_sys_enter_openat",
@@ -493,7 +498,90 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         default_on: true,
         purpose: "hold the process until the library's probes are attached",
     },
+    TracepointProbe {
+        program: "host_memory_sys_enter",
+        category: "syscalls",
+        name: "sys_enter_mmap",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "mmap: arguments",
+    },
+    TracepointProbe {
+        program: "host_memory_sys_exit",
+        category: "syscalls",
+        name: "sys_exit_mmap",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "mmap: host memory mapped, unmapped or moved",
+    },
+    TracepointProbe {
+        program: "host_memory_sys_enter",
+        category: "syscalls",
+        name: "sys_enter_munmap",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "munmap: arguments",
+    },
+    TracepointProbe {
+        program: "host_memory_sys_exit",
+        category: "syscalls",
+        name: "sys_exit_munmap",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "munmap: host memory mapped, unmapped or moved",
+    },
+    TracepointProbe {
+        program: "host_memory_sys_enter",
+        category: "syscalls",
+        name: "sys_enter_mremap",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "mremap: arguments",
+    },
+    TracepointProbe {
+        program: "host_memory_sys_exit",
+        category: "syscalls",
+        name: "sys_exit_mremap",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "mremap: host memory mapped, unmapped or moved",
+    },
+    TracepointProbe {
+        program: "host_memory_sys_enter",
+        category: "syscalls",
+        name: "sys_enter_brk",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "brk: arguments",
+    },
+    TracepointProbe {
+        program: "host_memory_sys_exit",
+        category: "syscalls",
+        name: "sys_exit_brk",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "brk: host memory mapped, unmapped or moved",
+    },
+    TracepointProbe {
+        program: "page_fault_user",
+        category: "exceptions",
+        name: "page_fault_user",
+        feature: KernelFeature::Tracepoint,
+        default_on: false,
+        purpose: "user page faults, counted against allocations (--page-faults)",
+    },
+    TracepointProbe {
+        program: "nvidia_ioctl_sys_enter",
+        category: "syscalls",
+        name: "sys_enter_ioctl",
+        feature: KernelFeature::SyscallTracepoint,
+        default_on: true,
+        purpose: "ioctls of the NVIDIA driver's kind, counted",
+    },
 ];
+
+/// The page-fault program, off unless asked for.
+pub const PAGE_FAULT_PROGRAM: &str = "page_fault_user";
 
 /// A kprobe on a kernel function.
 #[derive(Clone, Copy, Debug)]

@@ -148,6 +148,19 @@ pub fn trace_program(
     find: Find,
     before_stop: impl FnOnce(),
 ) -> (TracerAgent, Output) {
+    trace_configured(standin, program, args, env, find, |_| {}, before_stop)
+}
+
+/// [`trace_program`], with `configure` applied to the agent's configuration first.
+pub fn trace_configured(
+    standin: &Installed,
+    program: &Path,
+    args: &[OsString],
+    env: &[(String, String)],
+    find: Find,
+    configure: impl FnOnce(&mut AgentConfig),
+    before_stop: impl FnOnce(),
+) -> (TracerAgent, Output) {
     let mut child = target::spawn_paused(program.as_os_str(), args, |command| {
         command
             .envs(env.iter().cloned())
@@ -162,6 +175,7 @@ pub fn trace_program(
     }
     config.modules = vec![program.to_path_buf()];
     config.libraries.push(program.to_path_buf());
+    configure(&mut config);
     let mut agent = TracerAgent::with_config(config);
     agent.start().expect("start tracing (needs root and BPF)");
     child.resume().expect("resume the workload");
