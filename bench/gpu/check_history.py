@@ -16,7 +16,15 @@ result = {
     "expected_bytes": (expected["h2d"] + expected["d2h"]) * n,
     "traced_bytes": stats["h2d_bytes"] + stats["d2h_bytes"],
     "calls": stats["calls"], "nested": stats["nested_calls"], "failed": stats["failed_calls"],
-    "lost": stats["kernel"]["ringbuf_full"] + stats["decode_errors"],
+    "lost": stats["kernel"]["ringbuf_full"] + stats["kernel"].get("host_ringbuf_full", 0)
+            + stats["decode_errors"],
+    "untracked_transfers": stats["untracked_transfers"],
+    "transfers_by_kind": {k: sum(a["stats"]["transfers"] for a in history["allocations"] if a["kind"] == k)
+                          for k in sorted({a["kind"] for a in history["allocations"]})},
+    "host_memory_calls": stats.get("host_memory_calls", {}),
+    "page_faults": stats.get("page_faults", 0),
+    "untracked_page_faults": stats.get("untracked_page_faults", 0),
+    "nvidia_ioctls": sum(stats.get("nvidia_ioctls", {}).values()),
     "pinned_allocations": len(pinned),
     "pinned_transfers_max": max([a["stats"]["transfers"] for a in pinned] or [0]),
     "calls_by_function": stats["calls_by_function"],

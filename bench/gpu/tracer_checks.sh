@@ -24,6 +24,9 @@ check() { # name expected-json history
 echo "== PyTorch known copies"
 exp=$("$BIN/tracer" record -o "$W/torch.json" -- python3 "$HERE/torch_copies.py" 2>"$OUT/torch_record.err")
 tail -2 "$OUT/torch_record.err"; check torch "$exp" "$W/torch.json"
+echo "== PyTorch known copies, with --page-faults"
+exp=$("$BIN/tracer" record --page-faults -o "$W/torch_pf.json" -- python3 "$HERE/torch_copies.py" 2>"$OUT/torch_pf_record.err")
+tail -2 "$OUT/torch_pf_record.err"; check torch-page-faults "$exp" "$W/torch_pf.json"
 echo "== nvcc program, static cudart"
 nvcc -O2 -o "$W/static_copies" "$HERE/static_copies.cu" && \
 exp=$("$BIN/tracer" record -o "$W/static.json" -- "$W/static_copies" 50 2>"$OUT/static_record.err")
@@ -32,7 +35,7 @@ echo "== transfer-bench, real CUDA"
 tb=$("$BIN/tracer" record -o "$W/tb.json" -- "$BIN/transfer-bench" --cudart "$CUDART" --size 4M 2>"$OUT/tb_record.err")
 exp=$(python3 -c "import json,sys; s=json.loads(sys.argv[1]); print(json.dumps({'h2d': s['copies']//2, 'd2h': s['copies']//2, 'bytes_per_copy': s['size']}))" "$tb")
 tail -2 "$OUT/tb_record.err"; check transfer-bench "$exp" "$W/tb.json"
-cp "$W/torch.json" "$W/static.json" "$OUT/" 2>/dev/null
+cp "$W/torch.json" "$W/torch_pf.json" "$W/static.json" "$OUT/" 2>/dev/null
 
 echo "== overhead per traced call: transfer-bench, 4-byte copies, untraced and traced interleaved"
 for i in $(seq "$RUNS"); do
@@ -44,5 +47,6 @@ echo "== PyTorch loop: untraced and traced interleaved"
 for i in $(seq "$RUNS"); do
   u=$(python3 "$HERE/torch_loop.py" 300)
   t=$("$BIN/tracer" record -o "$W/l.hotpin" -- python3 "$HERE/torch_loop.py" 300 2>>"$OUT/loop.err")
-  echo "{\"run\": $i, \"untraced\": $u, \"traced\": $t}" | tee -a "$OUT/loop.jsonl"
+  p=$("$BIN/tracer" record --page-faults -o "$W/lp.hotpin" -- python3 "$HERE/torch_loop.py" 300 2>>"$OUT/loop_pf.err")
+  echo "{\"run\": $i, \"untraced\": $u, \"traced\": $t, \"traced_page_faults\": $p}" | tee -a "$OUT/loop.jsonl"
 done
