@@ -125,6 +125,11 @@ pub enum TraceEvent {
         pid: u32,
         cmd: u32,
     },
+    /// Traced process `pid` made child process `child`, traced from now on.
+    ProcessFork {
+        pid: u32,
+        child: u32,
+    },
 }
 
 /// What a host memory syscall did.
@@ -235,6 +240,12 @@ pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
                 ts_ns: event.header.ts_ns,
                 addr: event.args[0],
                 pages: event.args[1],
+            });
+        }
+        Some(EventKind::ProcessFork) => {
+            return Ok(TraceEvent::ProcessFork {
+                pid: event.header.pid,
+                child: event.args[0] as u32,
             });
         }
         Some(EventKind::NvidiaIoctl) => {

@@ -89,6 +89,7 @@ pub(crate) struct RecorderEnd {
 impl Recorder {
     /// Runs until `stop` turns true, then drains what is left.
     pub fn run(self, stop: watch::Receiver<bool>) -> Result<RecorderEnd, TracerError> {
+        prefer_this_thread();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -129,11 +130,11 @@ impl Recorder {
                         what: "polling the ring buffer".into(),
                         source,
                     })?;
-                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes, &mut address_sites).await;
+                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets).await;
                     guard.clear_ready();
                 }
                 _ = drain_tick.tick() => {
-                    drain(ring.get_mut(), &tx, &shared, &mut probes, &mut address_sites).await
+                    drain(ring.get_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets).await
                 }
                 _ = rescan_tick.tick() => {
                     rescan(&mut probes, &mut targets, &shared);
@@ -162,8 +163,13 @@ impl Recorder {
             &shared,
             &mut probes,
             &mut address_sites,
+            &mut targets,
         )
         .await;
+        // Children forked while the ring was drained joined the filter meanwhile.
+        for &pid in &targets {
+            let _ = probes.remove_target(pid);
+        }
         // Runs of page faults the threads had not sent yet: after everything else they did.
         match probes.take_fault_runs() {
             Ok(runs) if !runs.is_empty() => {
@@ -191,6 +197,21 @@ impl Recorder {
     }
 }
 
+/// Asks the scheduler to run this thread (the recorder) ahead of ordinary threads: a target
+/// that keeps every core busy would otherwise starve it while the ring fills, and events would
+/// be lost. SCHED_FIFO at the lowest real-time priority; the thread sleeps between batches, so
+/// it takes only the time its events cost. Without CAP_SYS_NICE it stays as it is.
+fn prefer_this_thread() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "the recorder runs at normal priority"
+        );
+    }
+}
+
 /// Takes every record in the ring, decodes it, and sends it on in batches. A CUDA library
 /// being opened is handled at once: its process may be stopped until then.
 async fn drain(
@@ -199,6 +220,7 @@ async fn drain(
     shared: &Shared,
     probes: &mut Probes,
     address_sites: &mut AddressSites,
+    targets: &mut Vec<u32>,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
@@ -215,6 +237,13 @@ async fn drain(
                 batch.push(TraceEvent::Cuda(call));
             }
             Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd),
+            Ok(TraceEvent::ProcessFork { pid, child }) => {
+                tracing::info!(pid, child, "following a child process");
+                if !targets.contains(&child) {
+                    targets.push(child);
+                }
+                batch.push(TraceEvent::ProcessFork { pid, child });
+            }
             Ok(event) => batch.push(event),
             Err(error) => {
                 shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);

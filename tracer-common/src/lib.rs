@@ -199,6 +199,10 @@ event_kinds! {
     /// An ioctl of the NVIDIA driver's kind (`_IOC_TYPE(cmd) == 'F'`, the resource manager's
     /// escapes): `args[0]` the fd, `args[1]` the command.
     NvidiaIoctl = 330,
+    /// A traced process made a child process (not a thread: `task:task_newtask` without
+    /// `CLONE_THREAD`); the kernel side traces the child from its first instruction:
+    /// `args[0]` is the child's pid.
+    ProcessFork = 340,
 }
 
 /// A thread's page faults on consecutive pages not yet sent, kept by thread in the kernel's

@@ -675,6 +675,52 @@ fn try_nvidia_ioctl(ctx: &TracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
+/// `task:task_newtask`: the new task's `pid` at offset 8, `clone_flags` at 32 (a layout
+/// unchanged since Linux 3.x).
+const NEWTASK_PID_OFFSET: usize = 8;
+const NEWTASK_CLONE_FLAGS_OFFSET: usize = 32;
+const CLONE_THREAD: u64 = 0x10000;
+
+/// A traced process creating a child process: the child is traced from before it first runs,
+/// so forked workers (and whatever they exec) are followed. Threads are already traced (the
+/// filter is by process).
+#[tracepoint]
+pub fn process_fork_task_newtask(ctx: TracePointContext) -> u32 {
+    match try_process_fork(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+fn try_process_fork(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: the offsets of `clone_flags` and `pid` in this tracepoint's record.
+    let flags: u64 = unsafe { ctx.read_at(NEWTASK_CLONE_FLAGS_OFFSET) }.map_err(i64::from)?;
+    if flags & CLONE_THREAD != 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let child: i32 = unsafe { ctx.read_at(NEWTASK_PID_OFFSET) }.map_err(i64::from)?;
+    TARGETS.insert(child as u32, 0, 0)?;
+    let mut event = Event {
+        // SAFETY: no preconditions.
+        header: header(EventKind::ProcessFork as u16, 0, tgid, tid, unsafe {
+            bpf_ktime_get_ns()
+        }),
+        ..Event::default()
+    };
+    event.args[0] = child as u64;
+    // Reserved like a library open: the agent must hear of every child it now traces.
+    if EVENTS
+        .output::<Event>(&event, BPF_RB_FORCE_WAKEUP.into())
+        .is_err()
+    {
+        bump(counter::RINGBUF_FULL);
+    }
+    Ok(())
+}
+
 /// `os_lock_user_pages(void *address, NvU64 page_count, ...)` in the NVIDIA driver.
 #[kprobe]
 pub fn driver_pages_os_lock_user_pages(ctx: ProbeContext) -> u32 {

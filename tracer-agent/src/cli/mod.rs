@@ -48,7 +48,8 @@ struct TargetArgs {
 
 #[derive(Args, Debug, Default)]
 struct RecordArgs {
-    /// A process to trace (repeat for several). Children it forks are not followed.
+    /// A process to trace (repeat for several). Child processes it makes from now on are
+    /// followed from their first instruction.
     #[arg(short, long = "pid", value_name = "PID")]
     pids: Vec<u32>,
     #[command(flatten)]

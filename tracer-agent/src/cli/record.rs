@@ -2,7 +2,7 @@
 //! history.
 //!
 //! A command is started held before `exec` (see `target::spawn_paused`), attached, then let
-//! go, so its first CUDA call is seen. Its children are not followed. SIGINT or SIGTERM to the
+//! go, so its first CUDA call is seen; child processes are followed. SIGINT or SIGTERM to the
 //! tracer is passed on to the command it started; the recording ends when the command exits,
 //! so its last events are kept. With `--pid`, a signal ends the recording and the processes
 //! run on untraced.

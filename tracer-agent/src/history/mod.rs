@@ -764,6 +764,11 @@ impl MemHistory {
                     .entry(format!("{:#x}", cmd & 0xff))
                     .or_default() += 1;
             }
+            TraceEvent::ProcessFork { child, .. } => {
+                if !self.meta().pids.contains(&child) {
+                    self.meta_mut().pids.push(child);
+                }
+            }
             TraceEvent::Cuda(_) | TraceEvent::LibraryOpen { .. } => {}
         }
     }

@@ -578,6 +578,14 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         default_on: true,
         purpose: "ioctls of the NVIDIA driver's kind, counted",
     },
+    TracepointProbe {
+        program: "process_fork_task_newtask",
+        category: "task",
+        name: "task_newtask",
+        feature: KernelFeature::Tracepoint,
+        default_on: true,
+        purpose: "follow child processes from their first instruction",
+    },
 ];
 
 /// The page-fault program, off unless asked for.
