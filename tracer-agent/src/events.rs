@@ -5,7 +5,7 @@ use tracer_common::{
 };
 
 use crate::probes::registry::{
-    AllocSpace, BytesFrom, CopyDirection, DirectionFrom, PtrFrom, Semantics, call_probe,
+    AllocSpace, BytesFrom, CopyDirection, DirectionFrom, Library, PtrFrom, Semantics, call_probe,
 };
 
 /// What a CUDA call did to memory.
@@ -26,6 +26,12 @@ pub enum Op {
     },
     Unregister {
         addr: u64,
+    },
+    /// `realloc`: the block at `old` (0: none) ends; one of `size` bytes starts at `addr`.
+    Realloc {
+        old: u64,
+        addr: u64,
+        size: u64,
     },
     /// hotpin's allocator is handing out a pinned block at `addr`.
     MarkPinned {
@@ -264,6 +270,13 @@ pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
     decode_event(&event).map(TraceEvent::Cuda)
 }
 
+fn bytes_of(args: &[u64; tracer_common::MAX_ARGS], from: BytesFrom) -> u64 {
+    match from {
+        BytesFrom::Arg(index) => args[index],
+        BytesFrom::Rect { width, height } => args[width].saturating_mul(args[height]),
+    }
+}
+
 /// Reads a CUDA call's arguments with its registry row.
 pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
     let raw_kind = event.header.kind;
@@ -277,8 +290,13 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
                 PtrFrom::Out(_) if event.header.flags & FLAG_OUT_UNREADABLE != 0 => 0,
                 PtrFrom::Out(_) => event.out,
             },
-            size: args[size],
+            size: bytes_of(args, size),
             space,
+        },
+        Semantics::Realloc { ptr, size } => Op::Realloc {
+            old: args[ptr],
+            addr: event.ret,
+            size: args[size],
         },
         Semantics::Free { ptr, space } => Op::Free {
             addr: args[ptr],
@@ -298,10 +316,7 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
         } => Op::Copy {
             dst: args[dst],
             src: args[src],
-            bytes: match bytes {
-                BytesFrom::Arg(index) => args[index],
-                BytesFrom::Rect { width, height } => args[width].saturating_mul(args[height]),
-            },
+            bytes: bytes_of(args, bytes),
             direction: match direction {
                 DirectionFrom::Fixed(direction) => direction,
                 DirectionFrom::KindArg(index) => CopyDirection::from_memcpy_kind(args[index]),
@@ -330,8 +345,11 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             Semantics::Alloc {
                 ptr: PtrFrom::Ret, ..
             } => i32::from(event.ret == 0),
-            // hotpin_pinned returns nothing: the register holds garbage.
+            // realloc fails by returning null for a size it was asked for.
+            Semantics::Realloc { size, .. } => i32::from(event.ret == 0 && args[size] != 0),
+            // hotpin_pinned and libc's free return nothing: the register holds garbage.
             Semantics::MarkPinned { .. } => 0,
+            Semantics::Free { .. } if probe.library == Library::Libc => 0,
             _ => event.ret as u32 as i32,
         },
         nested: event.header.flags & FLAG_NESTED != 0,

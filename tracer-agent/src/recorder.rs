@@ -288,7 +288,9 @@ fn apply(history: &mut MemHistory, resolver: &mut CallSiteResolver, event: &Trac
     match *event {
         TraceEvent::Cuda(ref call) => {
             let site = match (call.op, call.site) {
-                (Op::Alloc { .. } | Op::Register { .. }, Some(raw)) if !call.nested => {
+                (Op::Alloc { .. } | Op::Register { .. } | Op::Realloc { .. }, Some(raw))
+                    if !call.nested =>
+                {
                     Some(history.intern_call_site(resolver.resolve(call.pid, raw)))
                 }
                 _ => None,

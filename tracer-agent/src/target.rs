@@ -102,8 +102,9 @@ impl ProcessMaps {
 }
 
 /// Whether a file's name says it may be a library the tracer probes: the CUDA runtime
-/// (`libcudart.so*`), the driver (`libcuda.so*`) or hotpin's allocator (`libhotpin*`). What it
-/// really carries is told by its symbols (`Probes::attach_file`).
+/// (`libcudart.so*`), the driver (`libcuda.so*`), hotpin's allocator (`libhotpin*`) or libc
+/// (`libc.so*`, probed with `--libc-malloc` only). What it really carries is told by its
+/// symbols (`Probes::attach_file`).
 pub fn is_candidate_name(path: &str) -> bool {
     let Some(name) = Path::new(path).file_name().and_then(|n| n.to_str()) else {
         return false;
@@ -111,6 +112,7 @@ pub fn is_candidate_name(path: &str) -> bool {
     name.starts_with("libcudart.so")
         || name.starts_with("libcuda.so")
         || name.starts_with("libhotpin")
+        || name.starts_with("libc.so")
 }
 
 /// The path under which this tracer can open a file the target maps: through

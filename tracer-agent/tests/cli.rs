@@ -139,10 +139,12 @@ fn sigterm_while_events_stream_leaves_a_whole_history() {
     unsafe { libc::kill(tracer.id() as i32, libc::SIGTERM) };
     let output = tracer.wait_with_output().expect("wait for tracer");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        workload.try_wait().expect("poll").is_none(),
-        "the workload runs on untraced after the tracer stops"
-    );
+    if let Some(status) = workload.try_wait().expect("poll") {
+        let output = workload.wait_with_output();
+        panic!(
+            "the workload must run on untraced after the tracer stops; it ended: {status:?}, {output:?}"
+        );
+    }
     workload.kill().expect("stop the workload");
     let _ = workload.wait();
     assert!(

@@ -82,3 +82,75 @@ fn mappings_the_heap_and_page_faults_are_attributed() {
     assert_eq!(stats.nvidia_ioctls.get("0x2a"), Some(&1), "{stats:?}");
     assert_eq!(stats.lost_events(), 0);
 }
+
+/// `--libc-malloc` with a 1 MiB floor: the allocations at or above it (malloc, calloc,
+/// posix_memalign, memalign, and a realloc that grows one) are recorded with their call sites
+/// and sizes, copies are credited to them, their frees are seen; the 100-byte malloc is not
+/// sent at all (its copy goes to the heap).
+#[test]
+fn libc_allocations_above_the_floor_are_recorded_with_call_sites() {
+    common::require_root();
+    let standin = common::standin("libc-malloc");
+    let program = common::compile_c(&standin, "libc_malloc");
+    let env = vec![
+        (
+            "HOTPIN_CUDART".to_string(),
+            standin.runtime.display().to_string(),
+        ),
+        ("LD_LIBRARY_PATH".into(), standin.dir.display().to_string()),
+    ];
+    let (agent, output) = common::trace_configured(
+        &standin,
+        &program,
+        &[],
+        &env,
+        common::Find::Named,
+        |config| config.probes.libc_malloc = Some(1 << 20),
+        || {},
+    );
+    assert!(output.status.success(), "{output:?}");
+    let printed: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the program prints its addresses");
+    let address = |name: &str| printed[name].as_u64().expect("an address");
+    let history = agent.history();
+    let libc: Vec<&Allocation> = history
+        .allocations()
+        .iter()
+        .filter(|a| a.kind == AllocKind::Pageable && a.call_site.is_some())
+        .collect();
+    let mut sizes: Vec<u64> = libc.iter().map(|a| a.size).collect();
+    sizes.sort_unstable();
+    let mib = 1 << 20;
+    assert_eq!(
+        sizes,
+        vec![mib, 2 * mib, 2 * mib, 3 * mib, 4 * mib],
+        "memalign, malloc (before realloc), calloc, posix_memalign, realloc: {libc:#?}"
+    );
+    for name in ["grown", "zeroed", "aligned", "page_aligned"] {
+        let block = libc
+            .iter()
+            .rfind(|a| a.start == address(name))
+            .unwrap_or_else(|| panic!("{name} recorded"));
+        assert_eq!(block.stats.h2d_count, 1, "{name}: {block:?}");
+        assert!(block.free_ns.is_some(), "{name} freed");
+        let site = history
+            .call_site(block.call_site.expect("a site"))
+            .expect("interned");
+        assert!(
+            site.module.ends_with("libc_malloc"),
+            "{name} called from the program: {site:?}"
+        );
+    }
+    assert!(
+        !libc.iter().any(|a| a.size == 100),
+        "the small block is not recorded"
+    );
+    let calls = &history.stats().calls_by_function;
+    assert_eq!(
+        calls.get("malloc"),
+        Some(&1),
+        "only the big malloc is sent: {calls:?}"
+    );
+    assert_eq!(calls.get("realloc"), Some(&1));
+    assert_eq!(history.stats().lost_events(), 0);
+}

@@ -98,7 +98,9 @@ pub mod config {
     /// Non-zero: stop a target (SIGSTOP) when it opens a CUDA library, so the agent can attach
     /// before the library runs; the agent continues it (SIGCONT).
     pub const STOP_ON_LIBRARY_OPEN: u32 = 0;
-    pub const COUNT: u32 = 1;
+    /// Smallest libc allocation sent, in bytes (with `--libc-malloc`).
+    pub const MALLOC_FLOOR: u32 = 1;
+    pub const COUNT: u32 = 2;
 }
 
 /// Bytes of a path the kernel side reads to recognise a CUDA library.
@@ -125,10 +127,10 @@ macro_rules! event_kinds {
         impl EventKind {
             pub const ALL: &'static [EventKind] = &[$(EventKind::$name,)*];
 
-            /// A probed function call: the CUDA runtime or driver API or hotpin's allocator (the
-            /// ranges below 200).
-            pub const fn is_cuda_call(self) -> bool {
-                (self as u16) < 200
+            /// A probed function call: the CUDA runtime or driver API, hotpin's allocator or
+            /// libc's (the ranges below 300).
+            pub const fn is_call(self) -> bool {
+                (self as u16) < 300
             }
 
             /// The kind with this number, if there is one.
@@ -175,6 +177,16 @@ event_kinds! {
     HotpinFree = 151,
     /// Called inside `hotpin_malloc` for each pinned block it hands out, fresh or cached.
     HotpinPinned = 152,
+
+    /// libc's allocator (uprobes, with `--libc-malloc`): only allocations of at least the
+    /// floor are sent, and only frees of those; the kernel side keeps their pointers.
+    Malloc = 200,
+    Calloc = 201,
+    Realloc = 202,
+    PosixMemalign = 203,
+    AlignedAlloc = 204,
+    Memalign = 205,
+    Free = 206,
 
     /// A traced process opened a file named `libcud*` or `libhotpin*` (a library it may be
     /// about to map): `args[0]` is the new file descriptor.
@@ -235,13 +247,16 @@ pub enum Layer {
     Allocator = 0,
     Runtime = 1,
     Driver = 2,
+    /// libc's allocator: calls inside the layers above are theirs (nested).
+    Libc = 3,
 }
 
 /// What userspace tells an attached program through `bpf_get_attach_cookie`.
 ///
 /// Bits 0-15: the [`EventKind`]; 16-19: index of the out-parameter plus one (0: none);
 /// 20-21: the [`Layer`]; 24-27: how many arguments to read from the stack; 28: resolve the
-/// call site in the kernel.
+/// call site in the kernel; 32-35: index of the size argument plus one, 36-39: of an argument
+/// it is multiplied by (calloc), for the kernel's size floor (0: none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie(pub u64);
 
@@ -264,6 +279,31 @@ impl ProbeCookie {
                 | ((stack_args as u64 & 0xf) << 24)
                 | ((want_site as u64) << 28),
         )
+    }
+
+    /// With the size argument (and its multiplier, if any) for the kernel's size floor.
+    pub const fn with_size_args(self, size: Option<u8>, count: Option<u8>) -> Self {
+        const fn field(index: Option<u8>) -> u64 {
+            match index {
+                Some(i) => (i as u64 & 0x7) + 1,
+                None => 0,
+            }
+        }
+        Self(self.0 | (field(size) << 32) | (field(count) << 36))
+    }
+
+    pub const fn size_arg(self) -> Option<usize> {
+        match (self.0 >> 32) & 0xf {
+            0 => None,
+            n => Some(n as usize - 1),
+        }
+    }
+
+    pub const fn count_arg(self) -> Option<usize> {
+        match (self.0 >> 36) & 0xf {
+            0 => None,
+            n => Some(n as usize - 1),
+        }
     }
 
     pub const fn want_site(self) -> bool {

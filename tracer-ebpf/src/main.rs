@@ -77,6 +77,50 @@ static CONFIG: Array<u64> = Array::with_max_entries(config::COUNT, 0);
 #[map]
 static OPENING: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
 
+/// libc allocations at or above the floor, by (process, pointer): their frees are sent, no
+/// other frees are.
+#[map]
+static LIBC_LIVE: LruHashMap<LibcBlock, u8> = LruHashMap::with_max_entries(1 << 16, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LibcBlock {
+    tgid: u32,
+    _pad: u32,
+    ptr: u64,
+}
+
+fn libc_block(tgid: u32, ptr: u64) -> LibcBlock {
+    LibcBlock { tgid, _pad: 0, ptr }
+}
+
+/// Whether a libc allocator call is worth sending: an allocation of at least the floor, or a
+/// free (or realloc) of one that was.
+fn libc_call_wanted(tgid: u32, cookie: ProbeCookie, args: &[u64; MAX_ARGS]) -> bool {
+    let floor = CONFIG.get(config::MALLOC_FLOOR).copied().unwrap_or(0);
+    let arg = |index: Option<usize>| index.and_then(|i| args.get(i).copied());
+    let size = match (arg(cookie.size_arg()), arg(cookie.count_arg())) {
+        // BPF has no 128-bit multiply (saturating_mul needs one): two factors under 2^32
+        // cannot overflow, and a factor above is past any floor anyway.
+        (Some(size), Some(count)) if (size | count) >> 32 != 0 => u64::MAX,
+        (Some(size), Some(count)) => size * count,
+        (Some(size), None) => size,
+        _ => 0,
+    };
+    let tracked = |ptr: u64| {
+        // SAFETY: only tested for presence.
+        ptr != 0 && unsafe { LIBC_LIVE.get(libc_block(tgid, ptr)) }.is_some()
+    };
+    let kind = cookie.kind();
+    if kind == EventKind::Free as u16 {
+        tracked(args[0])
+    } else if kind == EventKind::Realloc as u16 {
+        size >= floor || tracked(args[0])
+    } else {
+        size >= floor
+    }
+}
+
 /// Each thread's run of page faults on consecutive pages not yet sent.
 #[map]
 static FAULT_RUNS: LruHashMap<u32, FaultRun> = LruHashMap::with_max_entries(MAX_PENDING, 0);
@@ -203,7 +247,7 @@ fn call_site(ctx: &RetProbeContext) -> CallSiteRaw {
 }
 
 fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
-    let Some((_, tid)) = traced_thread() else {
+    let Some((tgid, tid)) = traced_thread() else {
         return Ok(());
     };
     // SAFETY: the helper only reads the program's context.
@@ -222,6 +266,10 @@ fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
         let at = sp + 8 * (index as u64 + 1);
         // SAFETY: a user read; failure leaves the argument 0.
         pending.args[6 + index] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
+    }
+    // libc's allocator: the floor is applied here, before anything is kept or sent.
+    if cookie.layer() == Layer::Libc as u8 && !libc_call_wanted(tgid, cookie, &pending.args) {
+        return Ok(());
     }
     let key = PendingKey {
         tid,
@@ -260,6 +308,8 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
     let _ = PENDING.remove(key);
     let (args, duration_ns) = match pending {
         Some(p) => (p.args, now.saturating_sub(p.ts_ns)),
+        // A libc call under the floor was dropped at entry.
+        None if cookie.layer() == Layer::Libc as u8 => return Ok(()),
         None => {
             flags |= FLAG_NO_ENTRY;
             ([0; MAX_ARGS], 0)
@@ -292,6 +342,10 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
             Ok(value) => out = value,
             Err(_) => flags |= FLAG_OUT_UNREADABLE,
         }
+    }
+
+    if cookie.layer() == Layer::Libc as u8 {
+        track_libc_block(tgid, cookie, &args, ctx.ret::<u64>(), out);
     }
 
     let site = if cookie.want_site() {
@@ -435,6 +489,21 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
     }
     entry.submit(BPF_RB_FORCE_WAKEUP.into());
     Ok(())
+}
+
+/// Keeps the pointer a libc allocation returned (so its free is sent) and forgets a freed one.
+fn track_libc_block(tgid: u32, cookie: ProbeCookie, args: &[u64; MAX_ARGS], ret: u64, out: u64) {
+    let kind = cookie.kind();
+    if kind == EventKind::Free as u16 || kind == EventKind::Realloc as u16 {
+        let _ = LIBC_LIVE.remove(libc_block(tgid, args[0]));
+        if kind == EventKind::Free as u16 {
+            return;
+        }
+    }
+    let ptr = if cookie.out_arg().is_some() { out } else { ret };
+    if ptr != 0 {
+        let _ = LIBC_LIVE.insert(libc_block(tgid, ptr), 1, 0);
+    }
 }
 
 /// Syscall tracepoint records: `__syscall_nr` at offset 8; `sys_enter_*` arguments from

@@ -90,6 +90,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     config.ring_bytes = args.ring_mib << 20;
     config.stop_on_library_open = args.stop_on_load;
     config.probes.page_faults = args.page_faults;
+    config.probes.libc_malloc = args.libc_malloc.then_some(args.malloc_floor);
     if let Some((program, rest)) = args.command.split_first() {
         let paused = target::spawn_paused(program, rest, |_| {})?;
         config.pids = vec![paused.pid()];

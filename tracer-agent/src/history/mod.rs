@@ -816,6 +816,14 @@ impl MemHistory {
                 };
                 self.alloc(pid, addr, size, kind, call_site, ts);
             }
+            Op::Realloc { old, addr, size } => {
+                if old != 0 {
+                    self.free(pid, old, ts);
+                }
+                if addr != 0 {
+                    self.alloc(pid, addr, size, AllocKind::Pageable, call_site, ts);
+                }
+            }
             Op::Free { addr: 0, .. } => {}
             Op::Free { addr, .. } => {
                 self.free(pid, addr, ts);

@@ -104,9 +104,21 @@ pub struct ProbeOptions {
     /// `exceptions:page_fault_user`: user page faults, attributed to allocations. Off by
     /// default: a process that faults a lot (a Python start) sends many events.
     pub page_faults: bool,
+    /// libc's allocator (malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign,
+    /// free) with this size floor in bytes, applied in the kernel: a uprobe costs about 1 µs a
+    /// hit, too much for every malloc of a Python process, so it is off by default.
+    pub libc_malloc: Option<u64>,
 }
 
 impl ProbeOptions {
+    /// Whether the registry's call probe is to be attached.
+    fn wants_call(self, probe: &registry::CallProbe) -> bool {
+        match probe.library {
+            Library::Libc => self.libc_malloc.is_some(),
+            _ => probe.default_on,
+        }
+    }
+
     fn wants(self, probe: &registry::TracepointProbe) -> bool {
         probe.default_on || (self.page_faults && probe.program == registry::PAGE_FAULT_PROGRAM)
     }
@@ -121,6 +133,7 @@ pub struct Probes {
     status: Vec<ProbeStatus>,
     links: Vec<(&'static str, UProbeLinkId)>,
     stop_on_library_open: bool,
+    options: ProbeOptions,
 }
 
 impl Probes {
@@ -145,7 +158,12 @@ impl Probes {
             status: Vec::new(),
             links: Vec::new(),
             stop_on_library_open: false,
+            options,
         };
+        probes.options = options;
+        if let Some(floor) = options.libc_malloc {
+            probes.set_config(config::MALLOC_FLOOR, floor)?;
+        }
         mount_tracefs();
         probes.attach_tracepoints(options);
         probes.attach_kprobes();
@@ -266,6 +284,13 @@ impl Probes {
 
     /// Whether a target that opens a CUDA library is stopped until its probes are attached.
     pub fn set_stop_on_library_open(&mut self, stop: bool) -> Result<(), TracerError> {
+        self.set_config(config::STOP_ON_LIBRARY_OPEN, u64::from(stop))?;
+        self.stop_on_library_open = stop;
+        Ok(())
+    }
+
+    /// Sets one of the kernel side's settings (`config::*`).
+    fn set_config(&mut self, index: u32, value: u64) -> Result<(), TracerError> {
         let map = self
             .ebpf
             .map_mut("CONFIG")
@@ -275,13 +300,11 @@ impl Probes {
             source,
         })?;
         array
-            .set(config::STOP_ON_LIBRARY_OPEN, u64::from(stop), 0)
+            .set(index, value, 0)
             .map_err(|source| TracerError::Map {
                 map: "CONFIG",
                 source,
-            })?;
-        self.stop_on_library_open = stop;
-        Ok(())
+            })
     }
 
     pub fn stops_on_library_open(&self) -> bool {
@@ -340,21 +363,33 @@ impl Probes {
         }
         let symbols = SymbolTable::read(path)?;
         let mut report = Vec::new();
+        // Aliases (libc's memalign and aligned_alloc are one function) are probed once.
+        let mut probed: std::collections::HashMap<u64, &str> = std::collections::HashMap::new();
         for library in Library::ALL {
             if symbols.offset(library.marker()).is_none() {
                 continue;
             }
+            let options = self.options;
             for probe in CALL_PROBES
                 .iter()
-                .filter(|p| p.library == library && p.default_on)
+                .filter(|p| p.library == library && options.wants_call(p))
             {
                 for &symbol in probe.symbols {
                     let state = match symbols.offset(symbol) {
                         None => ProbeState::Unavailable {
                             reason: format!("{} does not export {symbol}", path.display()),
                         },
+                        Some(offset) if probed.contains_key(&offset) => ProbeState::Unavailable {
+                            reason: format!(
+                                "the same function as {}, probed once",
+                                probed[&offset]
+                            ),
+                        },
                         Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
-                            Ok(()) => ProbeState::Attached,
+                            Ok(()) => {
+                                probed.insert(offset, symbol);
+                                ProbeState::Attached
+                            }
                             Err(error) => ProbeState::Unavailable {
                                 reason: short_reason(&error.to_string()),
                             },

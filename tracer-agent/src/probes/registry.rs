@@ -16,16 +16,24 @@ pub enum Library {
     CudaDriver,
     /// hotpin's allocator: `libhotpin.so`, or a program linked with it.
     Hotpin,
+    /// glibc's allocator (`libc.so.6`), probed only with `--libc-malloc`.
+    Libc,
 }
 
 impl Library {
-    pub const ALL: [Library; 3] = [Library::CudaRuntime, Library::CudaDriver, Library::Hotpin];
+    pub const ALL: [Library; 4] = [
+        Library::CudaRuntime,
+        Library::CudaDriver,
+        Library::Hotpin,
+        Library::Libc,
+    ];
 
     pub const fn layer(self) -> Layer {
         match self {
             Library::CudaRuntime => Layer::Runtime,
             Library::CudaDriver => Layer::Driver,
             Library::Hotpin => Layer::Allocator,
+            Library::Libc => Layer::Libc,
         }
     }
 
@@ -36,6 +44,7 @@ impl Library {
             Library::CudaRuntime => "cudaMemcpy",
             Library::CudaDriver => "cuMemcpyHtoD_v2",
             Library::Hotpin => "hotpin_malloc",
+            Library::Libc => "__libc_malloc",
         }
     }
 
@@ -44,6 +53,7 @@ impl Library {
             Library::CudaRuntime => "cuda-runtime",
             Library::CudaDriver => "cuda-driver",
             Library::Hotpin => "hotpin",
+            Library::Libc => "libc",
         }
     }
 }
@@ -133,11 +143,17 @@ pub enum PtrFrom {
 /// What a call does, with the argument indexes to read it from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Semantics {
-    /// A new allocation of `size` (an argument index) at the pointer `ptr` gives.
+    /// A new allocation of `size` bytes at the pointer `ptr` gives.
     Alloc {
         ptr: PtrFrom,
-        size: usize,
+        size: BytesFrom,
         space: AllocSpace,
+    },
+    /// `realloc(ptr, size)`: the block at `ptr` (if any) ends, a new one of `size` starts at the
+    /// returned pointer.
+    Realloc {
+        ptr: usize,
+        size: usize,
     },
     Free {
         ptr: usize,
@@ -189,8 +205,16 @@ impl CallProbe {
         };
         let want_site = matches!(
             self.semantics,
-            Semantics::Alloc { .. } | Semantics::Register { .. }
+            Semantics::Alloc { .. } | Semantics::Register { .. } | Semantics::Realloc { .. }
         );
+        let (size, count) = match self.semantics {
+            Semantics::Alloc { size, .. } => match size {
+                BytesFrom::Arg(i) => (Some(i as u8), None),
+                BytesFrom::Rect { width, height } => (Some(width as u8), Some(height as u8)),
+            },
+            Semantics::Realloc { size, .. } => (Some(size as u8), None),
+            _ => (None, None),
+        };
         ProbeCookie::new(
             self.kind,
             out_arg,
@@ -198,12 +222,13 @@ impl CallProbe {
             self.stack_args,
             want_site,
         )
+        .with_size_args(size, count)
     }
 }
 
 use AllocSpace::{Device, Host, PinnedHost};
 use CopyDirection::{DeviceToHost, HostToDevice};
-use Library::{CudaDriver, CudaRuntime, Hotpin};
+use Library::{CudaDriver, CudaRuntime, Hotpin, Libc};
 use PtrFrom::{Out, Ret};
 
 const fn call(
@@ -220,6 +245,28 @@ const fn call(
         default_on: true,
         semantics,
         stack_args: 0,
+    }
+}
+
+/// A libc allocation function: off by default (`--libc-malloc`), host memory.
+const fn libc_alloc(
+    kind: EventKind,
+    symbols: &'static [&'static str],
+    ptr: PtrFrom,
+    size: BytesFrom,
+) -> CallProbe {
+    CallProbe {
+        default_on: false,
+        ..call(
+            kind,
+            Libc,
+            symbols,
+            Semantics::Alloc {
+                ptr,
+                size,
+                space: AllocSpace::Host,
+            },
+        )
     }
 }
 
@@ -263,7 +310,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaMalloc"],
         Semantics::Alloc {
             ptr: Out(0),
-            size: 1,
+            size: BytesFrom::Arg(1),
             space: Device,
         },
     ),
@@ -282,7 +329,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaMallocHost"],
         Semantics::Alloc {
             ptr: Out(0),
-            size: 1,
+            size: BytesFrom::Arg(1),
             space: PinnedHost,
         },
     ),
@@ -292,7 +339,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaHostAlloc"],
         Semantics::Alloc {
             ptr: Out(0),
-            size: 1,
+            size: BytesFrom::Arg(1),
             space: PinnedHost,
         },
     ),
@@ -346,7 +393,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cuMemAlloc_v2"],
         Semantics::Alloc {
             ptr: Out(0),
-            size: 1,
+            size: BytesFrom::Arg(1),
             space: Device,
         },
     ),
@@ -365,7 +412,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cuMemAllocHost_v2"],
         Semantics::Alloc {
             ptr: Out(0),
-            size: 1,
+            size: BytesFrom::Arg(1),
             space: PinnedHost,
         },
     ),
@@ -375,7 +422,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cuMemHostAlloc"],
         Semantics::Alloc {
             ptr: Out(0),
-            size: 1,
+            size: BytesFrom::Arg(1),
             space: PinnedHost,
         },
     ),
@@ -436,7 +483,7 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["hotpin_malloc"],
         Semantics::Alloc {
             ptr: Ret,
-            size: 0,
+            size: BytesFrom::Arg(0),
             space: Host,
         },
     ),
@@ -455,6 +502,60 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["hotpin_pinned"],
         Semantics::MarkPinned { ptr: 0 },
     ),
+    libc_alloc(
+        EventKind::Malloc,
+        &["malloc"],
+        PtrFrom::Ret,
+        BytesFrom::Arg(0),
+    ),
+    libc_alloc(
+        EventKind::Calloc,
+        &["calloc"],
+        PtrFrom::Ret,
+        BytesFrom::Rect {
+            width: 1,
+            height: 0,
+        },
+    ),
+    CallProbe {
+        default_on: false,
+        ..call(
+            EventKind::Realloc,
+            Libc,
+            &["realloc"],
+            Semantics::Realloc { ptr: 0, size: 1 },
+        )
+    },
+    libc_alloc(
+        EventKind::PosixMemalign,
+        &["posix_memalign"],
+        PtrFrom::Out(0),
+        BytesFrom::Arg(2),
+    ),
+    libc_alloc(
+        EventKind::AlignedAlloc,
+        &["aligned_alloc"],
+        PtrFrom::Ret,
+        BytesFrom::Arg(1),
+    ),
+    libc_alloc(
+        EventKind::Memalign,
+        &["memalign"],
+        PtrFrom::Ret,
+        BytesFrom::Arg(1),
+    ),
+    CallProbe {
+        default_on: false,
+        ..call(
+            EventKind::Free,
+            Libc,
+            &["free"],
+            Semantics::Free {
+                ptr: 0,
+                space: Host,
+            },
+        )
+    },
     call(
         EventKind::CuMemcpyAsync,
         CudaDriver,
@@ -639,7 +740,7 @@ mod tests {
 
     #[test]
     fn every_kind_has_exactly_one_row() {
-        for kind in EventKind::ALL.iter().filter(|k| k.is_cuda_call()) {
+        for kind in EventKind::ALL.iter().filter(|k| k.is_call()) {
             let rows = CALL_PROBES.iter().filter(|p| p.kind == *kind).count();
             assert_eq!(rows, 1, "{kind:?} has {rows} registry rows");
         }
@@ -649,10 +750,17 @@ mod tests {
     fn argument_indexes_fit_the_captured_arguments() {
         for probe in CALL_PROBES {
             let max = match probe.semantics {
-                Semantics::Alloc { ptr, size, .. } => match ptr {
-                    PtrFrom::Out(index) => (index as usize).max(size),
-                    PtrFrom::Ret => size,
-                },
+                Semantics::Alloc { ptr, size, .. } => {
+                    let size = match size {
+                        BytesFrom::Arg(i) => i,
+                        BytesFrom::Rect { width, height } => width.max(height),
+                    };
+                    match ptr {
+                        PtrFrom::Out(index) => (index as usize).max(size),
+                        PtrFrom::Ret => size,
+                    }
+                }
+                Semantics::Realloc { ptr, size } => ptr.max(size),
                 Semantics::Free { ptr, .. }
                 | Semantics::Unregister { ptr }
                 | Semantics::MarkPinned { ptr } => ptr,
