@@ -88,15 +88,7 @@ pub fn parse_budget(text: &str) -> Result<u64, InitError> {
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) } as f64;
         return Ok((pages * pool::page_size() as f64 * share / 100.0) as u64);
     }
-    let text = text.trim();
-    let (digits, shift) = match text.as_bytes().last() {
-        Some(b'K' | b'k') => (&text[..text.len() - 1], 10),
-        Some(b'M' | b'm') => (&text[..text.len() - 1], 20),
-        Some(b'G' | b'g') => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
-    };
-    let value: u64 = digits.parse().map_err(|_| bad())?;
-    value.checked_mul(1 << shift).ok_or_else(bad)
+    tracer_agent::report::parse_bytes(text).map_err(|_| bad())
 }
 
 /// Why the allocator could not be set up.

@@ -523,6 +523,23 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// Bytes as people write them: a number with an optional K, M or G suffix (powers of 1024).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, shift) = match text.as_bytes().last() {
+        Some(b'K' | b'k') => (&text[..text.len() - 1], 10),
+        Some(b'M' | b'm') => (&text[..text.len() - 1], 20),
+        Some(b'G' | b'g') => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    let value: u64 = digits
+        .parse()
+        .map_err(|e| format!("bad size {text:?}: {e}"))?;
+    value
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

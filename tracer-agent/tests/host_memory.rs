@@ -5,13 +5,19 @@
 
 mod common;
 
-use tracer_agent::history::{AllocKind, Allocation};
+use tracer_agent::{
+    AgentConfig,
+    history::{AllocKind, Allocation},
+};
 
-#[test]
-fn mappings_the_heap_and_page_faults_are_attributed() {
-    common::require_root();
-    let standin = common::standin("host-memory");
-    let program = common::compile_c(&standin, "host_memory");
+/// Compiles tests/c/NAME.c, traces it with the stand-in named and `configure` applied, and
+/// returns the stopped agent with the JSON the program printed.
+fn trace_c(
+    name: &str,
+    configure: impl FnOnce(&mut AgentConfig),
+) -> (tracer_agent::TracerAgent, serde_json::Value) {
+    let standin = common::standin(name);
+    let program = common::compile_c(&standin, name);
     let env = vec![
         (
             "HOTPIN_CUDART".to_string(),
@@ -25,12 +31,18 @@ fn mappings_the_heap_and_page_faults_are_attributed() {
         &[],
         &env,
         common::Find::Named,
-        |config| config.probes.page_faults = true,
+        configure,
         || {},
     );
     assert!(output.status.success(), "{output:?}");
-    let printed: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("the program prints its addresses");
+    let printed = serde_json::from_slice(&output.stdout).expect("the program prints its addresses");
+    (agent, printed)
+}
+
+#[test]
+fn mappings_the_heap_and_page_faults_are_attributed() {
+    common::require_root();
+    let (agent, printed) = trace_c("host_memory", |config| config.probes.page_faults = true);
     let address = |name: &str| printed[name].as_u64().expect("an address");
     let history = agent.history();
     let at = |start: u64, kind: AllocKind| -> &Allocation {
@@ -90,27 +102,9 @@ fn mappings_the_heap_and_page_faults_are_attributed() {
 #[test]
 fn libc_allocations_above_the_floor_are_recorded_with_call_sites() {
     common::require_root();
-    let standin = common::standin("libc-malloc");
-    let program = common::compile_c(&standin, "libc_malloc");
-    let env = vec![
-        (
-            "HOTPIN_CUDART".to_string(),
-            standin.runtime.display().to_string(),
-        ),
-        ("LD_LIBRARY_PATH".into(), standin.dir.display().to_string()),
-    ];
-    let (agent, output) = common::trace_configured(
-        &standin,
-        &program,
-        &[],
-        &env,
-        common::Find::Named,
-        |config| config.probes.libc_malloc = Some(1 << 20),
-        || {},
-    );
-    assert!(output.status.success(), "{output:?}");
-    let printed: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("the program prints its addresses");
+    let (agent, printed) = trace_c("libc_malloc", |config| {
+        config.probes.libc_malloc = Some(1 << 20)
+    });
     let address = |name: &str| printed[name].as_u64().expect("an address");
     let history = agent.history();
     let libc: Vec<&Allocation> = history

@@ -77,19 +77,10 @@ struct Args {
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
-    let text = text.trim();
-    let (digits, shift) = match text.chars().last() {
-        Some('K' | 'k') => (&text[..text.len() - 1], 10),
-        Some('M' | 'm') => (&text[..text.len() - 1], 20),
-        Some('G' | 'g') => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
-    };
-    let value: usize = digits
-        .parse()
-        .map_err(|e| format!("bad size {text:?}: {e}"))?;
-    value
-        .checked_mul(1 << shift)
-        .filter(|&size| size > 0)
+    tracer_agent::report::parse_bytes(text)?
+        .try_into()
+        .ok()
+        .filter(|&size: &usize| size > 0)
         .ok_or_else(|| format!("size {text:?} is zero or too large"))
 }
 

@@ -85,28 +85,11 @@ struct RecordArgs {
     #[arg(long)]
     libc_malloc: bool,
     /// Smallest libc allocation recorded with --libc-malloc (suffixes K, M, G).
-    #[arg(long, default_value = "1M", value_parser = parse_bytes, value_name = "BYTES")]
+    #[arg(long, default_value = "1M", value_parser = tracer_agent::report::parse_bytes, value_name = "BYTES")]
     malloc_floor: u64,
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
-}
-
-/// Bytes, with an optional K, M or G suffix (powers of 1024).
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let (digits, shift) = match text.as_bytes().last() {
-        Some(b'K' | b'k') => (&text[..text.len() - 1], 10),
-        Some(b'M' | b'm') => (&text[..text.len() - 1], 20),
-        Some(b'G' | b'g') => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
-    };
-    let value: u64 = digits
-        .parse()
-        .map_err(|e| format!("bad size {text:?}: {e}"))?;
-    value
-        .checked_mul(1 << shift)
-        .ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 #[derive(Args, Debug)]
