@@ -693,15 +693,32 @@ fn send_fault_run(tid: u32) {
 }
 
 fn send_run(run: &FaultRun, tid: u32) {
+    let event = (EventKind::PageFaults, run.pid, tid, run.ts_ns);
+    send_short(event, [run.start, run.pages], 0, counter::HOST_RINGBUF_FULL);
+}
+
+/// Sends an event of `kind` from (tgid, tid) at `ts_ns` with two arguments, the rest zero;
+/// a full ring is counted in the `lost` counter.
+fn send_short(
+    (kind, tgid, tid, ts_ns): (EventKind, u32, u32, u64),
+    args: [u64; 2],
+    wakeup: u64,
+    lost: u32,
+) {
     let mut event = Event {
-        header: header(EventKind::PageFaults as u16, 0, run.pid, tid, run.ts_ns),
+        header: header(kind as u16, 0, tgid, tid, ts_ns),
         ..Event::default()
     };
-    event.args[0] = run.start;
-    event.args[1] = run.pages;
-    if EVENTS.output::<Event>(&event, 0).is_err() {
-        bump(counter::HOST_RINGBUF_FULL);
+    event.args[0] = args[0];
+    event.args[1] = args[1];
+    if EVENTS.output::<Event>(&event, wakeup).is_err() {
+        bump(lost);
     }
+}
+
+fn now() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { bpf_ktime_get_ns() }
 }
 
 /// `sys_enter_ioctl`: `fd` at 16, `cmd` at 24.
@@ -729,18 +746,13 @@ fn try_nvidia_ioctl(ctx: &TracePointContext) -> Result<(), i64> {
     // SAFETY: as above.
     let fd: u64 = unsafe { ctx.read_at(IOCTL_FD_OFFSET) }.map_err(i64::from)?;
     send_fault_run(tid);
-    let mut event = Event {
-        // SAFETY: no preconditions.
-        header: header(EventKind::NvidiaIoctl as u16, 0, tgid, tid, unsafe {
-            bpf_ktime_get_ns()
-        }),
-        ..Event::default()
-    };
-    event.args[0] = fd;
-    event.args[1] = cmd & 0xffff_ffff;
-    if EVENTS.output::<Event>(&event, 0).is_err() {
-        bump(counter::HOST_RINGBUF_FULL);
-    }
+    let event = (EventKind::NvidiaIoctl, tgid, tid, now());
+    send_short(
+        event,
+        [fd, cmd & 0xffff_ffff],
+        0,
+        counter::HOST_RINGBUF_FULL,
+    );
     Ok(())
 }
 
@@ -772,21 +784,10 @@ fn try_process_fork(ctx: &TracePointContext) -> Result<(), i64> {
     // SAFETY: as above.
     let child: i32 = unsafe { ctx.read_at(NEWTASK_PID_OFFSET) }.map_err(i64::from)?;
     TARGETS.insert(child as u32, 0, 0)?;
-    let mut event = Event {
-        // SAFETY: no preconditions.
-        header: header(EventKind::ProcessFork as u16, 0, tgid, tid, unsafe {
-            bpf_ktime_get_ns()
-        }),
-        ..Event::default()
-    };
-    event.args[0] = child as u64;
-    // Reserved like a library open: the agent must hear of every child it now traces.
-    if EVENTS
-        .output::<Event>(&event, BPF_RB_FORCE_WAKEUP.into())
-        .is_err()
-    {
-        bump(counter::RINGBUF_FULL);
-    }
+    // Woken at once: the agent follows the child from here.
+    let event = (EventKind::ProcessFork, tgid, tid, now());
+    let wakeup = BPF_RB_FORCE_WAKEUP.into();
+    send_short(event, [child as u64, 0], wakeup, counter::RINGBUF_FULL);
     Ok(())
 }
 
@@ -815,16 +816,7 @@ fn emit_driver_pages(kind: EventKind, args: [u64; 2]) -> Result<(), i64> {
     let Some((tgid, tid)) = traced_thread() else {
         return Ok(());
     };
-    let mut event = Event {
-        // SAFETY: bpf_ktime_get_ns has no preconditions.
-        header: header(kind as u16, 0, tgid, tid, unsafe { bpf_ktime_get_ns() }),
-        ..Event::default()
-    };
-    event.args[0] = args[0];
-    event.args[1] = args[1];
-    if EVENTS.output::<Event>(&event, 0).is_err() {
-        bump(counter::RINGBUF_FULL);
-    }
+    send_short((kind, tgid, tid, now()), args, 0, counter::RINGBUF_FULL);
     Ok(())
 }
 
