@@ -24,6 +24,7 @@ fn call(kind: EventKind, ts_ns: u64, op: Op) -> CudaCall {
         duration_ns: 1000,
         caller: 0x1234,
         site: None,
+        stack: None,
         result: 0,
         nested: false,
         partial: false,

@@ -334,6 +334,7 @@ mod tests {
             duration_ns: 0,
             caller: 0,
             site: None,
+            stack: None,
             result: 0,
             nested: false,
             partial: false,

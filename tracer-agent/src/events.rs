@@ -67,6 +67,8 @@ pub struct CudaCall {
     pub caller: u64,
     /// The call site resolved by the kernel, for allocation calls.
     pub site: Option<RawSite>,
+    /// The user stack's id in the kernel's `STACKS` map, for allocation calls: the callers.
+    pub stack: Option<u32>,
     /// `cudaError_t` or `CUresult`; 0 is success.
     pub result: i32,
     /// A driver call made inside a runtime call: the runtime call stands for it.
@@ -339,6 +341,7 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             SITE_IP => Some(RawSite::Address(event.site.offset)),
             _ => None,
         },
+        stack: event.site.stack.checked_sub(1),
         // cudaError_t and CUresult are C ints: the upper half of the register is not theirs.
         result: match probe.semantics {
             // A function returning its pointer fails by returning null.

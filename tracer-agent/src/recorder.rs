@@ -15,7 +15,7 @@ use tokio::{io::unix::AsyncFd, sync::mpsc, sync::watch, time::MissedTickBehavior
 
 use crate::{
     error::TracerError,
-    events::{self, Op, RawSite, TraceEvent},
+    events::{self, CudaCall, Op, RawSite, TraceEvent},
     history::MemHistory,
     probes::{KernelCounters, ProbeStatus, Probes},
     target::{self, AddressSites, CallSiteResolver},
@@ -109,7 +109,7 @@ impl Recorder {
             mut targets,
             config,
         } = self;
-        let (tx, rx) = mpsc::channel::<Vec<TraceEvent>>(CHANNEL_BATCHES);
+        let (tx, rx) = mpsc::channel::<Vec<Record>>(CHANNEL_BATCHES);
         let writer = tokio::spawn(write_batches(rx, Arc::clone(&shared), resolver));
         // SAFETY: the RingBuf owns its map's descriptor, keeps it open while it lives, and
         // always returns the same one; it is moved into the AsyncFd and never swapped.
@@ -173,6 +173,7 @@ impl Recorder {
         // Runs of page faults the threads had not sent yet: after everything else they did.
         match probes.take_fault_runs() {
             Ok(runs) if !runs.is_empty() => {
+                let runs = runs.into_iter().map(|run| (run, Vec::new())).collect();
                 let _ = tx.send(runs).await;
             }
             Ok(_) => {}
@@ -197,6 +198,37 @@ impl Recorder {
     }
 }
 
+/// An event on its way to the history, with the callers beyond its call site (allocations).
+type Record = (TraceEvent, Vec<RawSite>);
+
+/// The callers beyond an allocation call's site, from the user stack the kernel resolved. The
+/// first frame is the call site itself; the walk ends where frame pointers do.
+fn callers(probes: &Probes, call: &CudaCall) -> Vec<RawSite> {
+    let Some(id) = call.stack else {
+        return Vec::new();
+    };
+    if call.nested {
+        return Vec::new();
+    }
+    match probes.stack_frames(id) {
+        Ok(frames) => frames
+            .into_iter()
+            .skip(1)
+            .map(|frame| match frame.status {
+                1 => RawSite::BuildId {
+                    build_id: frame.build_id,
+                    offset: frame.offset,
+                },
+                _ => RawSite::Address(frame.offset),
+            })
+            .collect(),
+        Err(error) => {
+            tracing::debug!(%error, id, "user stack gone");
+            Vec::new()
+        }
+    }
+}
+
 /// Asks the scheduler to run this thread (the recorder) ahead of ordinary threads: a target
 /// that keeps every core busy would otherwise starve it while the ring fills, and events would
 /// be lost. SCHED_FIFO at the lowest real-time priority; the thread sleeps between batches, so
@@ -216,7 +248,7 @@ fn prefer_this_thread() {
 /// being opened is handled at once: its process may be stopped until then.
 async fn drain(
     ring: &mut RingBuf<MapData>,
-    tx: &mpsc::Sender<Vec<TraceEvent>>,
+    tx: &mpsc::Sender<Vec<Record>>,
     shared: &Shared,
     probes: &mut Probes,
     address_sites: &mut AddressSites,
@@ -234,7 +266,8 @@ async fn drain(
                 if let Some(RawSite::Address(addr)) = call.site {
                     call.site = address_sites.to_build_id(call.pid, addr).or(call.site);
                 }
-                batch.push(TraceEvent::Cuda(call));
+                let callers = callers(probes, &call);
+                batch.push((TraceEvent::Cuda(call), callers));
             }
             Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd),
             Ok(TraceEvent::ProcessFork { pid, child }) => {
@@ -242,9 +275,9 @@ async fn drain(
                 if !targets.contains(&child) {
                     targets.push(child);
                 }
-                batch.push(TraceEvent::ProcessFork { pid, child });
+                batch.push((TraceEvent::ProcessFork { pid, child }, Vec::new()));
             }
-            Ok(event) => batch.push(event),
+            Ok(event) => batch.push((event, Vec::new())),
             Err(error) => {
                 shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "dropping a ring-buffer record that does not decode");
@@ -272,21 +305,30 @@ async fn drain(
 
 /// Applies batches to the history in ring order, resolving allocation call sites.
 async fn write_batches(
-    mut rx: mpsc::Receiver<Vec<TraceEvent>>,
+    mut rx: mpsc::Receiver<Vec<Record>>,
     shared: Arc<Shared>,
     mut resolver: CallSiteResolver,
 ) {
     while let Some(batch) = rx.recv().await {
         let mut history = shared.history.write().expect("history lock poisoned");
-        for event in &batch {
-            apply(&mut history, &mut resolver, event);
+        for (event, callers) in &batch {
+            apply(&mut history, &mut resolver, event, callers);
         }
     }
 }
 
-fn apply(history: &mut MemHistory, resolver: &mut CallSiteResolver, event: &TraceEvent) {
+fn apply(
+    history: &mut MemHistory,
+    resolver: &mut CallSiteResolver,
+    event: &TraceEvent,
+    callers: &[RawSite],
+) {
     match *event {
         TraceEvent::Cuda(ref call) => {
+            let callers = callers
+                .iter()
+                .map(|&raw| history.intern_call_site(resolver.resolve(call.pid, raw)))
+                .collect();
             let site = match (call.op, call.site) {
                 (Op::Alloc { .. } | Op::Register { .. } | Op::Realloc { .. }, Some(raw))
                     if !call.nested =>
@@ -295,7 +337,7 @@ fn apply(history: &mut MemHistory, resolver: &mut CallSiteResolver, event: &Trac
                 }
                 _ => None,
             };
-            history.apply(call, site);
+            history.apply_with_callers(call, site, callers);
         }
         // Handled by the reader: the process may be waiting for it.
         TraceEvent::LibraryOpen { .. } => {}

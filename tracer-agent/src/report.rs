@@ -124,6 +124,8 @@ pub struct ReportRow {
     pub id: u64,
     pub pid: u32,
     pub call_site: String,
+    /// The call site's callers, innermost first, where the stack could be walked.
+    pub callers: Vec<String>,
     pub ordinal: u32,
     pub size: u64,
     pub kind: AllocKind,
@@ -205,6 +207,11 @@ fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
         id: a.id,
         pid: a.pid,
         call_site: site_name(history, a.call_site),
+        callers: history
+            .callers(a.id)
+            .iter()
+            .map(|&site| site_name(history, Some(site)))
+            .collect(),
         ordinal: a.ordinal,
         size: a.size,
         kind: a.kind,
@@ -488,6 +495,9 @@ fn table(out: &mut String, title: &str, rows: &[ReportRow]) {
             bytes(r.h2d_bytes),
             bytes(r.d2h_bytes)
         );
+        if !r.callers.is_empty() {
+            let _ = writeln!(out, "        called from {}", r.callers.join(" <- "));
+        }
     }
 }
 

@@ -148,3 +148,40 @@ fn libc_allocations_above_the_floor_are_recorded_with_call_sites() {
     assert_eq!(calls.get("realloc"), Some(&1));
     assert_eq!(history.stats().lost_events(), 0);
 }
+
+/// An allocation's callers beyond its call site, from the user stack walked in the kernel
+/// (frame pointers): cudaMallocHost called from inner, called from outer, called from main.
+#[test]
+fn an_allocation_keeps_its_callers_where_frame_pointers_allow() {
+    common::require_root();
+    let (agent, printed) = trace_c("callers", |_| {});
+    let history = agent.history();
+    let ptr = printed["ptr"].as_u64().expect("a pointer");
+    let allocation = history
+        .allocations()
+        .iter()
+        .find(|a| a.start == ptr && a.kind == AllocKind::Pinned)
+        .expect("the pinned allocation");
+    let name = |site| {
+        history
+            .call_site(site)
+            .and_then(|s| s.symbol.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(name(allocation.call_site.expect("a call site")), "inner");
+    let callers: Vec<String> = history
+        .callers(allocation.id)
+        .iter()
+        .map(|&s| name(s))
+        .collect();
+    assert!(
+        callers.len() >= 2 && callers[0] == "outer" && callers[1] == "main",
+        "inner <- outer <- main: {callers:?}"
+    );
+    let report = tracer_agent::report::Report::new(&history, Default::default(), 10);
+    assert!(
+        report.render().contains("called from outer"),
+        "{}",
+        report.render()
+    );
+}

@@ -59,13 +59,30 @@ const _: () = assert!(size_of::<Event>() == EVENT_SIZE);
 pub struct CallSiteRaw {
     /// `SITE_*`.
     pub status: u32,
-    pub _pad: u32,
+    /// The user stack's id plus one (0: none): its frames, resolved by the kernel, are in the
+    /// `CALLER_STACKS` map under that id. Walked by frame pointers where the code keeps them.
+    pub stack: u32,
     /// File offset when `status` is [`SITE_BUILD_ID`], else the address.
     pub offset: u64,
     pub build_id: [u8; 20],
     pub _pad2: [u8; 4],
 }
 const _: () = assert!(size_of::<CallSiteRaw>() == 40);
+
+/// A user stack frame as the kernel resolves it with `BPF_F_USER_BUILD_ID` (the layout of
+/// `struct bpf_stack_build_id`): `status` 1 is (build id, file offset), 2 an address only, 0 no
+/// frame.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildIdFrame {
+    pub status: i32,
+    pub build_id: [u8; 20],
+    pub offset: u64,
+}
+const _: () = assert!(size_of::<BuildIdFrame>() == 32);
+
+/// Frames kept of an allocation's user stack: its call site and the callers beyond it.
+pub const STACK_FRAMES: usize = 9;
 
 /// No call site was asked for or found.
 pub const SITE_NONE: u32 = 0;
@@ -363,6 +380,10 @@ impl Event {
 #[cfg(feature = "user")]
 // SAFETY: `Event` is `#[repr(C)]`, `Copy`, has explicit padding and no invalid bit patterns.
 unsafe impl aya::Pod for Event {}
+
+#[cfg(feature = "user")]
+// SAFETY: `BuildIdFrame` is `#[repr(C)]`, `Copy`, without padding or invalid bit patterns.
+unsafe impl aya::Pod for BuildIdFrame {}
 
 #[cfg(feature = "user")]
 // SAFETY: `FaultRun` is `#[repr(C)]`, `Copy`, has explicit padding and no invalid bit patterns.

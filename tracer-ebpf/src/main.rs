@@ -18,14 +18,14 @@ use aya_ebpf::{
         bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes, bpf_send_signal,
     },
     macros::{kprobe, map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{ProbeContext, RetProbeContext, TracePointContext},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext as _},
 };
 use tracer_common::{
-    CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_NESTED, FLAG_NO_ENTRY,
-    FLAG_OUT_UNREADABLE, FaultRun, HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS, MAX_FAULT_RUN,
-    MAX_TARGETS, NVIDIA_IOCTL_TYPE, PAGE_BYTES, PATH_BYTES, ProbeCookie, SITE_BUILD_ID, SITE_IP,
-    SITE_NONE, config, counter,
+    BuildIdFrame, CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_NESTED,
+    FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, FaultRun, HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS,
+    MAX_FAULT_RUN, MAX_TARGETS, NVIDIA_IOCTL_TYPE, PAGE_BYTES, PATH_BYTES, ProbeCookie,
+    SITE_BUILD_ID, SITE_IP, SITE_NONE, STACK_FRAMES, config, counter,
 };
 
 /// Default ring size; the agent may set another with `EbpfLoader::map_max_entries`.
@@ -118,6 +118,54 @@ fn libc_call_wanted(tgid: u32, cookie: ProbeCookie, args: &[u64; MAX_ARGS]) -> b
         size >= floor || tracked(args[0])
     } else {
         size >= floor
+    }
+}
+
+/// User stacks of allocation calls, by id: the kernel's deduplication of stacks; the ids key
+/// `CALLER_STACKS`.
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
+const MAX_STACKS: u32 = 16384;
+
+/// The first frames of each stack in `STACKS`, resolved to (build id, file offset) while the
+/// process's memory map is certain to be there.
+#[map]
+static CALLER_STACKS: LruHashMap<u32, [BuildIdFrame; STACK_FRAMES]> =
+    LruHashMap::with_max_entries(MAX_STACKS, 0);
+
+/// Room to resolve a stack in (too large for the BPF stack).
+#[map]
+static STACK_SCRATCH: PerCpuArray<[BuildIdFrame; STACK_FRAMES]> =
+    PerCpuArray::with_max_entries(1, 0);
+
+/// Keeps the resolved frames of stack `id` the first time it is seen. Not inlined: the return
+/// program's own stack is near the BPF limit.
+#[inline(never)]
+fn keep_stack_frames(ctx: &RetProbeContext, id: u32) {
+    // SAFETY: only tested for presence.
+    if unsafe { CALLER_STACKS.get(id) }.is_some() {
+        return;
+    }
+    let Some(scratch) = STACK_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU scratch, used by this program alone while it runs.
+    let frames = unsafe { &mut *scratch };
+    for frame in frames.iter_mut() {
+        frame.status = 0;
+    }
+    // SAFETY: the buffer is STACK_FRAMES frames of bpf_stack_build_id's layout, exactly its
+    // size; the helper writes within it.
+    let written = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            scratch.cast(),
+            size_of::<[BuildIdFrame; STACK_FRAMES]>() as u32,
+            (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID).into(),
+        )
+    };
+    if written > 0 {
+        let _ = CALLER_STACKS.insert(id, frames, 0);
     }
 }
 
@@ -349,7 +397,14 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
     }
 
     let site = if cookie.want_site() {
-        call_site(ctx)
+        let mut site = call_site(ctx);
+        // The same stack gets the same id, so a loop allocating from one place costs one
+        // entry; a full map (or a hash collision) just leaves the stack out.
+        if let Ok(id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK.into()) {
+            keep_stack_frames(ctx, id as u32);
+            site.stack = id as u32 + 1;
+        }
+        site
     } else {
         CallSiteRaw::default()
     };

@@ -406,6 +406,7 @@ mod v1 {
                     decode_errors: s.decode_errors,
                     ..Default::default()
                 },
+                callers: Default::default(),
             }
         }
     }

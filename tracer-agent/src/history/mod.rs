@@ -97,6 +97,10 @@ pub struct HistoryData {
     pub call_sites: Vec<CallSite>,
     pub allocations: Vec<Allocation>,
     pub stats: HistoryStats,
+    /// The callers beyond an allocation's call site, innermost first, where the user stack
+    /// could be walked (frame pointers): by allocation id.
+    #[serde(default)]
+    pub callers: BTreeMap<AllocId, Vec<CallSiteId>>,
 }
 
 /// Why a history's content is inconsistent (a hand-edited or corrupted dump).
@@ -228,6 +232,15 @@ impl MemHistory {
                 history
                     .by_transfers
                     .insert((allocation.stats.transfers, id));
+            }
+        }
+        for (&id, sites) in &data.callers {
+            if let Some(&site) = sites.iter().find(|&&s| s as usize >= data.call_sites.len()) {
+                return Err(InvalidHistory::UnknownCallSite {
+                    id,
+                    site,
+                    count: data.call_sites.len(),
+                });
             }
         }
         history.data = data;
@@ -771,6 +784,26 @@ impl MemHistory {
             }
             TraceEvent::Cuda(_) | TraceEvent::LibraryOpen { .. } => {}
         }
+    }
+
+    /// [`Self::apply`], keeping `callers` (the call site's callers, innermost first) for the
+    /// allocation the call makes, if it makes one.
+    pub fn apply_with_callers(
+        &mut self,
+        call: &CudaCall,
+        call_site: Option<CallSiteId>,
+        callers: Vec<CallSiteId>,
+    ) {
+        let before = self.data.allocations.len();
+        self.apply(call, call_site);
+        if self.data.allocations.len() > before && !callers.is_empty() {
+            self.data.callers.insert(before as AllocId, callers);
+        }
+    }
+
+    /// The callers beyond an allocation's call site, innermost first (empty if unknown).
+    pub fn callers(&self, id: AllocId) -> &[CallSiteId] {
+        self.data.callers.get(&id).map_or(&[], Vec::as_slice)
     }
 
     /// Applies one decoded CUDA call. `call_site` is the caller, already interned.

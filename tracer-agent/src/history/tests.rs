@@ -228,6 +228,7 @@ fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
         duration_ns: 0,
         caller: 0,
         site: None,
+        stack: None,
         result,
         nested,
         partial,

@@ -19,7 +19,7 @@ use aya::{
     },
 };
 use serde::Serialize;
-use tracer_common::{FaultRun, config, counter};
+use tracer_common::{BuildIdFrame, FaultRun, STACK_FRAMES, config, counter};
 
 use self::{
     registry::{CALL_PROBES, KPROBE_PROBES, Library, TRACEPOINT_PROBES},
@@ -187,6 +187,29 @@ impl Probes {
                 program.attach(probe.category, probe.name).map(drop)
             });
         }
+    }
+
+    /// The frames of user stack `id` as the kernel resolved them: the call site first, then
+    /// its callers, as far as the walk went.
+    pub fn stack_frames(&self, id: u32) -> Result<Vec<BuildIdFrame>, TracerError> {
+        let map = self
+            .ebpf
+            .map("CALLER_STACKS")
+            .expect("the object defines CALLER_STACKS");
+        let stacks = BpfHashMap::<_, u32, [BuildIdFrame; STACK_FRAMES]>::try_from(map).map_err(
+            |source| TracerError::Map {
+                map: "CALLER_STACKS",
+                source,
+            },
+        )?;
+        let frames = stacks.get(&id, 0).map_err(|source| TracerError::Map {
+            map: "CALLER_STACKS",
+            source,
+        })?;
+        Ok(frames
+            .into_iter()
+            .take_while(|frame| frame.status != 0)
+            .collect())
     }
 
     /// Takes the runs of page faults the kernel side holds unsent (each thread's last), as

@@ -191,7 +191,14 @@ pub fn compile_c(standin: &Installed, name: &str) -> PathBuf {
     let source = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let include = format!("{}/../allocator/include", env!("CARGO_MANIFEST_DIR"));
     let status = Command::new("cc")
-        .args(["-O1", "-pthread", "-I", &include, "-o"])
+        .args([
+            "-O1",
+            "-fno-omit-frame-pointer",
+            "-pthread",
+            "-I",
+            &include,
+            "-o",
+        ])
         .arg(&program)
         .arg(&source)
         .arg("-ldl")
