@@ -98,8 +98,9 @@ pub struct HistoryData {
     pub allocations: Vec<Allocation>,
     pub stats: HistoryStats,
     /// The callers beyond an allocation's call site, innermost first, where the user stack
-    /// could be walked (frame pointers): by allocation id.
-    #[serde(default)]
+    /// could be walked (frame pointers): by allocation id. Written as a list of pairs: JSON
+    /// object keys are strings, which a map keyed by number does not read back.
+    #[serde(default, with = "pairs")]
     pub callers: BTreeMap<AllocId, Vec<CallSiteId>>,
 }
 
@@ -146,6 +147,31 @@ pub struct MemHistory {
     /// Blocks hotpin's allocator marked pinned, waiting for the allocation that hands them
     /// out (the marker returns before the allocation call does).
     pinned_marks: std::collections::HashSet<(u32, u64)>,
+}
+
+/// A map written as a list of (key, value) pairs.
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &BTreeMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?
+            .into_iter()
+            .collect())
+    }
 }
 
 /// Where the first entry of `index` after `addr` in process `pid` starts.
@@ -796,8 +822,16 @@ impl MemHistory {
     ) {
         let before = self.data.allocations.len();
         self.apply(call, call_site);
-        if self.data.allocations.len() > before && !callers.is_empty() {
-            self.data.callers.insert(before as AllocId, callers);
+        if self.data.allocations.len() > before {
+            self.record_callers(before as AllocId, callers);
+        }
+    }
+
+    /// Keeps the callers of allocation `id` (call sites interned in this history), innermost
+    /// first; none is recorded as nothing.
+    pub fn record_callers(&mut self, id: AllocId, callers: Vec<CallSiteId>) {
+        if !callers.is_empty() {
+            self.data.callers.insert(id, callers);
         }
     }
 
