@@ -35,6 +35,15 @@ pub fn run() -> Result<()> {
         installed.push("valgrind");
     }
 
+    if output(Command::new("c++").arg("--version")).is_none() {
+        eprintln!("xtask: installing g++ (cargo-fuzz builds libFuzzer, which is C++)");
+        sh(Command::new("apt-get").arg("update").arg("-q"))?;
+        sh(Command::new("apt-get")
+            .args(["install", "-y", "-q", "g++"])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        installed.push("g++");
+    }
+
     let linker = output(Command::new("bpf-linker").arg("--version"));
     if !linker
         .as_deref()
