@@ -17,31 +17,27 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 pub fn run() -> Result<()> {
     let mut installed = Vec::new();
 
+    // Debian packages: what is missing, installed in one apt-get run.
+    let mut packages = Vec::new();
     if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
-        eprintln!("xtask: installing {LLVM_PACKAGE} (bpf-linker links against it)");
-        sh(Command::new("apt-get").arg("update").arg("-q"))?;
-        sh(Command::new("apt-get")
-            .args(["install", "-y", "-q", LLVM_PACKAGE])
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-        installed.push(LLVM_PACKAGE);
+        eprintln!("xtask: {LLVM_PACKAGE} is missing (bpf-linker links against it)");
+        packages.push(LLVM_PACKAGE);
     }
-
     if output(Command::new("valgrind").arg("--version")).is_none() {
-        eprintln!("xtask: installing valgrind (the allocator's tests run under memcheck)");
-        sh(Command::new("apt-get").arg("update").arg("-q"))?;
-        sh(Command::new("apt-get")
-            .args(["install", "-y", "-q", "valgrind"])
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-        installed.push("valgrind");
+        eprintln!("xtask: valgrind is missing (the allocator's tests run under memcheck)");
+        packages.push("valgrind");
     }
-
     if output(Command::new("c++").arg("--version")).is_none() {
-        eprintln!("xtask: installing g++ (cargo-fuzz builds libFuzzer, which is C++)");
+        eprintln!("xtask: g++ is missing (cargo-fuzz builds libFuzzer, which is C++)");
+        packages.push("g++");
+    }
+    if !packages.is_empty() {
         sh(Command::new("apt-get").arg("update").arg("-q"))?;
         sh(Command::new("apt-get")
-            .args(["install", "-y", "-q", "g++"])
+            .args(["install", "-y", "-q"])
+            .args(&packages)
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
-        installed.push("g++");
+        installed.extend(packages);
     }
 
     let linker = output(Command::new("bpf-linker").arg("--version"));
