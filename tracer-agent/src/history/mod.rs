@@ -174,6 +174,16 @@ mod pairs {
     }
 }
 
+/// Counts one more `name`, allocating its key only the first time.
+fn count(counts: &mut BTreeMap<String, u64>, name: &str) {
+    match counts.get_mut(name) {
+        Some(count) => *count += 1,
+        None => {
+            counts.insert(name.to_string(), 1);
+        }
+    }
+}
+
 /// Where the first entry of `index` after `addr` in process `pid` starts.
 fn next_start(index: &BTreeMap<(u32, u64), AllocId>, pid: u32, addr: u64) -> Option<u64> {
     index
@@ -761,11 +771,7 @@ impl MemHistory {
                 op,
                 ..
             } => {
-                *self
-                    .stats_mut()
-                    .host_memory_calls
-                    .entry(op.syscall().to_string())
-                    .or_default() += 1;
+                count(&mut self.data.stats.host_memory_calls, op.syscall());
                 if failed {
                     return;
                 }
@@ -797,11 +803,10 @@ impl MemHistory {
                 pages,
             } => self.page_faults(pid, addr, pages, ts_ns),
             TraceEvent::NvidiaIoctl { cmd, .. } => {
-                *self
-                    .stats_mut()
-                    .nvidia_ioctls
-                    .entry(format!("{:#x}", cmd & 0xff))
-                    .or_default() += 1;
+                count(
+                    &mut self.data.stats.nvidia_ioctls,
+                    &format!("{:#x}", cmd & 0xff),
+                );
             }
             TraceEvent::ProcessFork { child, .. } => {
                 if !self.meta().pids.contains(&child) {
@@ -845,12 +850,7 @@ impl MemHistory {
         let stats = &mut self.data.stats;
         stats.calls += 1;
         let name = function_name(call.kind);
-        match stats.calls_by_function.get_mut(name) {
-            Some(count) => *count += 1,
-            None => {
-                stats.calls_by_function.insert(name.to_string(), 1);
-            }
-        }
+        count(&mut stats.calls_by_function, name);
         if call.nested {
             self.data.stats.nested_calls += 1;
             return;
