@@ -108,22 +108,8 @@ fn record_a_command_then_report_on_its_history() {
 fn sigterm_while_events_stream_leaves_a_whole_history() {
     common::require_root();
     let standin = common::standin("cli-sigterm");
-    // A workload copying for minutes (2G copies; untraced the stand-in does 5M/s), traced by
-    // --pid and stopped with SIGTERM mid-stream.
-    let bench = common::bench(
-        &standin,
-        &[
-            "--hot",
-            "1",
-            "--cold",
-            "0",
-            "--size",
-            "4K",
-            "--transfers",
-            "1000000000",
-        ],
-    );
-    let mut workload = common::spawn_bench(&bench);
+    // A workload copying for minutes, traced by --pid and stopped with SIGTERM mid-stream.
+    let mut workload = common::spawn_bench(&common::long_bench(&standin));
     let history = standin.dir.join("streaming.hotpin");
     let tracer = Command::new(env!("CARGO_BIN_EXE_tracer"))
         .args(["--pid", &workload.id().to_string(), "-o"])

@@ -68,20 +68,7 @@ fn another_process_calling_the_same_library_is_not_traced() {
     let standin = common::standin("bystander");
     // A bystander runs the same stand-in libraries (same files, so the same uprobes) all the
     // while, with far more copies.
-    let bystander_bench = common::bench(
-        &standin,
-        &[
-            "--hot",
-            "1",
-            "--cold",
-            "0",
-            "--size",
-            "4K",
-            "--transfers",
-            "50000000",
-        ],
-    );
-    let mut bystander = common::spawn_bench(&bystander_bench);
+    let mut bystander = common::spawn_bench(&common::long_bench(&standin));
     let bench = common::bench(
         &standin,
         &[

@@ -84,6 +84,25 @@ pub fn bench(standin: &Installed, args: &[&str]) -> Bench {
     }
 }
 
+/// transfer-bench copying 4 KiB back and forth for minutes (2G copies; untraced the stand-in
+/// makes about 5M a second): a workload that outlives whatever the test does with it, to be
+/// killed at the end.
+pub fn long_bench(standin: &Installed) -> Bench {
+    bench(
+        standin,
+        &[
+            "--hot",
+            "1",
+            "--cold",
+            "0",
+            "--size",
+            "4K",
+            "--transfers",
+            "1000000000",
+        ],
+    )
+}
+
 fn configure(bench: &Bench) -> impl FnOnce(&mut Command) + '_ {
     |command| {
         command
