@@ -117,7 +117,10 @@ pub mod config {
     pub const STOP_ON_LIBRARY_OPEN: u32 = 0;
     /// Smallest libc allocation sent, in bytes (with `--libc-malloc`).
     pub const MALLOC_FLOOR: u32 = 1;
-    pub const COUNT: u32 = 2;
+    /// Non-zero: the page-fault probe is attached, so threads may hold runs of faults that
+    /// must be sent before their other events (with `--page-faults`).
+    pub const PAGE_FAULTS: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
 /// Bytes of a path the kernel side reads to recognise a CUDA library.

@@ -734,8 +734,15 @@ fn try_page_fault_user(ctx: &TracePointContext) -> Result<(), i64> {
 }
 
 /// Sends this thread's run of faults, if it has one, before another event of the thread, so
-/// the history sees faults in order with the thread's frees and reallocations.
+/// the history sees faults in order with the thread's frees and reallocations. Without the
+/// page-fault probe there are none: one array read instead of a hash lookup on every call.
 fn send_fault_run(tid: u32) {
+    if CONFIG
+        .get(config::PAGE_FAULTS)
+        .is_none_or(|&attached| attached == 0)
+    {
+        return;
+    }
     let Some(run) = FAULT_RUNS.get_ptr_mut(tid) else {
         return;
     };

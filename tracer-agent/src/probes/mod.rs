@@ -160,10 +160,10 @@ impl Probes {
             stop_on_library_open: false,
             options,
         };
-        probes.options = options;
         if let Some(floor) = options.libc_malloc {
             probes.set_config(config::MALLOC_FLOOR, floor)?;
         }
+        probes.set_config(config::PAGE_FAULTS, u64::from(options.page_faults))?;
         mount_tracefs();
         probes.attach_tracepoints(options);
         probes.attach_kprobes();
