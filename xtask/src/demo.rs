@@ -66,6 +66,8 @@ pub fn cuda_runtime(standin: bool) -> Result<(PathBuf, Option<PathBuf>)> {
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
+    // A fresh machine lacks the eBPF toolchain: the same step `cargo xtask test` runs first.
+    crate::setup::run()?;
     crate::build_release()?;
     let out = Path::new("target/demo");
     std::fs::create_dir_all(out).context("creating target/demo")?;

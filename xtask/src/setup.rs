@@ -32,9 +32,12 @@ pub fn run() -> Result<()> {
         packages.push("g++");
     }
     if !packages.is_empty() {
-        sh(Command::new("apt-get").arg("update").arg("-q"))?;
+        // Another apt run (unattended upgrades on a fresh machine) holds the lock for a while:
+        // wait for it rather than fail.
+        let lock = "DPkg::Lock::Timeout=300";
+        sh(Command::new("apt-get").args(["update", "-q", "-o", lock]))?;
         sh(Command::new("apt-get")
-            .args(["install", "-y", "-q"])
+            .args(["install", "-y", "-q", "-o", lock])
             .args(&packages)
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
         installed.extend(packages);
