@@ -153,7 +153,7 @@ impl Recorder {
         // still calling meanwhile must not overflow the ring with events after the stop.
         for &pid in &targets {
             if let Err(error) = probes.remove_target(pid) {
-                tracing::warn!(pid, %error, "cannot remove a target from the kernel filter");
+                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot remove a target from the kernel filter");
             }
         }
         let counters = probes.counters()?;
@@ -177,12 +177,12 @@ impl Recorder {
                 let _ = tx.send(runs).await;
             }
             Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "cannot read the last page-fault runs"),
+            Err(error) => tracing::warn!(error = %crate::error::chain(&error), "cannot read the last page-fault runs"),
         }
         drop(tx);
         writer
             .await
-            .map_err(|error| TracerError::Recorder(format!("history writer failed: {error}")))?;
+            .map_err(|error| TracerError::Recorder(format!("history writer failed: {}", crate::error::chain(&error))))?;
         probes.detach_all();
         let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
         {
@@ -223,7 +223,7 @@ fn callers(probes: &Probes, call: &CudaCall) -> Vec<RawSite> {
             })
             .collect(),
         Err(error) => {
-            tracing::debug!(%error, id, "user stack gone");
+            tracing::debug!(error = %crate::error::chain(&error), id, "user stack gone");
             Vec::new()
         }
     }
@@ -280,7 +280,7 @@ async fn drain(
             Ok(event) => batch.push((event, Vec::new())),
             Err(error) => {
                 shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%error, "dropping a ring-buffer record that does not decode");
+                tracing::warn!(error = %crate::error::chain(&error), "dropping a ring-buffer record that does not decode");
             }
         }
         if batch.len() == BATCH {
@@ -362,13 +362,13 @@ fn library_opened(probes: &mut Probes, pid: u32, fd: i32) {
                             probes = report.len(),
                             "attached a CUDA library as it was opened"
                         ),
-                        Err(error) => tracing::warn!(pid, %error, "cannot attach a CUDA library"),
+                        Err(error) => tracing::warn!(pid, error = %crate::error::chain(&error), "cannot attach a CUDA library"),
                     }
                 }
             }
         }
         // The process closed it or exited already: a later rescan still finds what it maps.
-        Err(error) => tracing::debug!(pid, fd, %error, "opened library is gone"),
+        Err(error) => tracing::debug!(pid, fd, error = %crate::error::chain(&error), "opened library is gone"),
     }
     if probes.stops_on_library_open() {
         // SAFETY: kill has no memory preconditions; the pid is a target the kernel stopped.
@@ -393,7 +393,7 @@ fn rescan(probes: &mut Probes, targets: &mut Vec<u32>, shared: &Shared) {
                             "attached a CUDA library loaded after the start"
                         ),
                         // The process may have exited meanwhile; its exit is noticed below.
-                        Err(error) => tracing::debug!(pid, path = %path.display(), %error, "cannot attach"),
+                        Err(error) => tracing::debug!(pid, path = %path.display(), error = %crate::error::chain(&error), "cannot attach"),
                     }
                 }
                 true
@@ -404,7 +404,7 @@ fn rescan(probes: &mut Probes, targets: &mut Vec<u32>, shared: &Shared) {
                 false
             }
             Err(error) => {
-                tracing::warn!(pid, %error, "cannot read the target's memory map");
+                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot read the target's memory map");
                 true
             }
         }

@@ -123,6 +123,32 @@ pub mod config {
     pub const COUNT: u32 = 3;
 }
 
+/// Fields of tracepoint records the kernel programs read, as indexes of the `FIELDS` map. The
+/// agent reads each one's offset from the running kernel's tracefs format files before it
+/// attaches anything, so no kernel's record layout is built in.
+pub mod field {
+    /// `syscalls:sys_enter_*`: `__syscall_nr` (host memory syscalls).
+    pub const SYSCALL_NR: u32 = 0;
+    /// `syscalls:sys_enter_mmap`: the first argument; the others follow, 8 bytes apart (checked
+    /// by the agent for mmap, munmap, mremap and brk).
+    pub const SYSCALL_ARGS: u32 = 1;
+    /// `syscalls:sys_exit_*`: `ret`.
+    pub const SYSCALL_RET: u32 = 2;
+    /// `syscalls:sys_enter_openat`: `filename`.
+    pub const OPENAT_FILENAME: u32 = 3;
+    /// `exceptions:page_fault_user`: `address`.
+    pub const FAULT_ADDRESS: u32 = 4;
+    /// `syscalls:sys_enter_ioctl`: `fd` and `cmd`.
+    pub const IOCTL_FD: u32 = 5;
+    pub const IOCTL_CMD: u32 = 6;
+    /// `task:task_newtask`: the new task's `pid` and `clone_flags`.
+    pub const NEWTASK_PID: u32 = 7;
+    pub const NEWTASK_CLONE_FLAGS: u32 = 8;
+    /// `syscalls:sys_exit_*`: `__syscall_nr`.
+    pub const SYSCALL_EXIT_NR: u32 = 9;
+    pub const COUNT: u32 = 10;
+}
+
 /// Bytes of a path the kernel side reads to recognise a CUDA library.
 pub const PATH_BYTES: usize = 256;
 /// The file-name prefix of the CUDA runtime and driver (`libcudart.so*`, `libcuda.so*`).

@@ -4,8 +4,6 @@
 //! attach cookie ([`ProbeCookie`]) tells them which function they sit on, where its
 //! out-parameter is and which API layer it belongs to. The entry saves the arguments per
 //! thread; the return completes them into one [`Event`] in the ring buffer.
-#![no_std]
-#![no_main]
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -25,7 +23,7 @@ use tracer_common::{
     BuildIdFrame, CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_NESTED,
     FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, FaultRun, HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS,
     MAX_FAULT_RUN, MAX_TARGETS, NVIDIA_IOCTL_TYPE, PAGE_BYTES, PATH_BYTES, ProbeCookie,
-    SITE_BUILD_ID, SITE_IP, SITE_NONE, STACK_FRAMES, config, counter,
+    SITE_BUILD_ID, SITE_IP, SITE_NONE, STACK_FRAMES, config, counter, field,
 };
 
 /// Default ring size; the agent may set another with `EbpfLoader::map_max_entries`.
@@ -177,9 +175,24 @@ static FAULT_RUNS: LruHashMap<u32, FaultRun> = LruHashMap::with_max_entries(MAX_
 #[map]
 static PATH_SCRATCH: PerCpuArray<[u8; PATH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
 
-/// `sys_enter_openat`: `filename` at offset 24. `sys_exit_openat`: `ret` at offset 16.
-const OPENAT_FILENAME_OFFSET: usize = 24;
-const SYS_EXIT_RET_OFFSET: usize = 16;
+/// Byte offsets of the tracepoint record fields the programs read (`field::*` indexes), set by
+/// the agent from the running kernel's format files before anything is attached: no kernel's
+/// layout is built in.
+#[map]
+static FIELDS: Array<u32> = Array::with_max_entries(field::COUNT, 0);
+
+/// Reads field `index` of a tracepoint record at the offset the agent found for it. An offset
+/// of 0 (the common header's first field) means the agent found none: an error, not a read.
+fn read_field<T>(ctx: &TracePointContext, index: u32) -> Result<T, i64> {
+    let offset = FIELDS.get(index).copied().unwrap_or(0);
+    if offset == 0 {
+        return Err(0);
+    }
+    // SAFETY: the offset of this field in this tracepoint's record, from its format file
+    // (checked there for the size of `T`); the read is bounds-checked by the helper.
+    unsafe { ctx.read_at(offset as usize) }.map_err(i64::from)
+}
+
 const SIGSTOP: u32 = 19;
 
 #[repr(C)]
@@ -491,8 +504,7 @@ fn try_library_open_enter(ctx: &TracePointContext) -> Result<(), i64> {
     let Some((_, tid)) = traced_thread() else {
         return Ok(());
     };
-    // SAFETY: the offset of `filename` in this tracepoint's record (see its format file).
-    let filename: u64 = unsafe { ctx.read_at(OPENAT_FILENAME_OFFSET) }.map_err(i64::from)?;
+    let filename: u64 = read_field(ctx, field::OPENAT_FILENAME)?;
     let scratch = PATH_SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
     // SAFETY: per-CPU scratch, used by this program alone while it runs.
     let buffer = unsafe { &mut *scratch };
@@ -515,8 +527,7 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let _ = OPENING.remove(tid);
-    // SAFETY: the offset of `ret` in this tracepoint's record.
-    let fd: i64 = unsafe { ctx.read_at(SYS_EXIT_RET_OFFSET) }.map_err(i64::from)?;
+    let fd: i64 = read_field(ctx, field::SYSCALL_RET)?;
     if fd < 0 {
         return Ok(());
     }
@@ -561,10 +572,6 @@ fn track_libc_block(tgid: u32, cookie: ProbeCookie, args: &[u64; MAX_ARGS], ret:
     }
 }
 
-/// Syscall tracepoint records: `__syscall_nr` at offset 8; `sys_enter_*` arguments from
-/// offset 16, 8 bytes each; `sys_exit_*`'s `ret` at 16 (`SYS_EXIT_RET_OFFSET`).
-const SYSCALL_NR_OFFSET: usize = 8;
-const SYSCALL_ARGS_OFFSET: usize = 16;
 /// Arguments of the host memory syscalls read at entry (mmap has the most: six).
 const SYSCALL_ARGS: usize = 6;
 const MAP_ANONYMOUS: u64 = 0x20;
@@ -612,8 +619,7 @@ fn try_host_memory_enter(ctx: &TracePointContext) -> Result<(), i64> {
     let Some((_, tid)) = traced_thread() else {
         return Ok(());
     };
-    // SAFETY: the offset of `__syscall_nr` in every syscall tracepoint's record.
-    let nr: i32 = unsafe { ctx.read_at(SYSCALL_NR_OFFSET) }.map_err(i64::from)?;
+    let nr: i32 = read_field(ctx, field::SYSCALL_NR)?;
     let Some(kind) = host_memory_kind(nr) else {
         return Ok(());
     };
@@ -622,9 +628,15 @@ fn try_host_memory_enter(ctx: &TracePointContext) -> Result<(), i64> {
         ts_ns: unsafe { bpf_ktime_get_ns() },
         args: [0; MAX_ARGS],
     };
+    let base = FIELDS.get(field::SYSCALL_ARGS).copied().unwrap_or(0) as usize;
+    if base == 0 {
+        return Err(0);
+    }
     for (index, slot) in pending.args.iter_mut().take(SYSCALL_ARGS).enumerate() {
-        // SAFETY: argument `index` of a sys_enter record; the record always has six slots.
-        *slot = unsafe { ctx.read_at(SYSCALL_ARGS_OFFSET + 8 * index) }.unwrap_or(0);
+        // SAFETY: argument `index` of a sys_enter record: the agent checked that these
+        // syscalls' arguments follow `base` 8 bytes apart; a syscall with fewer arguments
+        // leaves the rest unread by the user side.
+        *slot = unsafe { ctx.read_at(base + 8 * index) }.unwrap_or(0);
     }
     // Mappings of files (libraries, data) are not host buffers.
     if kind == EventKind::Mmap && pending.args[3] & MAP_ANONYMOUS == 0 {
@@ -644,8 +656,7 @@ fn try_host_memory_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let Some((tgid, tid)) = traced_thread() else {
         return Ok(());
     };
-    // SAFETY: as at entry.
-    let nr: i32 = unsafe { ctx.read_at(SYSCALL_NR_OFFSET) }.map_err(i64::from)?;
+    let nr: i32 = read_field(ctx, field::SYSCALL_EXIT_NR)?;
     let Some(kind) = host_memory_kind(nr) else {
         return Ok(());
     };
@@ -659,8 +670,7 @@ fn try_host_memory_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     };
     let _ = PENDING.remove(key);
-    // SAFETY: the offset of `ret` in a sys_exit record.
-    let ret: i64 = unsafe { ctx.read_at(SYS_EXIT_RET_OFFSET) }.map_err(i64::from)?;
+    let ret: i64 = read_field(ctx, field::SYSCALL_RET)?;
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let mut flags = 0;
@@ -684,9 +694,6 @@ fn try_host_memory_exit(ctx: &TracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
-/// `exceptions:page_fault_user`: `address` at offset 8.
-const FAULT_ADDRESS_OFFSET: usize = 8;
-
 /// A target's user page fault. Faults on consecutive pages by one thread (a buffer's first
 /// touch) are counted into one run and sent as one event, so a 1 GiB first touch is 512
 /// events, not 262144.
@@ -701,8 +708,7 @@ fn try_page_fault_user(ctx: &TracePointContext) -> Result<(), i64> {
     let Some((tgid, tid)) = traced_thread() else {
         return Ok(());
     };
-    // SAFETY: the offset of `address` in this tracepoint's record.
-    let address: u64 = unsafe { ctx.read_at(FAULT_ADDRESS_OFFSET) }.map_err(i64::from)?;
+    let address: u64 = read_field(ctx, field::FAULT_ADDRESS)?;
     let page = address & !(PAGE_BYTES - 1);
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -783,10 +789,6 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// `sys_enter_ioctl`: `fd` at 16, `cmd` at 24.
-const IOCTL_FD_OFFSET: usize = 16;
-const IOCTL_CMD_OFFSET: usize = 24;
-
 /// A target's ioctl of the NVIDIA driver's kind (the resource manager's escapes on
 /// /dev/nvidiactl and /dev/nvidia*): how often the driver is asked for what.
 #[tracepoint]
@@ -800,13 +802,11 @@ fn try_nvidia_ioctl(ctx: &TracePointContext) -> Result<(), i64> {
     let Some((tgid, tid)) = traced_thread() else {
         return Ok(());
     };
-    // SAFETY: the offsets of `fd` and `cmd` in this tracepoint's record.
-    let cmd: u64 = unsafe { ctx.read_at(IOCTL_CMD_OFFSET) }.map_err(i64::from)?;
+    let cmd: u64 = read_field(ctx, field::IOCTL_CMD)?;
     if (cmd >> 8) & 0xff != NVIDIA_IOCTL_TYPE {
         return Ok(());
     }
-    // SAFETY: as above.
-    let fd: u64 = unsafe { ctx.read_at(IOCTL_FD_OFFSET) }.map_err(i64::from)?;
+    let fd: u64 = read_field(ctx, field::IOCTL_FD)?;
     send_fault_run(tid);
     let event = (EventKind::NvidiaIoctl, tgid, tid, now());
     send_short(
@@ -818,10 +818,6 @@ fn try_nvidia_ioctl(ctx: &TracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
-/// `task:task_newtask`: the new task's `pid` at offset 8, `clone_flags` at 32 (a layout
-/// unchanged since Linux 3.x).
-const NEWTASK_PID_OFFSET: usize = 8;
-const NEWTASK_CLONE_FLAGS_OFFSET: usize = 32;
 const CLONE_THREAD: u64 = 0x10000;
 
 /// A traced process creating a child process: the child is traced from before it first runs,
@@ -838,13 +834,11 @@ fn try_process_fork(ctx: &TracePointContext) -> Result<(), i64> {
     let Some((tgid, tid)) = traced_thread() else {
         return Ok(());
     };
-    // SAFETY: the offsets of `clone_flags` and `pid` in this tracepoint's record.
-    let flags: u64 = unsafe { ctx.read_at(NEWTASK_CLONE_FLAGS_OFFSET) }.map_err(i64::from)?;
+    let flags: u64 = read_field(ctx, field::NEWTASK_CLONE_FLAGS)?;
     if flags & CLONE_THREAD != 0 {
         return Ok(());
     }
-    // SAFETY: as above.
-    let child: i32 = unsafe { ctx.read_at(NEWTASK_PID_OFFSET) }.map_err(i64::from)?;
+    let child: i32 = read_field(ctx, field::NEWTASK_PID)?;
     TARGETS.insert(child as u32, 0, 0)?;
     // Woken at once: the agent follows the child from here.
     let event = (EventKind::ProcessFork, tgid, tid, now());
@@ -881,13 +875,3 @@ fn emit_driver_pages(kind: EventKind, args: [u64; 2]) -> Result<(), i64> {
     send_short((kind, tgid, tid, now()), args, 0, counter::RINGBUF_FULL);
     Ok(())
 }
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -52,7 +52,7 @@ impl Format {
 /// Why a history could not be written or read; always names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         path: PathBuf,
         #[source]
@@ -72,7 +72,7 @@ pub enum DumpError {
     Decompressed { path: PathBuf, limit: u64 },
     #[error("{}: truncated or corrupted ({what})", path.display())]
     Corrupted { path: PathBuf, what: String },
-    #[error("{}: the history is inconsistent: {source}", path.display())]
+    #[error("{}: the history is inconsistent", path.display())]
     Invalid {
         path: PathBuf,
         #[source]

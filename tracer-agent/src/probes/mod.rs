@@ -1,8 +1,10 @@
 //! Loading the kernel programs and attaching them, from the one registry, to the CUDA
 //! libraries a process maps.
 
+pub mod kernel;
 pub mod registry;
 pub mod symbols;
+pub mod tracefs;
 
 use std::{
     collections::HashSet,
@@ -19,7 +21,7 @@ use aya::{
     },
 };
 use serde::Serialize;
-use tracer_common::{BuildIdFrame, FaultRun, STACK_FRAMES, config, counter};
+use tracer_common::{BuildIdFrame, FaultRun, STACK_FRAMES, config, counter, field};
 
 use self::{
     registry::{CALL_PROBES, KPROBE_PROBES, Library, TRACEPOINT_PROBES},
@@ -28,7 +30,7 @@ use self::{
 use crate::error::TracerError;
 
 /// The compiled `tracer-ebpf` object, embedded at build time.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
 
 const ENTRY_PROGRAM: &str = "cuda_call_uprobe";
 const RETURN_PROGRAM: &str = "cuda_call_uretprobe";
@@ -140,6 +142,7 @@ impl Probes {
     /// Loads the embedded object with a ring buffer of `ring_bytes` (a power of two, at least
     /// one page) and loads both programs into the kernel.
     pub fn load(ring_bytes: u32, options: ProbeOptions) -> Result<Self, TracerError> {
+        kernel::check()?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
             .load(EBPF_OBJECT)
@@ -164,20 +167,72 @@ impl Probes {
             probes.set_config(config::MALLOC_FLOOR, floor)?;
         }
         probes.set_config(config::PAGE_FAULTS, u64::from(options.page_faults))?;
-        mount_tracefs();
-        probes.attach_tracepoints(options);
+        let unknown = probes.set_fields();
+        probes.attach_tracepoints(options, &unknown);
         probes.attach_kprobes();
         Ok(probes)
     }
 
-    /// Loads and attaches every tracepoint of the registry; one the kernel refuses is reported
-    /// and skipped.
-    fn attach_tracepoints(&mut self, options: ProbeOptions) {
+    /// Tells the kernel programs where the fields they read lie in this kernel's tracepoint
+    /// records (tracefs format files). Returns, for each field whose place could not be had,
+    /// why: the programs reading it are not attached.
+    fn set_fields(&mut self) -> std::collections::HashMap<u32, String> {
+        let root = tracefs::mount();
+        let mut unknown = std::collections::HashMap::new();
+        for spec in tracefs::FIELDS {
+            let offset = tracefs::offset_of(&root, spec)
+                .map_err(|error| crate::error::chain(&error))
+                .and_then(|offset| {
+                    self.set_array("FIELDS", spec.index, offset)
+                        .map_err(|error| crate::error::chain(&error))
+                        .map(|()| offset)
+                });
+            match offset {
+                Ok(offset) if spec.index == field::SYSCALL_ARGS => {
+                    // The host memory programs read every argument from this one base.
+                    for event in [
+                        "sys_enter_mmap",
+                        "sys_enter_munmap",
+                        "sys_enter_mremap",
+                        "sys_enter_brk",
+                    ] {
+                        if let Err(why) = tracefs::check_syscall_layout(&root, event, offset) {
+                            unknown.insert(spec.index, why);
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(why) => {
+                    unknown.insert(spec.index, why);
+                }
+            }
+        }
+        unknown
+    }
+
+    /// Loads and attaches every tracepoint of the registry; one the kernel refuses, or one
+    /// reading a field whose place is unknown (`unknown`), is reported and skipped.
+    fn attach_tracepoints(
+        &mut self,
+        options: ProbeOptions,
+        unknown: &std::collections::HashMap<u32, String>,
+    ) {
         for probe in TRACEPOINT_PROBES.iter().filter(|p| options.wants(p)) {
             let target = ProbeTarget::Tracepoint {
                 category: probe.category,
                 name: probe.name,
             };
+            if let Some(why) = probe.fields.iter().find_map(|f| unknown.get(f)) {
+                tracing::warn!(reason = why, program = probe.program, "probe unavailable");
+                self.status.push(ProbeStatus {
+                    symbol: probe.program.to_string(),
+                    target,
+                    state: ProbeState::Unavailable {
+                        reason: format!("record layout unknown: {why}"),
+                    },
+                });
+                continue;
+            }
             self.attach_kernel_program(probe.program, target, |program| {
                 let program: &mut TracePoint = program.try_into()?;
                 // One program serves several tracepoints (the four host memory syscalls).
@@ -287,13 +342,10 @@ impl Probes {
         let state = match attach(program) {
             Ok(()) => ProbeState::Attached,
             Err(source) => {
-                let reason = short_reason(
-                    &TracerError::Program {
-                        program: name,
-                        source,
-                    }
-                    .to_string(),
-                );
+                let reason = short_reason(&crate::error::chain(&TracerError::Program {
+                    program: name,
+                    source,
+                }));
                 tracing::warn!(reason, program = name, "probe unavailable");
                 ProbeState::Unavailable { reason }
             }
@@ -314,20 +366,25 @@ impl Probes {
 
     /// Sets one of the kernel side's settings (`config::*`).
     fn set_config(&mut self, index: u32, value: u64) -> Result<(), TracerError> {
+        self.set_array("CONFIG", index, value)
+    }
+
+    /// Sets slot `index` of the kernel side's array map `name`.
+    fn set_array<V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+        index: u32,
+        value: V,
+    ) -> Result<(), TracerError> {
         let map = self
             .ebpf
-            .map_mut("CONFIG")
-            .expect("the object defines CONFIG");
-        let mut array = Array::<_, u64>::try_from(map).map_err(|source| TracerError::Map {
-            map: "CONFIG",
-            source,
-        })?;
+            .map_mut(name)
+            .expect("the object defines every array map the agent sets");
+        let mut array = Array::<_, V>::try_from(map)
+            .map_err(|source| TracerError::Map { map: name, source })?;
         array
             .set(index, value, 0)
-            .map_err(|source| TracerError::Map {
-                map: "CONFIG",
-                source,
-            })
+            .map_err(|source| TracerError::Map { map: name, source })
     }
 
     pub fn stops_on_library_open(&self) -> bool {
@@ -414,7 +471,7 @@ impl Probes {
                                 ProbeState::Attached
                             }
                             Err(error) => ProbeState::Unavailable {
-                                reason: short_reason(&error.to_string()),
+                                reason: short_reason(&crate::error::chain(&error)),
                             },
                         },
                     };
@@ -466,7 +523,7 @@ impl Probes {
                     source,
                 })
             }) {
-                tracing::warn!(%error, "cannot detach a uprobe");
+                tracing::warn!(error = %crate::error::chain(&error), "cannot detach a uprobe");
             }
         }
     }
@@ -539,26 +596,6 @@ fn short_reason(error: &str) -> String {
 
 /// Mounts tracefs where the kernel expects it if nothing is there (tracepoints need it; some
 /// machines do not mount it at boot). Failure is left to the tracepoint attach to report.
-fn mount_tracefs() {
-    let events = Path::new("/sys/kernel/tracing/events");
-    if events.exists() || Path::new("/sys/kernel/debug/tracing/events").exists() {
-        return;
-    }
-    // SAFETY: constant NUL-terminated strings; mount has no other preconditions.
-    let rc = unsafe {
-        libc::mount(
-            c"nodev".as_ptr(),
-            c"/sys/kernel/tracing".as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot mount tracefs");
-    }
-}
-
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }

@@ -4,7 +4,7 @@
 //! The loader attaches from this table alone (see [`super::Probes::attach_library`]); the decoder
 //! reads events with it (see [`crate::events`]).
 
-use tracer_common::{EventKind, Layer, ProbeCookie};
+use tracer_common::{EventKind, Layer, ProbeCookie, field};
 
 /// The library a probed function lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -573,6 +573,9 @@ pub struct TracepointProbe {
     pub name: &'static str,
     pub feature: KernelFeature,
     pub default_on: bool,
+    /// The record fields its program reads (`tracer_common::field::*`), found in the running
+    /// kernel's format files: a probe whose fields are not there is not attached.
+    pub fields: &'static [u32],
     /// What it is for, shown by `tracer probes`.
     pub purpose: &'static str,
 }
@@ -589,6 +592,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_enter_openat",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::OPENAT_FILENAME],
         purpose: "notice a CUDA library or hotpin being opened",
     },
     TracepointProbe {
@@ -597,6 +601,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_exit_openat",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_RET],
         purpose: "hold the process until the library's probes are attached",
     },
     TracepointProbe {
@@ -605,6 +610,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_enter_mmap",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_NR, field::SYSCALL_ARGS],
         purpose: "mmap: arguments",
     },
     TracepointProbe {
@@ -613,6 +619,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_exit_mmap",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_EXIT_NR, field::SYSCALL_RET],
         purpose: "mmap: host memory mapped, unmapped or moved",
     },
     TracepointProbe {
@@ -621,6 +628,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_enter_munmap",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_NR, field::SYSCALL_ARGS],
         purpose: "munmap: arguments",
     },
     TracepointProbe {
@@ -629,6 +637,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_exit_munmap",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_EXIT_NR, field::SYSCALL_RET],
         purpose: "munmap: host memory mapped, unmapped or moved",
     },
     TracepointProbe {
@@ -637,6 +646,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_enter_mremap",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_NR, field::SYSCALL_ARGS],
         purpose: "mremap: arguments",
     },
     TracepointProbe {
@@ -645,6 +655,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_exit_mremap",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_EXIT_NR, field::SYSCALL_RET],
         purpose: "mremap: host memory mapped, unmapped or moved",
     },
     TracepointProbe {
@@ -653,6 +664,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_enter_brk",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_NR, field::SYSCALL_ARGS],
         purpose: "brk: arguments",
     },
     TracepointProbe {
@@ -661,6 +673,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_exit_brk",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::SYSCALL_EXIT_NR, field::SYSCALL_RET],
         purpose: "brk: host memory mapped, unmapped or moved",
     },
     TracepointProbe {
@@ -669,6 +682,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "page_fault_user",
         feature: KernelFeature::Tracepoint,
         default_on: false,
+        fields: &[field::FAULT_ADDRESS],
         purpose: "user page faults, counted against allocations (--page-faults)",
     },
     TracepointProbe {
@@ -677,6 +691,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "sys_enter_ioctl",
         feature: KernelFeature::SyscallTracepoint,
         default_on: true,
+        fields: &[field::IOCTL_FD, field::IOCTL_CMD],
         purpose: "ioctls of the NVIDIA driver's kind, counted",
     },
     TracepointProbe {
@@ -685,6 +700,7 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         name: "task_newtask",
         feature: KernelFeature::Tracepoint,
         default_on: true,
+        fields: &[field::NEWTASK_PID, field::NEWTASK_CLONE_FLAGS],
         purpose: "follow child processes from their first instruction",
     },
 ];
