@@ -2,7 +2,7 @@
 //! return address, read from /proc/self/maps (re-read when an address is outside every known
 //! mapping, e.g. after a dlopen).
 
-use tracer_agent::target::ProcessMaps;
+use hotpin_history::maps::ProcessMaps;
 
 use crate::policy::SiteKey;
 

@@ -23,11 +23,11 @@ use std::{
     sync::{Mutex, MutexGuard, OnceLock},
 };
 
+use hotpin_history::{dump::DumpError, report::HotPolicy};
 pub use policy::Mode;
 use policy::{HotSet, Judged, SiteKey, Verdict};
 use pool::{PinnedBlock, PinnedPool};
 use pressure::{Level, Pressure};
-use tracer_agent::{dump::DumpError, report::HotPolicy};
 
 use crate::cuda::CudaRuntime;
 
@@ -88,7 +88,7 @@ pub fn parse_budget(text: &str) -> Result<u64, InitError> {
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) } as f64;
         return Ok((pages * pool::page_size() as f64 * share / 100.0) as u64);
     }
-    tracer_agent::report::parse_bytes(text).map_err(|_| bad())
+    hotpin_history::report::parse_bytes(text).map_err(|_| bad())
 }
 
 /// Why the allocator could not be set up.
@@ -100,26 +100,30 @@ pub enum InitError {
     BadBudget(String),
     #[error("use mode needs a history (HOTPIN_HISTORY or Allocator::use_history)")]
     NoHistory,
-    #[error("cannot use the history: {0}")]
+    #[error("cannot use the history")]
     History(#[from] DumpError),
     #[error("the allocator is already set up (once per process, before the first allocation)")]
     AlreadySet,
-    #[error("cannot start the embedded tracer: {0}")]
+    #[cfg(feature = "embedded")]
+    #[error("cannot start the embedded tracer")]
     Tracer(#[from] tracer_agent::TracerError),
 }
 
 /// Why an embedded recording could not be saved.
+#[cfg(feature = "embedded")]
 #[derive(Debug, thiserror::Error)]
 pub enum SaveError {
     #[error("no embedded recording is running (start one with Allocator::profile_embedded)")]
     NotRecording,
-    #[error("stopping the embedded tracer: {0}")]
+    #[cfg(feature = "embedded")]
+    #[error("stopping the embedded tracer")]
     Tracer(#[from] tracer_agent::TracerError),
-    #[error("writing the history: {0}")]
+    #[error("writing the history")]
     Dump(#[from] DumpError),
 }
 
 /// The embedded recording, if one runs: the agent and where `save` writes.
+#[cfg(feature = "embedded")]
 static EMBEDDED: Mutex<Option<(tracer_agent::TracerAgent, PathBuf)>> = Mutex::new(None);
 
 /// Why a free was refused. Nothing is touched when it is.
@@ -241,6 +245,7 @@ impl Allocator {
         Allocator::init(Config::new(Mode::Profile))
     }
 
+    #[cfg(feature = "embedded")]
     /// Profile mode recorded by a tracer embedded in this process (it needs root, or CAP_BPF
     /// and CAP_PERFMON): [`Allocator::save`] stops it and writes the history to `history`.
     /// The CUDA runtime and driver are loaded first, since the process cannot hold itself
@@ -261,6 +266,7 @@ impl Allocator {
         Ok(allocator)
     }
 
+    #[cfg(feature = "embedded")]
     /// Stops the embedded recording and writes its history (binary, or JSON for `.json`).
     pub fn save(&self) -> Result<PathBuf, SaveError> {
         let (mut agent, path) = EMBEDDED

@@ -5,7 +5,7 @@ use std::{
     path::Path,
 };
 
-use tracer_agent::{
+use hotpin_history::{
     dump::{self, DumpError},
     history::{AllocKind, MemHistory},
     report::HotPolicy,
@@ -212,7 +212,7 @@ impl HotSet {
 
 #[cfg(test)]
 mod tests {
-    use tracer_agent::{history::CallSite, probes::registry::CopyDirection};
+    use hotpin_history::{history::CallSite, registry::CopyDirection};
 
     use super::*;
 

@@ -2,9 +2,9 @@
 
 use std::sync::OnceLock;
 
-use tracer_agent::{
+use hotpin_history::{
     history::{AllocKind, CallSite, MemHistory},
-    probes::registry::CopyDirection,
+    registry::CopyDirection,
 };
 
 use super::*;
@@ -60,7 +60,8 @@ fn recorded_history() -> std::path::PathBuf {
         }
     }
     let path = std::env::temp_dir().join(format!("hotpin-history-{}.json", std::process::id()));
-    tracer_agent::dump::write(&h, &path, tracer_agent::dump::Format::Json, false).expect("write");
+    hotpin_history::dump::write(&h, &path, hotpin_history::dump::Format::Json, false)
+        .expect("write");
     path
 }
 

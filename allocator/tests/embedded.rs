@@ -5,7 +5,7 @@ use hotpin::{
     Allocator, Config,
     cuda::{CudaRuntime, MemcpyKind},
 };
-use tracer_agent::history::AllocKind;
+use hotpin_history::history::AllocKind;
 
 #[test]
 fn an_embedded_profile_records_each_buffer_with_its_transfers() {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer_agent::{events, history::MemHistory};
+use hotpin_history::{events, history::MemHistory};
 use tracer_common::EVENT_SIZE;
 
 fuzz_target!(|bytes: &[u8]| {

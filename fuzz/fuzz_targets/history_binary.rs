@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer_agent::dump;
+use hotpin_history::dump;
 
 fuzz_target!(|input: &[u8]| {
     let Some((&mode, rest)) = input.split_first() else {

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer_agent::dump;
+use hotpin_history::dump;
 
 fuzz_target!(|bytes: &[u8]| {
     // Only inputs that take the JSON path; the binary target covers the rest.

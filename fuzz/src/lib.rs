@@ -1,6 +1,6 @@
 //! The check every fuzz target ends in.
 
-use tracer_agent::{
+use hotpin_history::{
     dump::{self, Format},
     history::MemHistory,
 };

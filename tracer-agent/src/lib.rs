@@ -3,15 +3,14 @@
 //! and from the GPU often (hot) and which rarely (cold).
 
 pub mod agent;
-pub mod dump;
 pub mod error;
-pub mod events;
-pub mod history;
 pub mod privileges;
 pub mod probes;
 pub mod recorder;
-pub mod report;
 pub mod target;
+
+/// The history, its dumps and reports live in their own crate (shared with the allocator).
+pub use hotpin_history::{dump, events, history, report};
 
 pub use agent::{AgentConfig, AgentEvent, TracerAgent};
 pub use error::TracerError;

@@ -177,12 +177,17 @@ impl Recorder {
                 let _ = tx.send(runs).await;
             }
             Ok(_) => {}
-            Err(error) => tracing::warn!(error = %crate::error::chain(&error), "cannot read the last page-fault runs"),
+            Err(error) => {
+                tracing::warn!(error = %crate::error::chain(&error), "cannot read the last page-fault runs")
+            }
         }
         drop(tx);
-        writer
-            .await
-            .map_err(|error| TracerError::Recorder(format!("history writer failed: {}", crate::error::chain(&error))))?;
+        writer.await.map_err(|error| {
+            TracerError::Recorder(format!(
+                "history writer failed: {}",
+                crate::error::chain(&error)
+            ))
+        })?;
         probes.detach_all();
         let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
         {
@@ -362,13 +367,17 @@ fn library_opened(probes: &mut Probes, pid: u32, fd: i32) {
                             probes = report.len(),
                             "attached a CUDA library as it was opened"
                         ),
-                        Err(error) => tracing::warn!(pid, error = %crate::error::chain(&error), "cannot attach a CUDA library"),
+                        Err(error) => {
+                            tracing::warn!(pid, error = %crate::error::chain(&error), "cannot attach a CUDA library")
+                        }
                     }
                 }
             }
         }
         // The process closed it or exited already: a later rescan still finds what it maps.
-        Err(error) => tracing::debug!(pid, fd, error = %crate::error::chain(&error), "opened library is gone"),
+        Err(error) => {
+            tracing::debug!(pid, fd, error = %crate::error::chain(&error), "opened library is gone")
+        }
     }
     if probes.stops_on_library_open() {
         // SAFETY: kill has no memory preconditions; the pid is a target the kernel stopped.

@@ -156,3 +156,148 @@ fn sigterm_while_events_stream_leaves_a_whole_history() {
         "no temporary dump left: {leftovers:?}"
     );
 }
+
+/// `tracer record -- long_bench` with these arguments, started with stderr captured.
+fn record_long_bench(standin: &cuda_standin::Installed, args: &[&std::ffi::OsStr]) -> Command {
+    let bench = common::long_bench(standin);
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_tracer"));
+    tracer
+        .arg("record")
+        .args(args)
+        .arg("--")
+        .arg(common::workload())
+        .args(&bench.args)
+        .envs(bench.env.iter().cloned())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    tracer
+}
+
+#[test]
+fn an_unwritable_output_is_refused_before_the_command_starts() {
+    common::require_root();
+    let standin = common::standin("cli-bad-output");
+    let marker = standin.dir.join("the-command-ran");
+    let _ = std::fs::remove_file(&marker);
+    let blocker = standin.dir.join("a-file");
+    std::fs::write(&blocker, b"not a directory").expect("write a file");
+    let cases = [
+        (standin.dir.join("no/such/dir/x.json"), "no such file"),
+        (standin.dir.clone(), "is a directory"),
+        (blocker.join("x.hotpin"), "not a directory"),
+    ];
+    for (output, why) in cases {
+        let run = Command::new(env!("CARGO_BIN_EXE_tracer"))
+            .args(["record", "-o"])
+            .arg(&output)
+            .args(["--", "touch"])
+            .arg(&marker)
+            .output()
+            .expect("run tracer");
+        let stderr = String::from_utf8_lossy(&run.stderr).to_lowercase();
+        assert!(!run.status.success(), "{}: {stderr}", output.display());
+        assert!(
+            stderr.contains(why) && stderr.contains("could not be written"),
+            "a clear error naming the cause: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches(why).count(),
+            1,
+            "the cause is printed once: {stderr}"
+        );
+        assert!(
+            !marker.exists(),
+            "the command must not start when its recording could not be saved"
+        );
+    }
+}
+
+#[test]
+fn a_failed_final_write_falls_back_to_the_current_directory() {
+    common::require_root();
+    let standin = common::standin("cli-fallback");
+    let gone = standin.dir.join("removed-during-the-run");
+    let cwd = standin.dir.join("cwd");
+    for dir in [&gone, &cwd] {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    let output = gone.join("run.hotpin");
+    let mut tracer = record_long_bench(
+        &standin,
+        &[
+            "-o".as_ref(),
+            output.as_os_str(),
+            "--duration".as_ref(),
+            "3".as_ref(),
+        ],
+    );
+    let tracer = tracer.current_dir(&cwd).spawn().expect("start tracer");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    std::fs::remove_dir_all(&gone).expect("remove the output directory mid-run");
+    let run = common::wait_with_timeout(tracer, std::time::Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let fallback = cwd.join("run.hotpin");
+    assert!(
+        !run.status.success(),
+        "the requested file was not written: not a success: {stderr}"
+    );
+    assert!(
+        stderr.contains("was written to ./run.hotpin instead"),
+        "the fallback is named: {stderr}"
+    );
+    let saved = tracer_agent::dump::read(&fallback).expect("the fallback loads");
+    assert!(saved.stats().transfers > 0, "{:?}", saved.stats());
+    assert_eq!(saved.meta().checkpoint_unix_s, None, "a final history");
+}
+
+#[test]
+fn a_tracer_killed_with_sigkill_leaves_its_last_checkpoint() {
+    common::require_root();
+    let standin = common::standin("cli-sigkill");
+    let history = standin.dir.join("killed.hotpin");
+    let _ = std::fs::remove_file(&history);
+    let mut tracer = record_long_bench(
+        &standin,
+        &[
+            "-o".as_ref(),
+            history.as_os_str(),
+            "--checkpoint".as_ref(),
+            "1".as_ref(),
+        ],
+    )
+    .spawn()
+    .expect("start tracer");
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    tracer.kill().expect("SIGKILL the tracer");
+    let _ = tracer.wait();
+    // The workload it started runs on; the kernel detached the probes with the tracer.
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", "transfers 1000000000"])
+        .status();
+    let saved = tracer_agent::dump::read(&history).expect("the last checkpoint loads");
+    let written = saved
+        .meta()
+        .checkpoint_unix_s
+        .expect("marked as a checkpoint");
+    assert!(
+        tracer_agent::dump::unix_now().saturating_sub(written) < 30,
+        "written moments ago: {written}"
+    );
+    assert!(
+        saved.stats().transfers > 1000,
+        "copies recorded before the kill: {:?}",
+        saved.stats()
+    );
+    let report = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("report")
+        .arg(&history)
+        .output()
+        .expect("tracer report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{report:?}");
+    assert!(
+        text.contains("CHECKPOINT") && text.contains("s ago"),
+        "the report says it is a checkpoint and how old: {text}"
+    );
+}

@@ -77,7 +77,7 @@ struct Args {
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
-    tracer_agent::report::parse_bytes(text)?
+    hotpin_history::report::parse_bytes(text)?
         .try_into()
         .ok()
         .filter(|&size: &usize| size > 0)

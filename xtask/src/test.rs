@@ -1,44 +1,58 @@
 //! `cargo xtask test`: what CI runs. Formatting, lints, unit tests and the privileged
-//! integration tests that load real eBPF programs (they fail, not skip, without root), and a
-//! short run of each fuzz target.
+//! integration tests that load real eBPF programs (they fail, not skip, without root), the load
+//! tests alone, and a short run of each fuzz target.
 
-use std::process::Command;
+use std::{path::PathBuf, process::Command, time::Instant};
 
 use anyhow::{Result, bail};
 
 use crate::{cargo, sh};
+
+/// Integration test binaries that saturate the cores: run alone, one test at a time, after the
+/// others, so no other test shares the machine with them (tracer-agent/tests/load.rs).
+const LOAD_TESTS: &str = "load";
 
 pub fn run() -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { geteuid() } != 0 {
         bail!("the integration tests load eBPF programs: run `cargo xtask test` as root");
     }
+    let started = Instant::now();
     crate::setup::run()?;
     sh(cargo().args(["fmt", "--all", "--check"]))?;
-    // The user-space crates (the workspace's default members).
-    sh(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
-    // The kernel side, for its own target, as aya-build builds it.
-    sh(Command::new("cargo")
-        .args([
-            "+nightly",
-            "clippy",
-            "--package",
-            "tracer-ebpf",
-            "--release",
-        ])
-        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
-        .args(["--target-dir", "target/ebpf-clippy", "--", "-D", "warnings"])
-        .env("RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\""))?;
-    // Unit and integration tests; the integration tests start processes of their own, which
-    // need the workload and libhotpin.so built first.
+    // The kernel side: lints for its own target, then the object every later build embeds.
+    sh(ebpf_cargo("clippy").args(["--", "-D", "warnings"]))?;
+    let object = build_ebpf_object()?;
+    // SAFETY: single-threaded here; every cargo run below inherits it.
+    unsafe { std::env::set_var("HOTPIN_EBPF_OBJECT", &object) };
+    // The whole workspace, on the host: the eBPF crate compiles to an empty program there.
     sh(cargo().args([
-        "build",
-        "--package",
-        "transfer-bench",
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // Also what tests start as processes of their own (transfer-bench, libhotpin.so).
+    sh(cargo().args(["build", "--workspace"]))?;
+    // Everything but the load tests (`test = false` in tracer-agent's manifest), two at a time.
+    sh(cargo()
+        .args(["test", "--workspace", "--no-fail-fast"])
+        .args(["--", "--test-threads", "2"]))?;
+    // The allocator with the tracer embedded in the process (a feature of its own).
+    sh(cargo().args([
+        "test",
         "--package",
         "allocator",
+        "--features",
+        "embedded",
+        "--test",
+        "embedded",
     ]))?;
-    sh(cargo().args(["test", "--no-fail-fast", "--", "--test-threads", "2"]))?;
+    sh(cargo()
+        .args(["test", "--package", "tracer-agent", "--test", LOAD_TESTS])
+        .args(["--", "--test-threads", "1"]))?;
     // The allocator's unit tests again under valgrind's memcheck: the concurrent stress test
     // and the double/foreign free tests must not touch memory they should not.
     sh(cargo()
@@ -57,7 +71,40 @@ pub fn run() -> Result<()> {
         ))?;
     // Each fuzz target briefly, from the committed corpus (the long runs: `cargo xtask fuzz`).
     crate::fuzz::smoke(20)?;
+    eprintln!(
+        "xtask: test: everything passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
+}
+
+/// `cargo +nightly <verb>` of tracer-ebpf for the BPF target, with the flags aya-build uses.
+fn ebpf_cargo(verb: &str) -> Command {
+    let mut command = Command::new("cargo");
+    command
+        .args(["+nightly", verb, "--package", "tracer-ebpf", "--release"])
+        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+        .args(["--target-dir", "target/ebpf"])
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!(
+                "--cfg=bpf_target_arch=\"{}\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf",
+                std::env::consts::ARCH
+            ),
+        )
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER");
+    command
+}
+
+/// Builds the kernel programs once, as aya-build would, and returns the object's path.
+fn build_ebpf_object() -> Result<PathBuf> {
+    sh(&mut ebpf_cargo("build"))?;
+    let object = crate::workspace_root().join("target/ebpf/bpfel-unknown-none/release/tracer-ebpf");
+    if !object.is_file() {
+        bail!("the eBPF build left no object at {}", object.display());
+    }
+    Ok(object)
 }
 
 unsafe extern "C" {

@@ -61,6 +61,11 @@ struct RecordArgs {
     /// Keep every allocation's event timeline in the dump (larger files).
     #[arg(long)]
     verbose: bool,
+    /// Write the history so far to the output file every this many seconds while recording
+    /// (atomically: a tracer killed with SIGKILL leaves the last checkpoint, which `tracer
+    /// report` marks as such). 0 turns checkpoints off.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    checkpoint: f64,
     /// Stop after this many seconds (default: when the targets exit, or on Ctrl-C/SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,

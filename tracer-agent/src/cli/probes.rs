@@ -50,7 +50,11 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
         Probes::load(1 << 16, options).context("loading the tracer's eBPF programs")?;
     for path in &libraries {
         if let Err(error) = probes.attach_file(path) {
-            eprintln!("tracer: {}: {error:#}", path.display(), error = anyhow::Error::from(error));
+            eprintln!(
+                "tracer: {}: {error:#}",
+                path.display(),
+                error = anyhow::Error::from(error)
+            );
         }
     }
     let status = probes.status().to_vec();

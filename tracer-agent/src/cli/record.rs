@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use tokio::signal::unix::{SignalKind, signal};
 use tracer_agent::{
     AgentConfig, TracerAgent,
-    dump::Format,
+    dump::{self, Format},
     privileges,
     probes::ProbeState,
     report::{HotPolicy, Report, bytes},
@@ -83,6 +83,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if !args.pids.is_empty() && !args.command.is_empty() {
         bail!("give either --pid or a command, not both");
     }
+    // Where the history goes is checked before anything is attached or started: a recording
+    // must not be made only to be lost at the end.
+    if let Some(output) = &args.output {
+        dump::check_writable(output).context("the history could not be written there")?;
+    }
     let mut child: Option<PausedChild> = None;
     let mut config = AgentConfig::new(0);
     config.pids = args.pids.clone();
@@ -120,7 +125,22 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args, pid));
+    if args.output.is_none()
+        && let Err(error) = dump::check_writable(&output)
+    {
+        if let Some(mut child) = child {
+            let _ = child.child.kill();
+        }
+        return Err(anyhow::Error::from(error).context("the history could not be written there"));
+    }
+    let checkpoints = Checkpoints {
+        path: output.clone(),
+        format: Format::from_path(&output),
+        verbose: args.verbose,
+        every: (args.checkpoint > 0.0).then(|| Duration::from_secs_f64(args.checkpoint)),
+    };
 
+    let mut write_failed = false;
     let mut agent = TracerAgent::with_config(config);
     agent.start().context("starting the tracer")?;
     report_probes(&agent, child.is_some());
@@ -131,12 +151,36 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let child_status = runtime.block_on(wait(&agent, child.as_mut(), args.duration))?;
+    let child_status =
+        runtime.block_on(wait(&agent, child.as_mut(), args.duration, &checkpoints))?;
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
     agent.stop().context("stopping the tracer")?;
-    agent.dump(&output, Format::from_path(&output), args.verbose)?;
+    let written = dump::write_or_fall_back(
+        &agent.history(),
+        &output,
+        Format::from_path(&output),
+        args.verbose,
+    );
+    let output = match written {
+        Ok(path) => path,
+        Err((error, Some(fallback))) => {
+            eprintln!(
+                "tracer: cannot write {}: {:#}; the history was written to {} instead",
+                output.display(),
+                anyhow::Error::from(error),
+                fallback.display()
+            );
+            write_failed = true;
+            fallback
+        }
+        Err((error, None)) => {
+            return Err(anyhow::Error::from(error).context(
+                "writing the history failed here, in the current directory and in $TMPDIR",
+            ));
+        }
+    };
 
     let history = agent.history();
     let stats = history.stats();
@@ -164,6 +208,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             Report::new(&history, HotPolicy::default(), 10).render()
         );
     }
+    if write_failed {
+        return Ok(ExitCode::FAILURE);
+    }
     // The traced command's failure is the caller's to see.
     Ok(match child_status {
         Some(status) if !status.success() => {
@@ -175,19 +222,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
 }
 
 fn report_probes(agent: &TracerAgent, started: bool) {
-    let attached = agent.attached_probes();
-    let mut libraries: Vec<_> = agent
-        .probes()
-        .iter()
+    let on_files = || agent.probes().iter().filter(|p| p.target.path().is_some());
+    let mut libraries: Vec<_> = on_files()
         .filter(|p| p.state == ProbeState::Attached)
         .filter_map(|p| p.target.path().map(|path| path.display().to_string()))
         .collect();
     libraries.dedup();
-    let calls = agent
-        .probes()
-        .iter()
-        .filter(|p| p.target.path().is_some())
+    let attached = on_files()
+        .filter(|p| p.state == ProbeState::Attached)
         .count();
+    let calls = on_files().count();
     if libraries.is_empty() {
         eprintln!(
             "tracer: no CUDA library is mapped {}yet; probes attach when one is opened",
@@ -199,7 +243,11 @@ fn report_probes(agent: &TracerAgent, started: bool) {
         );
     } else {
         eprintln!(
-            "tracer: {attached} probes attached ({calls} tried) to {}",
+            "tracer: attached {attached} probes to {} file{} ({} functions not found or \
+             refused: `tracer probes` says why): {}",
+            libraries.len(),
+            if libraries.len() == 1 { "" } else { "s" },
+            calls - attached,
             libraries.join(", ")
         );
     }
@@ -210,12 +258,39 @@ fn report_probes(agent: &TracerAgent, started: bool) {
     }
 }
 
-/// Waits for the end of the recording; returns the started command's exit status.
+/// Where and how often the history so far is written while the recording goes on.
+struct Checkpoints {
+    path: PathBuf,
+    format: Format,
+    verbose: bool,
+    every: Option<Duration>,
+}
+
+impl Checkpoints {
+    /// Writes a checkpoint if one is due; a failed one is said and the recording goes on.
+    fn write_if_due(&self, agent: &TracerAgent, last: &mut Instant) {
+        let Some(every) = self.every else { return };
+        if last.elapsed() < every {
+            return;
+        }
+        *last = Instant::now();
+        let history = agent.history();
+        if let Err(error) = dump::write_checkpoint(&history, &self.path, self.format, self.verbose)
+        {
+            tracing::warn!(error = %anyhow::Error::from(error), "checkpoint not written");
+        }
+    }
+}
+
+/// Waits for the end of the recording, writing checkpoints meanwhile; returns the started
+/// command's exit status.
 async fn wait(
     agent: &TracerAgent,
     mut child: Option<&mut PausedChild>,
     duration: Option<f64>,
+    checkpoints: &Checkpoints,
 ) -> Result<Option<std::process::ExitStatus>> {
+    let mut checkpointed = Instant::now();
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -244,6 +319,7 @@ async fn wait(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
         }
+        checkpoints.write_if_due(agent, &mut checkpointed);
         if live {
             let status = agent.live_status();
             let elapsed = last.0.elapsed().as_secs_f64().max(1e-3);

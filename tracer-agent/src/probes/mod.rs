@@ -2,9 +2,10 @@
 //! libraries a process maps.
 
 pub mod kernel;
-pub mod registry;
 pub mod symbols;
 pub mod tracefs;
+
+pub use hotpin_history::{KernelCounters, registry};
 
 use std::{
     collections::HashSet,
@@ -85,19 +86,6 @@ pub struct ProbeStatus {
     pub target: ProbeTarget,
     #[serde(flatten)]
     pub state: ProbeState,
-}
-
-/// Events the kernel side could not deliver.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct KernelCounters {
-    /// Events dropped because the ring buffer was full.
-    pub ringbuf_full: u64,
-    /// Calls whose entry could not be remembered (their event has no arguments).
-    pub pending_full: u64,
-    /// Host memory syscalls, page-fault runs and ioctls dropped because the ring buffer was
-    /// full (counted apart, so CUDA calls' losses stay exact on their own).
-    #[serde(default)]
-    pub host_ringbuf_full: u64,
 }
 
 /// Which probes that are off by default to attach as well.

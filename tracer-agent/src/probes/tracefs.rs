@@ -53,16 +53,46 @@ pub struct FieldSpec {
 /// their arguments out consecutively, 8 bytes each, after `__syscall_nr` (checked on every
 /// syscall that uses it, by [`check_syscall_layout`]).
 pub const FIELDS: &[FieldSpec] = &[
-    spec(field::SYSCALL_NR, "syscalls", "sys_enter_mmap", "__syscall_nr", 4),
+    spec(
+        field::SYSCALL_NR,
+        "syscalls",
+        "sys_enter_mmap",
+        "__syscall_nr",
+        4,
+    ),
     spec(field::SYSCALL_ARGS, "syscalls", "sys_enter_mmap", "addr", 8),
     spec(field::SYSCALL_RET, "syscalls", "sys_exit_mmap", "ret", 8),
-    spec(field::SYSCALL_EXIT_NR, "syscalls", "sys_exit_mmap", "__syscall_nr", 4),
-    spec(field::OPENAT_FILENAME, "syscalls", "sys_enter_openat", "filename", 8),
-    spec(field::FAULT_ADDRESS, "exceptions", "page_fault_user", "address", 8),
+    spec(
+        field::SYSCALL_EXIT_NR,
+        "syscalls",
+        "sys_exit_mmap",
+        "__syscall_nr",
+        4,
+    ),
+    spec(
+        field::OPENAT_FILENAME,
+        "syscalls",
+        "sys_enter_openat",
+        "filename",
+        8,
+    ),
+    spec(
+        field::FAULT_ADDRESS,
+        "exceptions",
+        "page_fault_user",
+        "address",
+        8,
+    ),
     spec(field::IOCTL_FD, "syscalls", "sys_enter_ioctl", "fd", 8),
     spec(field::IOCTL_CMD, "syscalls", "sys_enter_ioctl", "cmd", 8),
     spec(field::NEWTASK_PID, "task", "task_newtask", "pid", 4),
-    spec(field::NEWTASK_CLONE_FLAGS, "task", "task_newtask", "clone_flags", 8),
+    spec(
+        field::NEWTASK_CLONE_FLAGS,
+        "task",
+        "task_newtask",
+        "clone_flags",
+        8,
+    ),
 ];
 
 const fn spec(
@@ -141,7 +171,10 @@ fn parse_field_line(line: &str) -> Option<Field> {
 
 /// The format file of a tracepoint under tracefs mounted at `root`.
 pub fn format_path(root: &Path, category: &str, event: &str) -> PathBuf {
-    root.join("events").join(category).join(event).join("format")
+    root.join("events")
+        .join(category)
+        .join(event)
+        .join("format")
 }
 
 /// Reads a tracepoint's fields.
@@ -156,13 +189,14 @@ pub fn read_fields(root: &Path, category: &str, event: &str) -> Result<Vec<Field
 pub fn offset_of(root: &Path, spec: &FieldSpec) -> Result<u32, FormatError> {
     let path = format_path(root, spec.category, spec.event);
     let fields = read_fields(root, spec.category, spec.event)?;
-    let field = fields
-        .iter()
-        .find(|f| f.name == spec.name)
-        .ok_or_else(|| FormatError::NoField {
-            path: path.clone(),
-            name: spec.name,
-        })?;
+    let field =
+        fields
+            .iter()
+            .find(|f| f.name == spec.name)
+            .ok_or_else(|| FormatError::NoField {
+                path: path.clone(),
+                name: spec.name,
+            })?;
     if field.size != spec.size {
         return Err(FormatError::Size {
             path,

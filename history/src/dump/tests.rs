@@ -1,7 +1,7 @@
 use super::*;
 use crate::{
     history::{AllocKind, CallSite, MemHistory},
-    probes::registry::CopyDirection,
+    registry::CopyDirection,
 };
 
 /// A small deterministic generator (xorshift64*), so failures reproduce from the seed.

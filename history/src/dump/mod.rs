@@ -16,7 +16,8 @@ use crate::history::{HistoryData, InvalidHistory, MemHistory};
 /// First bytes of a binary dump.
 pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
-pub const FORMAT_VERSION: u32 = 2;
+/// Versions 1 (no host memory counters) and 2 (no checkpoint time) are still read.
+pub const FORMAT_VERSION: u32 = 3;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
 /// Largest history file read, compressed or not (a history of 1M allocations is far below).
@@ -33,7 +34,7 @@ pub fn decompressed_limit(compressed: usize) -> u64 {
 }
 
 /// The two dump formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Json,
     Binary,
@@ -106,26 +107,55 @@ pub fn write(
     format: Format,
     verbose: bool,
 ) -> Result<(), DumpError> {
+    write_marked(history, path, format, verbose, None)
+}
+
+/// Writes a checkpoint of a recording still going on: the history so far, marked with the
+/// time it was written (`RecordingMeta::checkpoint_unix_s`), atomically like [`write`], so
+/// the file at `path` is always a whole history, whenever the tracer is killed.
+pub fn write_checkpoint(
+    history: &MemHistory,
+    path: &Path,
+    format: Format,
+    verbose: bool,
+) -> Result<(), DumpError> {
+    write_marked(history, path, format, verbose, Some(unix_now()))
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn write_marked(
+    history: &MemHistory,
+    path: &Path,
+    format: Format,
+    verbose: bool,
+    checkpoint_unix_s: Option<u64>,
+) -> Result<(), DumpError> {
     let io_error = |source| DumpError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let summary;
-    let data = if verbose {
+    let copy;
+    let data = if verbose && checkpoint_unix_s.is_none() {
         history.data()
     } else {
-        let mut copy = history.data().clone();
-        for allocation in &mut copy.allocations {
-            allocation.events = Vec::new();
+        let mut data = history.data().clone();
+        if !verbose {
+            for allocation in &mut data.allocations {
+                allocation.events = Vec::new();
+            }
         }
-        summary = copy;
-        &summary
+        data.meta.checkpoint_unix_s = checkpoint_unix_s;
+        copy = data;
+        &copy
     };
     let bytes = encode(data, format, verbose).map_err(io_error)?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = directory_of(path);
     let name = path
         .file_name()
         .ok_or_else(|| io_error(io::Error::other("no file name")))?;
@@ -153,6 +183,76 @@ pub fn write(
         return Err(io_error(source));
     }
     Ok(())
+}
+
+/// Checks, before anything is recorded, that a history can be written to `path`: it is not a
+/// directory, and its directory exists and takes a new file (one is created and removed).
+pub fn check_writable(path: &Path) -> Result<(), DumpError> {
+    let error = |source| DumpError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.is_dir() {
+        return Err(error(io::Error::from(io::ErrorKind::IsADirectory)));
+    }
+    let dir = directory_of(path);
+    let meta = fs::metadata(dir).map_err(|source| DumpError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(DumpError::Io {
+            path: dir.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::NotADirectory),
+        });
+    }
+    let probe = dir.join(format!(".hotpin-write-check-{}", std::process::id()));
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&probe)
+        .map_err(|source| DumpError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    let _ = fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Writes `history` to `path`, or, if that fails, to the same file name in the current
+/// directory or else in `$TMPDIR` (or /tmp): a recording is never lost to a full disk or a
+/// directory removed meanwhile. Returns where it was written; the error of the first try comes
+/// with a fallback path.
+pub fn write_or_fall_back(
+    history: &MemHistory,
+    path: &Path,
+    format: Format,
+    verbose: bool,
+) -> Result<PathBuf, (DumpError, Option<PathBuf>)> {
+    let first = match write(history, path, format, verbose) {
+        Ok(()) => return Ok(path.to_path_buf()),
+        Err(error) => error,
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "hotpin-history.hotpin".into(), |n| n.to_os_string());
+    let tmp = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    for dir in [PathBuf::from("."), tmp] {
+        let fallback = dir.join(&name);
+        if fallback != path && write(history, &fallback, format, verbose).is_ok() {
+            return Err((first, Some(fallback)));
+        }
+    }
+    Err((first, None))
+}
+
+fn directory_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// The bytes of a dump.
@@ -297,6 +397,9 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
     let (data, used) = if version == 1 {
         let (old, used) = decode_body::<v1::HistoryData>(&body).map_err(corrupted)?;
         (old.into(), used)
+    } else if version == 2 {
+        let (old, used) = decode_body::<v2::HistoryData>(&body).map_err(corrupted)?;
+        (old.into(), used)
     } else {
         decode_body::<HistoryData>(&body).map_err(corrupted)?
     };
@@ -337,9 +440,10 @@ mod v1 {
 
     use serde::Deserialize;
 
+    use super::v2::RecordingMeta;
     use crate::{
-        history::{self, Allocation, CallSite, RecordingMeta},
-        probes::KernelCounters,
+        history::KernelCounters,
+        history::{self, Allocation, CallSite},
     };
 
     #[derive(Deserialize)]
@@ -380,7 +484,7 @@ mod v1 {
         fn from(old: HistoryData) -> Self {
             let s = old.stats;
             history::HistoryData {
-                meta: old.meta,
+                meta: old.meta.into(),
                 call_sites: old.call_sites,
                 allocations: old.allocations,
                 stats: history::HistoryStats {
@@ -407,6 +511,55 @@ mod v1 {
                     ..Default::default()
                 },
                 callers: Default::default(),
+            }
+        }
+    }
+}
+
+/// Format 2, read and converted: its recording metadata has no checkpoint time (a version 2
+/// file is a finished recording).
+mod v2 {
+    use serde::Deserialize;
+
+    use crate::history::{self, AllocId, Allocation, CallSite, CallSiteId, HistoryStats};
+
+    #[derive(Deserialize)]
+    pub struct RecordingMeta {
+        tracer: String,
+        started_unix_s: u64,
+        pids: Vec<u32>,
+        command: Vec<String>,
+    }
+
+    impl From<RecordingMeta> for history::RecordingMeta {
+        fn from(old: RecordingMeta) -> Self {
+            history::RecordingMeta {
+                tracer: old.tracer,
+                started_unix_s: old.started_unix_s,
+                pids: old.pids,
+                command: old.command,
+                checkpoint_unix_s: None,
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub struct HistoryData {
+        meta: RecordingMeta,
+        call_sites: Vec<CallSite>,
+        allocations: Vec<Allocation>,
+        stats: HistoryStats,
+        callers: Vec<(AllocId, Vec<CallSiteId>)>,
+    }
+
+    impl From<HistoryData> for history::HistoryData {
+        fn from(old: HistoryData) -> Self {
+            history::HistoryData {
+                meta: old.meta.into(),
+                call_sites: old.call_sites,
+                allocations: old.allocations,
+                stats: old.stats,
+                callers: old.callers.into_iter().collect(),
             }
         }
     }

@@ -8,7 +8,7 @@ mod allocation;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::probes::registry::function_name;
+use crate::registry::function_name;
 
 pub use allocation::{
     AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, TransferStats,
@@ -17,11 +17,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     events::{CudaCall, HostOp, Op, TraceEvent},
-    probes::{
-        KernelCounters,
-        registry::{AllocSpace, CopyDirection},
-    },
+    registry::{AllocSpace, CopyDirection},
 };
+
+/// Events the kernel side could not deliver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelCounters {
+    /// Events dropped because the ring buffer was full.
+    pub ringbuf_full: u64,
+    /// Calls whose entry could not be remembered (their event has no arguments).
+    pub pending_full: u64,
+    /// Host memory syscalls, page-fault runs and ioctls dropped because the ring buffer was
+    /// full (counted apart, so CUDA calls' losses stay exact on their own).
+    #[serde(default)]
+    pub host_ringbuf_full: u64,
+}
 
 /// Totals over the whole recording.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +98,10 @@ pub struct RecordingMeta {
     pub pids: Vec<u32>,
     /// The command `tracer record -- CMD` started, if it started one.
     pub command: Vec<String>,
+    /// Set in a checkpoint (`tracer record --checkpoint`): when it was written, in seconds
+    /// since the Unix epoch, while the recording went on. A finished recording has none.
+    #[serde(default)]
+    pub checkpoint_unix_s: Option<u64>,
 }
 
 /// The serialisable content of a history; the indexes are rebuilt from it.

@@ -160,6 +160,8 @@ pub struct Report {
     pub policy: HotPolicy,
     pub pids: Vec<u32>,
     pub command: Vec<String>,
+    /// When the history is a checkpoint of an unfinished recording: when it was written.
+    pub checkpoint_unix_s: Option<u64>,
     pub calls: u64,
     pub transfers: u64,
     pub h2d_bytes: u64,
@@ -308,6 +310,7 @@ impl Report {
             policy,
             pids: history.meta().pids.clone(),
             command: history.meta().command.clone(),
+            checkpoint_unix_s: history.meta().checkpoint_unix_s,
             calls: stats.calls,
             transfers: stats.transfers,
             h2d_bytes: stats.h2d_bytes,
@@ -359,6 +362,15 @@ impl Report {
             let _ = writeln!(out, "  command      {}", self.command.join(" "));
         }
         let _ = writeln!(out, "  processes    {:?}", self.pids);
+        if let Some(written) = self.checkpoint_unix_s {
+            let age = crate::dump::unix_now().saturating_sub(written);
+            let _ = writeln!(
+                out,
+                "  CHECKPOINT   written {age} s ago (at {written} s since the epoch) while the \
+                 recording went on: the tracer stopped before its final write, so what came \
+                 after is missing"
+            );
+        }
         let _ = writeln!(
             out,
             "  CUDA calls   {}   transfers {}   host->device {}   device->host {}   lost events {}",
@@ -553,7 +565,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{history::CallSite, probes::registry::CopyDirection};
+    use crate::{history::CallSite, registry::CopyDirection};
 
     #[test]
     fn recommends_hot_pageable_sites_and_flags_pinned_waste() {

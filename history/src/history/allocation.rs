@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::probes::registry::CopyDirection;
+use crate::registry::CopyDirection;
 
 /// Index of an allocation in its [`super::MemHistory`].
 pub type AllocId = u64;

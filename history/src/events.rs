@@ -4,7 +4,7 @@ use tracer_common::{
     Event, EventKind, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, SITE_BUILD_ID, SITE_IP,
 };
 
-use crate::probes::registry::{
+use crate::registry::{
     AllocSpace, BytesFrom, CopyDirection, DirectionFrom, Library, PtrFrom, Semantics, call_probe,
 };
 

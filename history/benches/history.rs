@@ -1,15 +1,15 @@
 //! MemHistory's speed and size: ingest rate, hot/cold queries with 1M allocations, and dump
-//! and load of 1M allocations. `cargo bench -p tracer-agent --bench history`; results in
+//! and load of 1M allocations. `cargo bench -p hotpin-history --bench history`; results in
 //! docs/benchmarks.md.
 
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use tracer_agent::{
+use hotpin_history::{
     dump::{self, Format},
     events::{CudaCall, Op},
     history::{AllocKind, CallSite, MemHistory},
-    probes::registry::{AllocSpace, CopyDirection},
+    registry::{AllocSpace, CopyDirection},
 };
 use tracer_common::EventKind;
 
