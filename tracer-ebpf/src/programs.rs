@@ -363,19 +363,39 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         tid,
         kind: cookie.kind() as u32,
     };
-    let mut flags = 0u16;
-    // SAFETY: the value is copied out before the entry is removed.
-    let pending = unsafe { PENDING.get(key) }.copied();
-    let _ = PENDING.remove(key);
-    let (args, duration_ns) = match pending {
-        Some(p) => (p.args, now.saturating_sub(p.ts_ns)),
-        // A libc call under the floor was dropped at entry.
-        None if cookie.layer() == Layer::Libc as u8 => return Ok(()),
-        None => {
-            flags |= FLAG_NO_ENTRY;
-            ([0; MAX_ARGS], 0)
-        }
+    let pending = PENDING.get_ptr(key);
+    // A libc call under the floor was dropped at entry.
+    if pending.is_none() && cookie.layer() == Layer::Libc as u8 {
+        return Ok(());
+    }
+    // Page faults this thread holds go out before this call's event.
+    send_fault_run(tid);
+    // The event is filled in place in the ring buffer: built on the BPF stack (160 bytes, with
+    // the entry's arguments copied there too) it took the return program over the 512-byte
+    // stack limit that kernels before 6.x enforce across calls (Debian 6.1 refused it).
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        let _ = PENDING.remove(key);
+        bump(counter::RINGBUF_FULL);
+        return Ok(());
     };
+    let event = entry.as_mut_ptr();
+    let mut flags = 0u16;
+    // SAFETY: `event` points at the reserved record, ours until it is submitted; `pending`
+    // points at this thread's entry, which only this thread changes, read before removal.
+    unsafe {
+        match pending {
+            Some(p) => {
+                (*event).args = (*p).args;
+                (*event).duration_ns = now.saturating_sub((*p).ts_ns);
+            }
+            None => {
+                flags |= FLAG_NO_ENTRY;
+                (*event).args = [0; MAX_ARGS];
+                (*event).duration_ns = 0;
+            }
+        }
+    }
+    let _ = PENDING.remove(key);
 
     if let Some(depth) = DEPTH.get_ptr_mut(tid) {
         // SAFETY: the entry belongs to this thread, which is running this program.
@@ -393,20 +413,22 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
         }
     }
 
+    // SAFETY: as above: the reserved record.
+    let args = unsafe { &(*event).args };
     let mut out = 0;
     if let Some(index) = cookie.out_arg()
-        && index < MAX_ARGS
-        && args[index] != 0
+        && let Some(&at) = args.get(index)
+        && at != 0
     {
         // SAFETY: a user read of the out-parameter the callee just wrote.
-        match unsafe { bpf_probe_read_user(args[index] as *const u64) } {
+        match unsafe { bpf_probe_read_user(at as *const u64) } {
             Ok(value) => out = value,
             Err(_) => flags |= FLAG_OUT_UNREADABLE,
         }
     }
 
     if cookie.layer() == Layer::Libc as u8 {
-        track_libc_block(tgid, cookie, &args, ctx.ret::<u64>(), out);
+        track_libc_block(tgid, cookie, args, ctx.ret::<u64>(), out);
     }
 
     let site = if cookie.want_site() {
@@ -421,21 +443,15 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
     } else {
         CallSiteRaw::default()
     };
-    send_fault_run(tid);
 
-    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
-        bump(counter::RINGBUF_FULL);
-        return Ok(());
-    };
-    entry.write(Event {
-        header: header(cookie.kind(), flags, tgid, tid, now),
-        args,
-        ret: ctx.ret::<u64>(),
-        out,
-        duration_ns,
-        caller: return_address(ctx),
-        site,
-    });
+    // SAFETY: as above: the reserved record; every field is written before the submit.
+    unsafe {
+        (*event).header = header(cookie.kind(), flags, tgid, tid, now);
+        (*event).ret = ctx.ret::<u64>();
+        (*event).out = out;
+        (*event).caller = return_address(ctx);
+        (*event).site = site;
+    }
     // A call site the kernel could only give as an address must be resolved from the
     // process's memory map while it exists: wake the reader now.
     let wakeup = if site.status == SITE_IP || EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES

@@ -5,6 +5,7 @@ mod demo;
 mod fuzz;
 mod setup;
 mod test;
+mod vm_test;
 
 use std::{
     path::{Path, PathBuf},
@@ -36,6 +37,9 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
     /// The original design's benchmark: unpinned, pinned, profile and use modes per size.
     Bench(bench::BenchArgs),
+    /// Boot Debian's kernels (6.1, 6.12) in QEMU and run the eBPF load, a subset of the
+    /// integration tests and the kprobe check in each.
+    VmTest(vm_test::VmTestArgs),
 }
 
 fn main() -> Result<()> {
@@ -47,6 +51,7 @@ fn main() -> Result<()> {
         Task::Demo(args) => demo::run(args),
         Task::Bench(args) => bench::run(args),
         Task::Fuzz(args) => fuzz::run(args),
+        Task::VmTest(args) => vm_test::run(args),
     }
 }
 

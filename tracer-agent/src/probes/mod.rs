@@ -293,17 +293,31 @@ impl Probes {
         if !kprobes {
             tracing::info!("{NO_KPROBES}: driver page pinning is not seen");
         }
+        let functions = if kprobes {
+            kernel_functions(KPROBE_PROBES.iter().map(|p| p.function))
+        } else {
+            HashSet::new()
+        };
         for probe in KPROBE_PROBES.iter().filter(|p| p.default_on) {
             let target = ProbeTarget::Kprobe {
                 function: probe.function,
             };
-            if !kprobes {
+            let missing = if !kprobes {
+                Some(NO_KPROBES.to_string())
+            } else if !functions.contains(probe.function) {
+                Some(format!(
+                    "the kernel has no function {} (/proc/kallsyms): the NVIDIA driver \
+                     module is not loaded",
+                    probe.function
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = missing {
                 self.status.push(ProbeStatus {
                     symbol: probe.program.to_string(),
                     target,
-                    state: ProbeState::Unavailable {
-                        reason: NO_KPROBES.into(),
-                    },
+                    state: ProbeState::Unavailable { reason },
                 });
                 continue;
             }
@@ -313,6 +327,27 @@ impl Probes {
                 program.attach(probe.function, 0).map(drop)
             });
         }
+    }
+
+    /// Attaches a kprobe program of the registry to another kernel function than its own, and
+    /// says whether it took. It proves the kprobe path on kernels without the NVIDIA module
+    /// (tests/kprobe.rs, run by `cargo xtask vm-test` on kernels that have kprobes).
+    pub fn attach_kprobe_program_to(
+        &mut self,
+        program: &'static str,
+        function: &'static str,
+    ) -> ProbeState {
+        self.attach_kernel_program(program, ProbeTarget::Kprobe { function }, |program| {
+            let program: &mut KProbe = program.try_into()?;
+            if program.fd().is_err() {
+                program.load()?;
+            }
+            program.attach(function, 0).map(drop)
+        });
+        self.status
+            .last()
+            .map(|status| status.state.clone())
+            .expect("attach_kernel_program records a status")
     }
 
     /// Loads and attaches one kernel-side program with `attach`, and records whether it took;
@@ -584,6 +619,18 @@ fn short_reason(error: &str) -> String {
 
 /// Mounts tracefs where the kernel expects it if nothing is there (tracepoints need it; some
 /// machines do not mount it at boot). Failure is left to the tracepoint attach to report.
+/// Which of `wanted` the running kernel (or a loaded module) has, by /proc/kallsyms.
+fn kernel_functions<'a>(wanted: impl Iterator<Item = &'a str>) -> HashSet<&'a str> {
+    let wanted: Vec<&str> = wanted.collect();
+    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+        return HashSet::new();
+    };
+    text.lines()
+        .filter_map(|line| line.split_whitespace().nth(2))
+        .filter_map(|name| wanted.iter().find(|w| **w == name).copied())
+        .collect()
+}
+
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
