@@ -19,7 +19,9 @@ pub fn run() -> Result<()> {
 
     // Debian packages: what is missing, installed in one apt-get run.
     let mut packages = Vec::new();
-    if !Path::new(LLVM_PREFIX).join("bin/llvm-config").exists() {
+    // libLLVM.so (the link name bpf-linker needs) comes only with the -dev package; llvm-config
+    // alone may be there from llvm-22 without it.
+    if !Path::new(LLVM_PREFIX).join("lib/libLLVM.so").exists() {
         eprintln!("xtask: {LLVM_PACKAGE} is missing (bpf-linker links against it)");
         packages.push(LLVM_PACKAGE);
     }
