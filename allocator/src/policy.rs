@@ -100,9 +100,9 @@ enum Unit {
 
 impl HotSet {
     /// Reads a history (either format) and judges its host allocations with `policy`. Under a
-    /// `budget`, hot allocations and recycled groups are admitted by most transfers per pinned
-    /// block first (the most benefit per pinned byte) until the budget is spent; the rest are
-    /// `OverBudget`. A group costs its peak of live blocks.
+    /// `budget`, hot allocations and recycled groups are admitted by the most net saving per
+    /// pinned byte first (transfers per block under a fixed bar) until the budget is spent;
+    /// the rest are `OverBudget`. A group costs its peak of live blocks.
     pub fn load(path: &Path, policy: HotPolicy, budget: Option<u64>) -> Result<Self, DumpError> {
         Ok(Self::from_history(&dump::read(path)?, policy, budget))
     }
@@ -114,8 +114,8 @@ impl HotSet {
                 .call_site(id)
                 .map(|site| SiteKey::new(&site.module, site.offset))
         };
-        // (transfers per block, bytes pinned, unit)
-        let mut units: Vec<(u64, u64, Unit)> = Vec::new();
+        // (merit: net saving per pinned byte, or transfers per block; bytes pinned; unit)
+        let mut units: Vec<(f64, u64, Unit)> = Vec::new();
         let groups = policy.recycled_groups(history);
         let mut grouped = HashSet::new();
         for group in &groups {
@@ -128,7 +128,7 @@ impl HotSet {
             counts.1 += group.allocations as u32;
             set.groups.insert((key.clone(), group.size), Verdict::Cold);
             units.push((
-                group.transfers / group.peak_live.max(1),
+                policy.merit(&group.stats, group.size, group.peak_live),
                 group.pinned_bytes(),
                 Unit::Group(key, group.size),
             ));
@@ -152,7 +152,7 @@ impl HotSet {
             if is_hot {
                 counts.0 += 1;
                 units.push((
-                    allocation.stats.transfers,
+                    policy.merit(&allocation.stats, allocation.size, 1),
                     allocation.size,
                     Unit::One(key.clone(), allocation.ordinal, allocation.size),
                 ));
@@ -160,7 +160,7 @@ impl HotSet {
             set.allocations
                 .insert((key, allocation.ordinal, allocation.size), Verdict::Cold);
         }
-        units.sort_by_key(|unit| std::cmp::Reverse(unit.0));
+        units.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut spent = 0u64;
         for (_, bytes, unit) in units {
             let verdict = match budget {
@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn judges_by_site_ordinal_and_size_whatever_the_path() {
-        let set = HotSet::from_history(&history(), HotPolicy::default(), None);
+        let set = HotSet::from_history(&history(), HotPolicy::transfers(4), None);
         let a = SiteKey::new("/new/place/app", 0x100);
         assert_eq!(set.judge(&a, 0, 4 * MIB), Judged::Known(Verdict::Pin));
         assert_eq!(set.judge(&a, 1, 4 * MIB), Judged::Known(Verdict::Pin));
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn an_unknown_allocation_falls_back_to_its_call_site_then_to_unknown() {
-        let set = HotSet::from_history(&history(), HotPolicy::default(), None);
+        let set = HotSet::from_history(&history(), HotPolicy::transfers(4), None);
         let a = SiteKey::new("app", 0x100);
         assert_eq!(
             set.judge(&a, 7, 4 * MIB),
@@ -313,7 +313,7 @@ mod tests {
             );
             h.free(1, 0x9000_0000, ts + 2);
         }
-        let set = HotSet::from_history(&h, HotPolicy::default(), None);
+        let set = HotSet::from_history(&h, HotPolicy::transfers(4), None);
         let site = SiteKey::new("app", 0x300);
         assert_eq!(set.judge(&site, 3, 2 * MIB), Judged::Recycled(Verdict::Pin));
         assert_eq!(
@@ -328,9 +328,9 @@ mod tests {
         assert_eq!((set.pinned_count(), set.pinned_groups()), (2, 1));
 
         // 10 copies on one 2 MiB block rank below site A's 300 and 100 on 4 MiB blocks.
-        let set = HotSet::from_history(&h, HotPolicy::default(), Some(10 * MIB));
+        let set = HotSet::from_history(&h, HotPolicy::transfers(4), Some(10 * MIB));
         assert_eq!(set.judge(&site, 0, 2 * MIB), Judged::Recycled(Verdict::Pin));
-        let set = HotSet::from_history(&h, HotPolicy::default(), Some(9 * MIB));
+        let set = HotSet::from_history(&h, HotPolicy::transfers(4), Some(9 * MIB));
         assert_eq!(
             set.judge(&site, 0, 2 * MIB),
             Judged::Recycled(Verdict::OverBudget)
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_budget_admits_the_most_transferred_first() {
-        let set = HotSet::from_history(&history(), HotPolicy::default(), Some(5 * MIB));
+        let set = HotSet::from_history(&history(), HotPolicy::transfers(4), Some(5 * MIB));
         let a = SiteKey::new("app", 0x100);
         assert_eq!(
             set.judge(&a, 1, 4 * MIB),

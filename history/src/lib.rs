@@ -6,6 +6,7 @@
 //! Both the tracer (which records histories) and the allocator (which acts on them) use this
 //! crate; it carries no eBPF, aya or tokio, so the allocator's preload library stays small.
 
+pub mod cost;
 pub mod dump;
 pub mod events;
 pub mod history;

@@ -7,24 +7,33 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{AllocKind, Allocation, CallSiteId, MemHistory};
+use crate::{
+    cost::{CostModel, Weighing},
+    history::{AllocKind, Allocation, CallSiteId, MemHistory, TransferStats},
+};
 
 /// What makes an allocation worth pinning.
 ///
-/// Pinning pays back per byte: cudaHostAlloc costs about 0.4 ms per MiB and each transfer of a
-/// MiB saves about 0.1 ms (8.5 vs 52 GB/s host-to-device on our H100), so an allocation copied
-/// 4 times or more repays cudaHostAlloc whatever its size (cudaHostRegister, 17x cheaper,
-/// repays in one). `min_transfers_per_mib` optionally prefers small, busy buffers.
+/// By default a cost model ([`CostModel`]): pin when the copy time pinning saves over the
+/// recorded run passes what pinning and unpinning costs. On our H100 registering memory in
+/// place costs about 42 ms/GiB while a pageable copy loses about 90 ms/GiB, so one round trip
+/// repays a large buffer and memory never copied never does. The first version's fixed bar
+/// ("hot = at least N transfers", [`HotPolicy::transfers`]) remains for comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HotPolicy {
+    /// Pin when the copy time saved passes the cost of pinning (the default, with our
+    /// H100's numbers, or those `hotpin calibrate` measured).
+    pub cost: Option<CostModel>,
+    /// Without a cost model, a fixed bar: at least this many transfers...
     pub min_transfers: u64,
-    /// Transfers per MiB of the allocation; 0 turns it off.
+    /// ... and this many per MiB of the allocation (0 turns it off).
     pub min_transfers_per_mib: f64,
 }
 
 impl Default for HotPolicy {
     fn default() -> Self {
         Self {
+            cost: Some(CostModel::default()),
             min_transfers: 4,
             min_transfers_per_mib: 0.0,
         }
@@ -32,14 +41,59 @@ impl Default for HotPolicy {
 }
 
 impl HotPolicy {
-    pub fn is_hot(&self, allocation: &Allocation) -> bool {
-        self.pays(allocation.stats.transfers, allocation.size)
+    /// The fixed bar of the first version: at least `min_transfers` transfers.
+    pub fn transfers(min_transfers: u64) -> Self {
+        Self {
+            cost: None,
+            min_transfers,
+            min_transfers_per_mib: 0.0,
+        }
     }
 
-    /// Whether a pinned block of `size` bytes that serves `transfers` copies is worth pinning.
-    fn pays(&self, transfers: u64, size: u64) -> bool {
+    /// With this cost model.
+    pub fn with_cost(cost: CostModel) -> Self {
+        Self {
+            cost: Some(cost),
+            ..Self::default()
+        }
+    }
+
+    pub fn is_hot(&self, allocation: &Allocation) -> bool {
+        self.pays(&allocation.stats, allocation.size, 1)
+    }
+
+    /// The cost model's weighing of `blocks` pinned blocks of `size` bytes serving `stats`'s
+    /// copies (none with a fixed bar).
+    pub fn weigh(&self, stats: &TransferStats, size: u64, blocks: u64) -> Option<Weighing> {
+        self.cost.map(|model| model.weigh(stats, size, blocks))
+    }
+
+    /// Whether `blocks` pinned blocks of `size` bytes serving `stats`'s copies are worth
+    /// pinning.
+    pub fn pays(&self, stats: &TransferStats, size: u64, blocks: u64) -> bool {
+        if let Some(weighing) = self.weigh(stats, size, blocks) {
+            return weighing.pays();
+        }
+        let transfers = stats.transfers / blocks.max(1);
         let mib = (size.max(1) as f64) / (1 << 20) as f64;
         transfers >= self.min_transfers && transfers as f64 / mib >= self.min_transfers_per_mib
+    }
+
+    /// What the budget admits by: net seconds saved per pinned byte under a cost model,
+    /// transfers per block under a bar.
+    pub fn merit(&self, stats: &TransferStats, size: u64, blocks: u64) -> f64 {
+        match self.weigh(stats, size, blocks) {
+            Some(weighing) => weighing.net_per_byte(size * blocks.max(1)),
+            None => (stats.transfers / blocks.max(1)) as f64,
+        }
+    }
+
+    /// How the policy reads, for reports.
+    pub fn describe(&self) -> String {
+        match self.cost {
+            Some(_) => "pin when the copy time saved passes the pin and unpin cost".into(),
+            None => format!("hot = at least {} transfers", self.min_transfers),
+        }
     }
 
     /// The recycled groups of a history, by most transfers per pinned block first.
@@ -63,17 +117,31 @@ impl HotPolicy {
         let mut groups: Vec<RecycledGroup> = members
             .into_iter()
             .filter(|(_, list)| list.len() >= 2)
-            .map(|((pid, call_site, size), list)| RecycledGroup {
-                pid,
-                call_site,
-                size,
-                allocations: list.len() as u64,
-                transfers: list.iter().map(|a| a.stats.transfers).sum(),
-                peak_live: peak_live(&list),
+            .map(|((pid, call_site, size), list)| {
+                let mut stats = TransferStats::default();
+                for a in &list {
+                    stats.transfers += a.stats.transfers;
+                    stats.h2d_count += a.stats.h2d_count;
+                    stats.d2h_count += a.stats.d2h_count;
+                    stats.h2d_bytes += a.stats.h2d_bytes;
+                    stats.d2h_bytes += a.stats.d2h_bytes;
+                }
+                RecycledGroup {
+                    pid,
+                    call_site,
+                    size,
+                    allocations: list.len() as u64,
+                    transfers: stats.transfers,
+                    peak_live: peak_live(&list),
+                    stats,
+                }
             })
-            .filter(|g| self.pays(g.transfers / g.peak_live.max(1), g.size))
+            .filter(|g| self.pays(&g.stats, g.size, g.peak_live))
             .collect();
-        groups.sort_by_key(|g| std::cmp::Reverse(g.transfers / g.peak_live.max(1)));
+        groups.sort_by(|a, b| {
+            self.merit(&b.stats, b.size, b.peak_live)
+                .total_cmp(&self.merit(&a.stats, a.size, a.peak_live))
+        });
         groups
     }
 }
@@ -89,6 +157,8 @@ pub struct RecycledGroup {
     pub transfers: u64,
     /// The most of them alive at once: the pinned blocks the group needs.
     pub peak_live: u64,
+    /// Their copies together, by direction.
+    pub stats: TransferStats,
 }
 
 impl RecycledGroup {
@@ -152,6 +222,42 @@ pub struct SiteAdvice {
     pub allocations: u64,
     pub bytes: u64,
     pub transfers: u64,
+    /// Under a cost model: the copy time pinning them saves over the run, in seconds...
+    pub saving_s: f64,
+    /// ... and what pinning and unpinning them costs.
+    pub cost_s: f64,
+}
+
+impl SiteAdvice {
+    fn add(&mut self, weighing: Option<Weighing>) {
+        if let Some(w) = weighing {
+            self.saving_s += w.saving_s;
+            self.cost_s += w.cost_s;
+        }
+    }
+
+    /// "saves 12.3 ms of copies for 4.0 ms of pinning", under a cost model.
+    fn why(&self, policy: &HotPolicy) -> String {
+        if policy.cost.is_none() {
+            return String::new();
+        }
+        format!(
+            ": saves {} of copies for {} of pinning",
+            seconds(self.saving_s),
+            seconds(self.cost_s)
+        )
+    }
+}
+
+/// Seconds for people: "12.3 ms", "850 µs", "1.20 s".
+pub fn seconds(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
+    }
 }
 
 /// Everything `tracer report` shows.
@@ -257,6 +363,8 @@ impl Report {
             allocations: 0,
             bytes: 0,
             transfers: 0,
+            saving_s: 0.0,
+            cost_s: 0.0,
         };
         let groups = policy.recycled_groups(history);
         let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
@@ -268,6 +376,7 @@ impl Report {
             entry.allocations += g.allocations;
             entry.bytes += g.pinned_bytes();
             entry.transfers += g.transfers;
+            entry.add(policy.weigh(&g.stats, g.size, g.peak_live));
         }
         for a in &host {
             let grouped = a
@@ -279,6 +388,7 @@ impl Report {
                 entry.allocations += 1;
                 entry.bytes += a.size;
                 entry.transfers += a.stats.transfers;
+                entry.add(policy.weigh(&a.stats, a.size, 1));
             }
             if a.kind.is_pinned() {
                 if !hot {
@@ -290,6 +400,7 @@ impl Report {
                 entry.allocations += 1;
                 entry.bytes += a.size;
                 entry.transfers += a.stats.transfers;
+                entry.add(policy.weigh(&a.stats, a.size, 1));
                 *any_hot |= hot;
             } else if hot && !grouped {
                 candidates.push(*a);
@@ -382,9 +493,9 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  policy       hot = at least {} transfers{}",
-            self.policy.min_transfers,
-            if self.policy.min_transfers_per_mib > 0.0 {
+            "  policy       {}{}",
+            self.policy.describe(),
+            if self.policy.cost.is_none() && self.policy.min_transfers_per_mib > 0.0 {
                 format!(" and {} per MiB", self.policy.min_transfers_per_mib)
             } else {
                 String::new()
@@ -451,22 +562,24 @@ impl Report {
             for site in &self.pin_sites {
                 let _ = writeln!(
                     out,
-                    "    {:<48} {:>4} allocations {:>10} {:>8} transfers",
+                    "    {:<48} {:>4} allocations {:>10} {:>8} transfers{}",
                     site.call_site,
                     site.allocations,
                     bytes(site.bytes),
-                    site.transfers
+                    site.transfers,
+                    site.why(&self.policy)
                 );
             }
         }
         for site in &self.unpin_sites {
             let _ = writeln!(
                 out,
-                "  stop pinning {} ({} allocations, {}, {} transfers)",
+                "  stop pinning {} ({} allocations, {}, {} transfers{})",
                 site.call_site,
                 site.allocations,
                 bytes(site.bytes),
-                site.transfers
+                site.transfers,
+                site.why(&self.policy)
             );
         }
         if self.untracked_hot_bytes > 0 {
@@ -632,7 +745,9 @@ mod tests {
             );
         }
 
-        let report = Report::new(&h, HotPolicy::default(), 10);
+        // The first version's bar: 5 copies of 4 KiB are hot (the cost model would not pin
+        // 4 KiB for them).
+        let report = Report::new(&h, HotPolicy::transfers(4), 10);
         assert_eq!(report.hot[0].id, hot);
         assert_eq!(report.pin_sites.len(), 1);
         assert!(
@@ -722,19 +837,24 @@ mod tests {
             }
         }
 
-        let groups = HotPolicy::default().recycled_groups(&h);
+        // Under the first version's bar (4 transfers): the batch buffers are hot as a group,
+        // the 25 alive together with 2 copies each are cold.
+        let bar = HotPolicy::transfers(4);
+        let groups = bar.recycled_groups(&h);
+        assert_eq!(groups.len(), 1, "{groups:?}");
+        let group = &groups[0];
         assert_eq!(
-            groups,
-            vec![RecycledGroup {
-                pid: 1,
-                call_site: batch,
-                size: 8 * MIB,
-                allocations: 12,
-                transfers: 12,
-                peak_live: 1,
-            }]
+            (
+                group.call_site,
+                group.size,
+                group.allocations,
+                group.transfers,
+                group.peak_live
+            ),
+            (batch, 8 * MIB, 12, 12, 1)
         );
-        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert_eq!(group.stats.h2d_bytes, 12 * 8 * MIB);
+        let report = Report::new(&h, bar, 10);
         assert_eq!(report.recycled.len(), 1);
         assert_eq!(
             report.pin_bytes,
@@ -747,6 +867,22 @@ mod tests {
             "the batch buffers are pinned for a reason; the 25 together are not"
         );
         assert!(report.render().contains("Recycled buffers"));
+
+        // Under the cost model (our H100's numbers): one round trip repays pinning an 8 MiB
+        // buffer in place, so each of the 25 is hot alone; one copy of 8 MiB does not, but
+        // 12 through one reused block do; a 1 MiB buffer copied once does not repay pinning.
+        let cost = HotPolicy::default();
+        let groups = cost.recycled_groups(&h);
+        assert_eq!(groups.len(), 1, "{groups:?}");
+        assert_eq!(groups[0].call_site, batch);
+        let report = Report::new(&h, cost, 10);
+        assert_eq!(report.pin_bytes, 8 * MIB + 25 * 8 * MIB + MIB);
+        assert_eq!(report.wasted_pinned_bytes, 0);
+        let text = report.render();
+        assert!(
+            text.contains("saves") && text.contains("of pinning"),
+            "the report says what each site saves and costs: {text}"
+        );
     }
 
     #[test]

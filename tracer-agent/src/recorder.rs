@@ -3,7 +3,7 @@
 
 use std::{
     sync::{
-        Arc, RwLock,
+        Arc, Mutex, RwLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
@@ -110,7 +110,14 @@ impl Recorder {
             config,
         } = self;
         let (tx, rx) = mpsc::channel::<Vec<Record>>(CHANNEL_BATCHES);
-        let writer = tokio::spawn(write_batches(rx, Arc::clone(&shared), resolver));
+        // Shared with the reader, which learns a process's modules while the kernel holds it
+        // stopped at a library open: a short program may be gone before the writer looks.
+        let resolver = Arc::new(Mutex::new(resolver));
+        let writer = tokio::spawn(write_batches(
+            rx,
+            Arc::clone(&shared),
+            Arc::clone(&resolver),
+        ));
         // SAFETY: the RingBuf owns its map's descriptor, keeps it open while it lives, and
         // always returns the same one; it is moved into the AsyncFd and never swapped.
         let mut ring = unsafe { AsyncFd::register(ring) }.map_err(|error| TracerError::Io {
@@ -130,11 +137,11 @@ impl Recorder {
                         what: "polling the ring buffer".into(),
                         source,
                     })?;
-                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets).await;
+                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets, &resolver).await;
                     guard.clear_ready();
                 }
                 _ = drain_tick.tick() => {
-                    drain(ring.get_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets).await
+                    drain(ring.get_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets, &resolver).await
                 }
                 _ = rescan_tick.tick() => {
                     rescan(&mut probes, &mut targets, &shared);
@@ -164,6 +171,7 @@ impl Recorder {
             &mut probes,
             &mut address_sites,
             &mut targets,
+            &resolver,
         )
         .await;
         // Children forked while the ring was drained joined the filter meanwhile.
@@ -258,6 +266,7 @@ async fn drain(
     probes: &mut Probes,
     address_sites: &mut AddressSites,
     targets: &mut Vec<u32>,
+    resolver: &Mutex<CallSiteResolver>,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
@@ -274,7 +283,7 @@ async fn drain(
                 let callers = callers(probes, &call);
                 batch.push((TraceEvent::Cuda(call), callers));
             }
-            Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd),
+            Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd, resolver),
             Ok(TraceEvent::ProcessFork { pid, child }) => {
                 tracing::info!(pid, child, "following a child process");
                 if !targets.contains(&child) {
@@ -312,10 +321,11 @@ async fn drain(
 async fn write_batches(
     mut rx: mpsc::Receiver<Vec<Record>>,
     shared: Arc<Shared>,
-    mut resolver: CallSiteResolver,
+    resolver: Arc<Mutex<CallSiteResolver>>,
 ) {
     while let Some(batch) = rx.recv().await {
         let mut history = shared.history.write().expect("history lock poisoned");
+        let mut resolver = resolver.lock().unwrap_or_else(|p| p.into_inner());
         for (event, callers) in &batch {
             apply(&mut history, &mut resolver, event, callers);
         }
@@ -352,7 +362,7 @@ fn apply(
 
 /// A target opened a `libcud*` file: attach to it if it is a CUDA runtime or driver, then let
 /// the process go on if the kernel stopped it.
-fn library_opened(probes: &mut Probes, pid: u32, fd: i32) {
+fn library_opened(probes: &mut Probes, pid: u32, fd: i32, resolver: &Mutex<CallSiteResolver>) {
     let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
     match link {
         Ok(path) => {
@@ -379,6 +389,12 @@ fn library_opened(probes: &mut Probes, pid: u32, fd: i32) {
             tracing::debug!(pid, fd, error = %crate::error::chain(&error), "opened library is gone")
         }
     }
+    // While it is held (or at least alive), learn what it maps: its program and libraries, by
+    // build id, so its call sites resolve even if it exits before the writer gets to them.
+    resolver
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .learn_process(pid);
     if probes.stops_on_library_open() {
         // SAFETY: kill has no memory preconditions; the pid is a target the kernel stopped.
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };

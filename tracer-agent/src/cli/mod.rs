@@ -116,12 +116,17 @@ struct ReportArgs {
     /// Rows per list.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// An allocation is hot with at least this many transfers.
-    #[arg(long, default_value_t = tracer_agent::report::HotPolicy::default().min_transfers)]
-    min_transfers: u64,
-    /// ... and at least this many transfers per MiB of its size (0: any).
+    /// Judge by a fixed bar instead of the cost model: hot with at least this many
+    /// transfers.
+    #[arg(long, value_name = "N")]
+    min_transfers: Option<u64>,
+    /// With --min-transfers: and at least this many transfers per MiB of its size.
     #[arg(long, default_value_t = 0.0)]
     min_transfers_per_mib: f64,
+    /// The cost model's numbers from this file (`hotpin calibrate` writes one); default: our
+    /// H100's, stated in docs/benchmarks.md.
+    #[arg(long, value_name = "FILE", conflicts_with = "min_transfers")]
+    costs: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use hotpin_history::cost::CostModel;
 use tracer_agent::{
     dump,
     report::{HotPolicy, Report},
@@ -12,9 +13,13 @@ use super::ReportArgs;
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let history = dump::read(&args.file)?;
-    let policy = HotPolicy {
-        min_transfers: args.min_transfers,
-        min_transfers_per_mib: args.min_transfers_per_mib,
+    let policy = match (args.min_transfers, &args.costs) {
+        (Some(min_transfers), _) => HotPolicy {
+            min_transfers_per_mib: args.min_transfers_per_mib,
+            ..HotPolicy::transfers(min_transfers)
+        },
+        (None, Some(path)) => HotPolicy::with_cost(CostModel::load(path)?.model),
+        (None, None) => HotPolicy::default(),
     };
     let report = Report::new(&history, policy, args.top);
     if args.json {

@@ -1,0 +1,164 @@
+//! `hotpin run`: the command, with the interposer preloaded in the chosen mode, or in profile
+//! mode recorded by the tracer.
+//!
+//! The settings travel as environment variables (`LD_PRELOAD`, `HOTPIN_MODE`,
+//! `HOTPIN_HISTORY`, `HOTPIN_PINNED_BUDGET`), so child processes inherit the mode. Everything
+//! that can be checked is checked before the command starts: the history loads, the budget
+//! parses, the interposer and the tracer are where they should be.
+
+use std::{
+    ffi::{OsStr, OsString},
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{Context as _, Result, bail};
+use hotpin::Mode;
+
+/// The interposer's file name, looked for beside the `hotpin` binary.
+const PRELOAD: &str = "libhotpin_preload.so";
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// profile: record the program as it is with the tracer (`tracer record --libc-malloc`);
+    /// use: pin what the history says pays; pin-all, pin-none: the baselines.
+    #[arg(long, default_value = "use", value_parser = ["profile", "use", "pin-all", "pin-none"])]
+    mode: String,
+    /// The history: written in profile mode (default: the tracer's name for it), read in use
+    /// mode (required there).
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+    /// Most memory pinned at once by the interposer's promotions (bytes like 512M, or 25%).
+    #[arg(long, value_name = "BYTES")]
+    budget: Option<String>,
+    /// Write the interposer's decisions and counters to FILE.<pid>.json per process.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Allocations below this size go straight to libc (suffixes K, M, G).
+    #[arg(long, default_value = "1M", value_name = "BYTES")]
+    floor: String,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    let mode = Mode::from_name(&args.mode).expect("clap checked the mode");
+    let floor = hotpin_history::report::parse_bytes(&args.floor)
+        .map_err(|e| anyhow::anyhow!("--floor {}: {e}", args.floor))?;
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    if mode == Mode::Profile {
+        return profile(&args, floor, program, rest);
+    }
+    if let Some(budget) = &args.budget {
+        hotpin::parse_budget(budget).with_context(|| format!("--budget {budget}"))?;
+    }
+    let mut command = Command::new(program);
+    command.args(rest).env("HOTPIN_MODE", mode_name(mode));
+    command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
+    if mode == Mode::Use {
+        let history = args.history.as_ref().context(
+            "use mode needs --history FILE (a history `hotpin run --mode profile` wrote)",
+        )?;
+        hotpin_history::dump::read(history)
+            .with_context(|| format!("the history {} cannot be used", history.display()))?;
+        command.env("HOTPIN_HISTORY", absolute(history)?);
+    }
+    if let Some(budget) = &args.budget {
+        command.env("HOTPIN_PINNED_BUDGET", budget);
+    }
+    if let Some(report) = &args.report {
+        command.env("HOTPIN_REPORT", absolute(report)?);
+    }
+    if let Some(executable) = which(Path::new(program))
+        && carries_cuda_runtime(&executable)
+    {
+        eprintln!(
+            "hotpin: {} carries the CUDA runtime statically: its CUDA calls cannot be \
+             interposed, so it runs untouched",
+            executable.display()
+        );
+        return Err(command.env_remove("HOTPIN_MODE").exec().into());
+    }
+    let preload = sibling(PRELOAD)?;
+    let mut preloads = OsString::from(preload.as_os_str());
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preloads.push(" ");
+        preloads.push(existing);
+    }
+    command.env("LD_PRELOAD", preloads);
+    // Replaces this process: the program's exit status and signals are its own.
+    let error = command.exec();
+    Err(anyhow::Error::from(error).context(format!("cannot start {}", program.to_string_lossy())))
+}
+
+/// Profile mode: the tracer records the program as it is, libc's allocations above the floor
+/// included, so use mode can recognise them by call site.
+fn profile(args: &RunArgs, floor: u64, program: &OsStr, rest: &[OsString]) -> Result<ExitCode> {
+    let tracer = sibling("tracer").or_else(|_| {
+        which(Path::new("tracer")).context("the tracer is neither beside hotpin nor on PATH")
+    })?;
+    let mut command = Command::new(tracer);
+    command
+        .args(["record", "--libc-malloc", "--malloc-floor"])
+        .arg(floor.to_string());
+    if let Some(history) = &args.history {
+        command.arg("-o").arg(history);
+    }
+    command
+        .arg("--")
+        .arg(program)
+        .args(rest)
+        .env("HOTPIN_MODE", "profile");
+    let error = command.exec();
+    Err(anyhow::Error::from(error).context("cannot start the tracer"))
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::PinNone => "pin-none",
+        Mode::PinAll => "pin-all",
+        Mode::Profile => "profile",
+        Mode::Use => "use",
+    }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("{}", path.display()))
+}
+
+/// A file installed beside the running `hotpin`.
+fn sibling(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("where is hotpin")?;
+    let path = exe.with_file_name(name);
+    if !path.exists() {
+        bail!("{} is missing (it is built with hotpin)", path.display());
+    }
+    Ok(path)
+}
+
+/// Resolves a program name as execvp would.
+fn which(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return Some(program.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Whether an executable defines the CUDA runtime itself (nvcc links it statically by
+/// default): an LD_PRELOAD definition cannot stand in front of calls made inside one file.
+fn carries_cuda_runtime(executable: &Path) -> bool {
+    use object::{Object as _, ObjectSymbol as _};
+    let Ok(bytes) = std::fs::read(executable) else {
+        return false;
+    };
+    let Ok(file) = object::File::parse(&*bytes) else {
+        return false;
+    };
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .any(|s| s.is_definition() && s.name() == Ok("cudaHostAlloc"))
+}

@@ -1,0 +1,324 @@
+//! The functions the program's calls land in.
+//!
+//! Those whose decision depends on the call site are naked one-instruction stubs that pass
+//! their caller's return address (at the stack pointer on entry) as one more argument and
+//! jump to the `_at` function: the same address the tracer records as the call site when
+//! it probes libc or the CUDA runtime, so the identity (module + offset, ordinal, size) the
+//! history knows is the one computed here.
+//!
+//! Below the size floor a libc call costs one load, one compare and a jump more than libc:
+//! `hotpin-preload`'s floor benchmark measures it (docs/benchmarks.md).
+
+use std::{
+    ffi::{c_int, c_uint, c_void},
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::atomic::Ordering,
+};
+
+use crate::{
+    cuda::{self, FreeHost, HostAlloc, HostRegister, HostUnregister, MallocHost},
+    real::{
+        __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc,
+        valid_posix_alignment,
+    },
+    state::{self, ACTIVE, Busy, ENABLED, FLOOR, PinnedRequest},
+};
+
+/// Defines an exported naked stub `$name` that passes the return address in `$reg` (the
+/// first free argument register) and jumps to `$at`.
+macro_rules! stub {
+    ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $reg:literal, $at:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(concat!("mov ", $reg, ", [rsp]"), "jmp {at}", at = sym $at)
+        }
+    };
+}
+
+stub!(malloc(size: usize) -> *mut c_void, "rsi", malloc_at);
+stub!(calloc(count: usize, size: usize) -> *mut c_void, "rdx", calloc_at);
+stub!(realloc(ptr: *mut c_void, size: usize) -> *mut c_void, "rdx", realloc_at);
+stub!(posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int, "rcx", posix_memalign_at);
+stub!(aligned_alloc(align: usize, size: usize) -> *mut c_void, "rdx", aligned_alloc_at);
+stub!(memalign(align: usize, size: usize) -> *mut c_void, "rdx", memalign_at);
+stub!(cudaHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", host_alloc_at);
+stub!(cudaMallocHost(out: *mut *mut c_void, size: usize) -> c_int, "rdx", malloc_host_at);
+stub!(cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", host_register_at);
+
+/// Whether a call of `size` bytes is below the floor (or the interposer is off): libc's.
+#[inline(always)]
+fn below_floor(size: usize) -> bool {
+    size < FLOOR.load(Ordering::Relaxed)
+}
+
+/// Runs the judged part of a call; a panic in it (a bug of ours) is reported once and the
+/// call is served as libc or CUDA would, never unwound into C.
+fn judged(work: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(work)).is_err() {
+        eprintln!("hotpin: internal error; this call was served without hotpin");
+    }
+}
+
+/// After libc allocated `ptr` (`size` bytes, at or above the floor): judged.
+fn after_alloc(call: &'static str, ptr: *mut c_void, size: usize, caller: usize) {
+    if ptr.is_null() || state::forked() {
+        return;
+    }
+    if let Some(_busy) = Busy::enter() {
+        judged(|| state::allocated(call, ptr, size, caller));
+    }
+}
+
+extern "C" fn malloc_at(size: usize, caller: usize) -> *mut c_void {
+    // SAFETY: libc's malloc.
+    let ptr = unsafe { __libc_malloc(size) };
+    if !below_floor(size) {
+        after_alloc("malloc", ptr, size, caller);
+    }
+    ptr
+}
+
+extern "C" fn calloc_at(count: usize, size: usize, caller: usize) -> *mut c_void {
+    // SAFETY: libc's calloc (which checks the product for overflow).
+    let ptr = unsafe { __libc_calloc(count, size) };
+    let total = count.saturating_mul(size);
+    if !below_floor(total) {
+        after_alloc("calloc", ptr, total, caller);
+    }
+    ptr
+}
+
+extern "C" fn realloc_at(ptr: *mut c_void, size: usize, caller: usize) -> *mut c_void {
+    if ptr.is_null() {
+        return malloc_at(size, caller);
+    }
+    // A block we registered is unregistered before libc may move or free it.
+    let mut was_registered = None;
+    if ACTIVE.load(Ordering::Acquire)
+        && !state::forked()
+        && let Some(_busy) = Busy::enter()
+    {
+        judged(|| was_registered = state::releasing(ptr));
+    }
+    // SAFETY: libc's realloc of a block libc allocated.
+    let moved = unsafe { __libc_realloc(ptr, size) };
+    if moved.is_null() {
+        // The old block lives on, pageable now: judged again as it is.
+        if let Some(old) = was_registered {
+            after_alloc("realloc", ptr, old, caller);
+        }
+        return moved;
+    }
+    if !below_floor(size) {
+        after_alloc("realloc", moved, size, caller);
+    }
+    moved
+}
+
+/// # Safety
+/// `out` is writable, as posix_memalign requires.
+unsafe extern "C" fn posix_memalign_at(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    caller: usize,
+) -> c_int {
+    if !valid_posix_alignment(align) {
+        return libc::EINVAL;
+    }
+    // SAFETY: libc's memalign with a valid alignment.
+    let ptr = unsafe { __libc_memalign(align, size) };
+    if ptr.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller's out-pointer.
+    unsafe { *out = ptr };
+    if !below_floor(size) {
+        after_alloc("posix_memalign", ptr, size, caller);
+    }
+    0
+}
+
+extern "C" fn aligned_alloc_at(align: usize, size: usize, caller: usize) -> *mut c_void {
+    // SAFETY: libc's memalign (glibc's aligned_alloc is memalign).
+    let ptr = unsafe { __libc_memalign(align, size) };
+    if !below_floor(size) {
+        after_alloc("aligned_alloc", ptr, size, caller);
+    }
+    ptr
+}
+
+extern "C" fn memalign_at(align: usize, size: usize, caller: usize) -> *mut c_void {
+    // SAFETY: libc's memalign.
+    let ptr = unsafe { __libc_memalign(align, size) };
+    if !below_floor(size) {
+        after_alloc("memalign", ptr, size, caller);
+    }
+    ptr
+}
+
+/// `free`: a block we registered is unregistered first. Until one is, nothing is looked up;
+/// blocks under the floor never are.
+///
+/// # Safety
+/// As libc's free.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn free(ptr: *mut c_void) {
+    if !ptr.is_null()
+        && ACTIVE.load(Ordering::Acquire)
+        && !state::forked()
+        // SAFETY: a live block of libc's (the caller frees it).
+        && !below_floor(unsafe { libc::malloc_usable_size(ptr) })
+        && let Some(_busy) = Busy::enter()
+    {
+        judged(|| {
+            state::releasing(ptr);
+        });
+    }
+    // SAFETY: as the caller's free.
+    unsafe { __libc_free(ptr) }
+}
+
+/// Serves a pinned request: CUDA's, or pageable if judged cold.
+///
+/// # Safety
+/// `out` is writable; `pinned` is the real CUDA call for this request.
+unsafe fn pinned_request(
+    call: &'static str,
+    out: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+    caller: usize,
+    pinned: impl FnOnce() -> c_int,
+) -> c_int {
+    if !ENABLED.load(Ordering::Acquire) || state::forked() {
+        return pinned();
+    }
+    let Some(_busy) = Busy::enter() else {
+        return pinned();
+    };
+    let mut request = PinnedRequest::Pinned;
+    judged(|| request = state::pinned_request(call, size, flags, caller));
+    if let PinnedRequest::Demote = request {
+        // Page-aligned, as pinned memory is.
+        // SAFETY: libc's memalign with a valid alignment.
+        let ptr = unsafe { __libc_memalign(4096, size.max(1)) };
+        if !ptr.is_null() {
+            // SAFETY: the caller's out-pointer.
+            unsafe { *out = ptr };
+            judged(|| state::demoted(ptr, size));
+            return 0;
+        }
+    }
+    pinned()
+}
+
+/// # Safety
+/// As cudaHostAlloc.
+unsafe extern "C" fn host_alloc_at(
+    out: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+    caller: usize,
+) -> c_int {
+    // SAFETY: HOST_ALLOC is cudaHostAlloc, of this type.
+    let Some(real) = (unsafe { cuda::function::<HostAlloc>(&cuda::HOST_ALLOC) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on as it was made.
+    unsafe {
+        pinned_request("cudaHostAlloc", out, size, flags, caller, || {
+            real(out, size, flags)
+        })
+    }
+}
+
+/// # Safety
+/// As cudaMallocHost.
+unsafe extern "C" fn malloc_host_at(out: *mut *mut c_void, size: usize, caller: usize) -> c_int {
+    // SAFETY: MALLOC_HOST is cudaMallocHost, of this type.
+    let Some(real) = (unsafe { cuda::function::<MallocHost>(&cuda::MALLOC_HOST) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on as it was made.
+    unsafe { pinned_request("cudaMallocHost", out, size, 0, caller, || real(out, size)) }
+}
+
+/// `cudaFreeHost`: a demoted block goes back to libc.
+///
+/// # Safety
+/// As cudaFreeHost.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
+    if ENABLED.load(Ordering::Acquire)
+        && !ptr.is_null()
+        && !state::forked()
+        && let Some(_busy) = Busy::enter()
+    {
+        let mut demoted = false;
+        judged(|| demoted = state::free_demoted(ptr));
+        if demoted {
+            // SAFETY: a block __libc_memalign gave for a demoted request.
+            unsafe { __libc_free(ptr) };
+            return 0;
+        }
+    }
+    // SAFETY: FREE_HOST is cudaFreeHost, of this type.
+    match unsafe { cuda::function::<FreeHost>(&cuda::FREE_HOST) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}
+
+/// # Safety
+/// As cudaHostRegister.
+unsafe extern "C" fn host_register_at(
+    ptr: *mut c_void,
+    size: usize,
+    flags: c_uint,
+    caller: usize,
+) -> c_int {
+    if ENABLED.load(Ordering::Acquire)
+        && !state::forked()
+        && let Some(_busy) = Busy::enter()
+    {
+        let mut skip = false;
+        judged(|| skip = state::skip_register(ptr, size, flags, caller));
+        if skip {
+            return 0;
+        }
+    }
+    // SAFETY: HOST_REGISTER is cudaHostRegister, of this type.
+    match unsafe { cuda::function::<HostRegister>(&cuda::HOST_REGISTER) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr, size, flags) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}
+
+/// `cudaHostUnregister`: a registration that was not carried out is not undone.
+///
+/// # Safety
+/// As cudaHostUnregister.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
+    if ENABLED.load(Ordering::Acquire)
+        && !state::forked()
+        && let Some(_busy) = Busy::enter()
+    {
+        let mut skipped = false;
+        judged(|| skipped = state::skip_unregister(ptr));
+        if skipped {
+            return 0;
+        }
+    }
+    // SAFETY: HOST_UNREGISTER is cudaHostUnregister, of this type.
+    match unsafe { cuda::function::<HostUnregister>(&cuda::HOST_UNREGISTER) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}

@@ -1,0 +1,38 @@
+//! `libhotpin_preload.so`: hotpin for programs nobody changed, loaded with `LD_PRELOAD` (by
+//! `hotpin run`). It answers the program's own calls:
+//!
+//! - the CUDA runtime's pinned memory calls (`cudaHostAlloc`, `cudaMallocHost`,
+//!   `cudaFreeHost`, `cudaHostRegister`, `cudaHostUnregister`): a pinned request the history
+//!   found cold is served pageable (*demoted*), unless the program depends on pinning (mapped,
+//!   portable or write-combined flags);
+//! - libc's allocator (`malloc`, `calloc`, `realloc`, `posix_memalign`, `aligned_alloc`,
+//!   `memalign`, `free`) at or above a size floor (`HOTPIN_MALLOC_FLOOR`, default 1 MiB): a
+//!   pageable allocation the history found hot is registered in place (`cudaHostRegister`,
+//!   *promoted*) and unregistered before it is freed or moved by `realloc`. Below the floor a
+//!   call goes straight to libc: no lock, no lookup.
+//!
+//! Modes (`HOTPIN_MODE`): `use` decides from the history (`HOTPIN_HISTORY`) with the cost
+//! model (`HOTPIN_COSTS`, else built-in H100 numbers) under `HOTPIN_PINNED_BUDGET`;
+//! `pin-all` promotes every allocation at or above the floor and keeps every pinned request;
+//! `pin-none` demotes every pinned request it may; `profile` changes nothing (the tracer
+//! records the program as it is: `hotpin run --mode profile`).
+//!
+//! Safety rules: anything the interposer does itself (reading the history, resolving call
+//! sites, calling CUDA) is marked per thread, and every allocation made meanwhile, by us or by
+//! CUDA inside a call, goes straight to libc. A forked child makes no CUDA calls of ours
+//! (CUDA does not survive fork); it only frees. Nothing here fails an allocation libc would
+//! satisfy: a failed registration leaves the block pageable, a failed demotion pins.
+
+mod cuda;
+mod exports;
+mod real;
+mod state;
+
+/// Runs when the library is loaded, before the program's `main`.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = init;
+
+extern "C" fn init() {
+    state::init();
+}

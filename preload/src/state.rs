@@ -1,0 +1,466 @@
+//! What the interposer knows and decides: the mode, the history's verdicts, each call site's
+//! allocation count (its ordinals), the blocks it pinned or demoted, and its counters.
+//!
+//! A forked child never takes the lock here (another thread of the parent may have held it
+//! at the fork): every entry point checks [`forked`] first.
+
+use std::{
+    cell::Cell,
+    collections::HashMap,
+    ffi::c_void,
+    io::Write as _,
+    path::PathBuf,
+    sync::{
+        Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use hotpin::{
+    Mode,
+    callsite::Resolver,
+    policy::{HotSet, Judged, SiteKey, Verdict},
+};
+use hotpin_history::{cost::CostModel, report::HotPolicy};
+use serde::Serialize;
+
+use crate::cuda;
+
+/// Calls at or above this many bytes are judged (`HOTPIN_MALLOC_FLOOR`); until `init` ran,
+/// none are.
+pub static FLOOR: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Whether the interposer acts at all (not in profile mode, nor after a failed set-up).
+pub static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Whether any block is registered by us: frees look nothing up until one is.
+pub static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Set in a forked child: CUDA does not survive fork, so no CUDA call of ours is made there.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+const DEFAULT_FLOOR: usize = 1 << 20;
+/// Decisions kept for the report file, at most.
+const MAX_LOGGED: usize = 100_000;
+
+thread_local! {
+    /// This thread is inside the interposer: whatever it allocates goes straight to libc.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread busy while it lives; None if it already was (a nested call).
+pub struct Busy(());
+
+impl Busy {
+    pub fn enter() -> Option<Self> {
+        BUSY.with(|busy| {
+            if busy.get() {
+                None
+            } else {
+                busy.set(true);
+                Some(Busy(()))
+            }
+        })
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.with(|busy| busy.set(false));
+    }
+}
+
+/// What became of one judged allocation, for the report file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decision {
+    /// `malloc`, `cudaHostAlloc`, ...
+    pub call: &'static str,
+    pub site: String,
+    pub ordinal: u32,
+    pub size: u64,
+    /// `promoted`, `pageable`, `kept-pinned`, `demoted`, `register-failed`, `skipped-register`.
+    pub action: &'static str,
+    /// How the history judged it (`known`, `recycled`, `site-hot`, `unknown`, or the mode).
+    pub why: &'static str,
+}
+
+/// Counters, written to `HOTPIN_REPORT` at exit.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    /// Pageable allocations registered in place, and their bytes.
+    pub promoted: u64,
+    pub promoted_bytes: u64,
+    /// Pinned requests served pageable, and their bytes.
+    pub demoted: u64,
+    pub demoted_bytes: u64,
+    /// Pinned requests kept pinned, and their bytes.
+    pub kept_pinned: u64,
+    pub kept_pinned_bytes: u64,
+    /// Registrations asked for by the program and not carried out (cold).
+    pub skipped_registers: u64,
+    /// Registrations of ours CUDA refused (the block stays pageable).
+    pub register_failures: u64,
+    /// Judged allocations left pageable.
+    pub pageable: u64,
+    /// The most bytes registered by us at once.
+    pub peak_promoted_bytes: u64,
+}
+
+struct State {
+    mode: Mode,
+    hot: Option<HotSet>,
+    budget: Option<u64>,
+    resolver: Resolver,
+    ordinals: HashMap<SiteKey, u32>,
+    /// Blocks we registered in place: address -> size.
+    registered: HashMap<usize, usize>,
+    registered_bytes: u64,
+    /// Pinned requests served from libc: address -> size.
+    demoted: HashMap<usize, usize>,
+    /// Program registrations not carried out (or of blocks registered by us already).
+    skipped: HashMap<usize, usize>,
+    counters: Counters,
+    log: Vec<Decision>,
+    report: Option<PathBuf>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// Allocations judged, for a cheap check in tests and the report.
+static JUDGED: AtomicU64 = AtomicU64::new(0);
+
+fn lock() -> MutexGuard<'static, Option<State>> {
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Reads the environment and the history; on any problem says so once on stderr and leaves
+/// the program untouched.
+pub fn init() {
+    let Some(_busy) = Busy::enter() else { return };
+    match State::from_env() {
+        Ok(Some(state)) => {
+            let floor = std::env::var("HOTPIN_MALLOC_FLOOR")
+                .ok()
+                .and_then(|v| hotpin_history::report::parse_bytes(&v).ok())
+                .unwrap_or(DEFAULT_FLOOR as u64) as usize;
+            *lock() = Some(state);
+            // SAFETY: registering plain extern "C" functions without captured state.
+            unsafe {
+                libc::pthread_atfork(None, None, Some(forked_child));
+                libc::atexit(at_exit);
+            }
+            FLOOR.store(floor.max(1), Ordering::Relaxed);
+            ENABLED.store(true, Ordering::Release);
+        }
+        Ok(None) => {}
+        Err(why) => eprintln!("hotpin: {why}; the program runs untouched"),
+    }
+}
+
+extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn at_exit() {
+    let Some(_busy) = Busy::enter() else { return };
+    let guard = lock();
+    let Some(state) = guard.as_ref() else { return };
+    if FORKED.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(path) = &state.report else { return };
+    #[derive(Serialize)]
+    struct Report<'a> {
+        pid: u32,
+        mode: &'a str,
+        counters: &'a Counters,
+        decisions: &'a [Decision],
+    }
+    let report = Report {
+        pid: std::process::id(),
+        mode: mode_name(state.mode),
+        counters: &state.counters,
+        decisions: &state.log,
+    };
+    // One file per process: children inherit the variable.
+    let path = path.with_extension(format!("{}.json", std::process::id()));
+    let written = std::fs::File::create(&path).and_then(|mut file| {
+        serde_json::to_writer_pretty(&mut file, &report).map_err(std::io::Error::other)?;
+        file.flush()
+    });
+    if let Err(error) = written {
+        eprintln!("hotpin: cannot write {}: {error}", path.display());
+    }
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::PinNone => "pin-none",
+        Mode::PinAll => "pin-all",
+        Mode::Profile => "profile",
+        Mode::Use => "use",
+    }
+}
+
+impl State {
+    /// None in profile mode or without HOTPIN_MODE: nothing to do.
+    fn from_env() -> Result<Option<Self>, String> {
+        let Some(name) = std::env::var("HOTPIN_MODE").ok() else {
+            return Ok(None);
+        };
+        let mode = Mode::from_name(&name).ok_or_else(|| {
+            format!("HOTPIN_MODE={name:?} is not one of pin-none, pin-all, profile, use")
+        })?;
+        if mode == Mode::Profile {
+            return Ok(None);
+        }
+        let budget = match std::env::var("HOTPIN_PINNED_BUDGET") {
+            Ok(text) => Some(hotpin::parse_budget(&text).map_err(|e| e.to_string())?),
+            Err(_) => None,
+        };
+        let hot = if mode == Mode::Use {
+            let path = std::env::var_os("HOTPIN_HISTORY")
+                .ok_or("use mode needs a history (HOTPIN_HISTORY)")?;
+            let policy = match CostModel::default_path().filter(|p| p.exists()) {
+                Some(path) => HotPolicy::with_cost(
+                    CostModel::load(&path)
+                        .map_err(|e| format!("cost file: {}", chain(&e)))?
+                        .model,
+                ),
+                None => HotPolicy::default(),
+            };
+            Some(
+                HotSet::load(path.as_ref(), policy, budget)
+                    .map_err(|e| format!("cannot use the history: {}", chain(&e)))?,
+            )
+        } else {
+            None
+        };
+        Ok(Some(Self {
+            mode,
+            hot,
+            budget,
+            resolver: Resolver::default(),
+            ordinals: HashMap::new(),
+            registered: HashMap::new(),
+            registered_bytes: 0,
+            demoted: HashMap::new(),
+            skipped: HashMap::new(),
+            counters: Counters::default(),
+            log: Vec::new(),
+            report: std::env::var_os("HOTPIN_REPORT").map(PathBuf::from),
+        }))
+    }
+
+    /// The next allocation's identity at the call site `caller` returns to.
+    fn identify(&mut self, caller: usize) -> (SiteKey, u32) {
+        let site = self.resolver.resolve(caller);
+        let next = self.ordinals.entry(site.clone()).or_insert(0);
+        let ordinal = *next;
+        *next += 1;
+        (site, ordinal)
+    }
+
+    /// Whether an allocation of `size` bytes at `site` is to be pinned, and why.
+    fn wants_pinned(&self, site: &SiteKey, ordinal: u32, size: u64) -> (bool, &'static str) {
+        match self.mode {
+            Mode::PinAll | Mode::Profile => (true, "pin-all"),
+            Mode::PinNone => (false, "pin-none"),
+            Mode::Use => match self.hot.as_ref().map(|h| h.judge(site, ordinal, size)) {
+                Some(Judged::Known(Verdict::Pin)) => (true, "known"),
+                Some(Judged::Recycled(Verdict::Pin)) => (true, "recycled"),
+                Some(Judged::SiteHot) => (true, "site-hot"),
+                Some(Judged::Known(_)) => (false, "known"),
+                Some(Judged::Recycled(_)) => (false, "recycled"),
+                Some(Judged::Unknown) | None => (false, "unknown"),
+            },
+        }
+    }
+
+    fn record(
+        &mut self,
+        call: &'static str,
+        site: &SiteKey,
+        ordinal: u32,
+        size: u64,
+        action: &'static str,
+        why: &'static str,
+    ) {
+        JUDGED.fetch_add(1, Ordering::Relaxed);
+        if self.report.is_some() && self.log.len() < MAX_LOGGED {
+            self.log.push(Decision {
+                call,
+                site: format!("{}+{:#x}", site.module, site.offset),
+                ordinal,
+                size,
+                action,
+                why,
+            });
+        }
+    }
+
+    fn within_budget(&self, size: usize) -> bool {
+        self.budget
+            .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
+    }
+}
+
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A libc block of `size` bytes just allocated at `ptr` for the call site `caller` returns
+/// to: registered in place if it is to be pinned.
+pub fn allocated(call: &'static str, ptr: *mut c_void, size: usize, caller: usize) {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else { return };
+    let (site, ordinal) = state.identify(caller);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
+    let action = if pin && !FORKED.load(Ordering::Relaxed) && state.within_budget(size) {
+        match cuda::register(ptr, size) {
+            Some(0) => {
+                state.registered.insert(ptr as usize, size);
+                state.registered_bytes += size as u64;
+                state.counters.promoted += 1;
+                state.counters.promoted_bytes += size as u64;
+                state.counters.peak_promoted_bytes = state
+                    .counters
+                    .peak_promoted_bytes
+                    .max(state.registered_bytes);
+                ACTIVE.store(true, Ordering::Release);
+                "promoted"
+            }
+            _ => {
+                state.counters.register_failures += 1;
+                "register-failed"
+            }
+        }
+    } else {
+        state.counters.pageable += 1;
+        "pageable"
+    };
+    state.record(call, &site, ordinal, size as u64, action, why);
+}
+
+/// Before a libc block at `ptr` is freed or moved: unregisters it if we registered it.
+/// Returns its registered size.
+pub fn releasing(ptr: *mut c_void) -> Option<usize> {
+    let mut guard = lock();
+    let state = guard.as_mut()?;
+    let size = state.registered.remove(&(ptr as usize))?;
+    state.registered_bytes -= size as u64;
+    // A registration the program made on top of ours ends with the block too.
+    state.skipped.remove(&(ptr as usize));
+    if !FORKED.load(Ordering::Relaxed) {
+        let _ = cuda::unregister(ptr);
+    }
+    Some(size)
+}
+
+/// How a pinned request (`cudaHostAlloc` / `cudaMallocHost`) is to be served.
+pub enum PinnedRequest {
+    /// Pass it to CUDA.
+    Pinned,
+    /// Serve it pageable.
+    Demote,
+}
+
+/// Judges a pinned request of `size` bytes with `flags` from the call site `caller`.
+pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize) -> PinnedRequest {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return PinnedRequest::Pinned;
+    };
+    let (site, ordinal) = state.identify(caller);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
+    if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
+        state.counters.kept_pinned += 1;
+        state.counters.kept_pinned_bytes += size as u64;
+        state.record(
+            call,
+            &site,
+            ordinal,
+            size as u64,
+            "kept-pinned",
+            if pin { why } else { "flags" },
+        );
+        PinnedRequest::Pinned
+    } else {
+        state.record(call, &site, ordinal, size as u64, "demoted", why);
+        PinnedRequest::Demote
+    }
+}
+
+/// A pinned request served pageable at `ptr`.
+pub fn demoted(ptr: *mut c_void, size: usize) {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else { return };
+    state.demoted.insert(ptr as usize, size);
+    state.counters.demoted += 1;
+    state.counters.demoted_bytes += size as u64;
+}
+
+/// `cudaFreeHost(ptr)`: true if `ptr` was demoted (and is to be freed to libc).
+pub fn free_demoted(ptr: *mut c_void) -> bool {
+    lock()
+        .as_mut()
+        .is_some_and(|state| state.demoted.remove(&(ptr as usize)).is_some())
+}
+
+/// `cudaHostRegister(ptr, size, flags)` from the call site `caller`: true if it is not to be
+/// carried out (cold, or a block we registered already).
+pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -> bool {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return false;
+    };
+    if state.registered.contains_key(&(ptr as usize)) {
+        // Promoted by us before the program asked (PyTorch registers what it mallocs).
+        state.skipped.insert(ptr as usize, size);
+        return true;
+    }
+    let (site, ordinal) = state.identify(caller);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
+    if pin || flags & cuda::HOST_REGISTER_KEEP != 0 {
+        state.record(
+            "cudaHostRegister",
+            &site,
+            ordinal,
+            size as u64,
+            "kept-pinned",
+            if pin { why } else { "flags" },
+        );
+        state.counters.kept_pinned += 1;
+        state.counters.kept_pinned_bytes += size as u64;
+        return false;
+    }
+    state.skipped.insert(ptr as usize, size);
+    state.counters.skipped_registers += 1;
+    state.record(
+        "cudaHostRegister",
+        &site,
+        ordinal,
+        size as u64,
+        "skipped-register",
+        why,
+    );
+    true
+}
+
+/// `cudaHostUnregister(ptr)`: true if the registration was not carried out by CUDA (so
+/// there is nothing for CUDA to undo).
+pub fn skip_unregister(ptr: *mut c_void) -> bool {
+    lock()
+        .as_mut()
+        .is_some_and(|state| state.skipped.remove(&(ptr as usize)).is_some())
+}
+
+/// Whether CUDA calls of ours may be made in this process.
+pub fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}

@@ -1,0 +1,249 @@
+//! `hotpin run` on a C program with no hotpin code in it (tests/c/unmodified.c: cudaHostAlloc,
+//! malloc, 8 threads, a fork), against the CUDA stand-in (a test fixture, not CUDA): profiled
+//! with the tracer, then run in use mode, pin-all and pin-none. Needs root (the tracer loads
+//! eBPF programs).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use serde_json::Value;
+
+struct Setup {
+    dir: PathBuf,
+    program: PathBuf,
+    standin: cuda_standin::Installed,
+}
+
+fn setup(name: &str) -> Setup {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "profile mode runs the tracer, which loads eBPF programs: run as root"
+    );
+    let dir = std::env::temp_dir().join(format!("hotpin-run-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let standin = cuda_standin::install(&dir).expect("install the CUDA stand-in");
+    let program = dir.join("unmodified");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/unmodified.c");
+    let status = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&program)
+        .arg(source)
+        .arg(&standin.runtime)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling {source} failed");
+    Setup {
+        dir,
+        program,
+        standin,
+    }
+}
+
+/// `hotpin run ARGS -- PROGRAM`, with the stand-in's directory on the library path.
+fn hotpin_run(setup: &Setup, args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .arg(&setup.program)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run hotpin");
+    assert!(
+        output.status.success(),
+        "hotpin run {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The program's own count of its copies (the parent's).
+fn ground_truth(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("the program's JSON")
+}
+
+/// The interposer's report of the process `hotpin run` became (it execs the program).
+fn report(path: &Path) -> Value {
+    let dir = path.parent().expect("a directory");
+    let stem = path
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    let mut reports: Vec<Value> = std::fs::read_dir(dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{stem}."))
+        })
+        .map(|e| serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("JSON"))
+        .collect();
+    assert_eq!(
+        reports.len(),
+        1,
+        "one report: the parent's (a forked child makes no CUDA calls of ours, and writes none)"
+    );
+    reports.remove(0)
+}
+
+/// How many decisions of `call` for `size` bytes took `action`.
+fn count(report: &Value, call: &str, size: u64, action: &str) -> usize {
+    report["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter(|d| d["call"] == call && d["size"] == size && d["action"] == action)
+        .count()
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn an_unmodified_program_is_profiled_then_pinned_by_its_history() {
+    let setup = setup("use");
+    let history = setup.dir.join("unmodified.hotpin");
+    let profiled = hotpin_run(
+        &setup,
+        &[
+            "--mode",
+            "profile",
+            "--history",
+            history.to_str().expect("UTF-8"),
+        ],
+    );
+    let truth = ground_truth(&profiled);
+    let saved = hotpin_history::dump::read(&history).expect("profile mode wrote the history");
+    let stats = saved.stats();
+    // The parent's copies plus the forked child's 5 round trips of 8 MiB.
+    let h2d = truth["h2d"].as_u64().expect("h2d") + 5;
+    let d2h = truth["d2h"].as_u64().expect("d2h") + 5;
+    assert_eq!(stats.transfers, h2d + d2h, "every copy, once: {stats:?}");
+    assert_eq!(
+        stats.h2d_bytes,
+        truth["h2d_bytes"].as_u64().unwrap() + 5 * 8 * MIB
+    );
+    assert_eq!(stats.lost_events(), 0);
+
+    let decisions = setup.dir.join("use");
+    let run = hotpin_run(
+        &setup,
+        &[
+            "--mode",
+            "use",
+            "--history",
+            history.to_str().expect("UTF-8"),
+            "--report",
+            decisions.to_str().expect("UTF-8"),
+        ],
+    );
+    assert_eq!(
+        ground_truth(&run),
+        truth,
+        "the same program, the same copies"
+    );
+    let report = report(&decisions);
+    // Pinned requests: the hot one stays pinned, the mapped one too (it depends on pinning),
+    // the three never copied are served pageable.
+    assert_eq!(
+        count(&report, "cudaHostAlloc", 4 * MIB, "kept-pinned"),
+        2,
+        "{report:#}"
+    );
+    assert_eq!(
+        count(&report, "cudaHostAlloc", 4 * MIB, "demoted"),
+        3,
+        "{report:#}"
+    );
+    // Pageable: the hot buffer and every thread's buffer are registered in place, the three
+    // never copied are left alone.
+    assert_eq!(
+        count(&report, "malloc", 8 * MIB, "promoted"),
+        1,
+        "{report:#}"
+    );
+    assert_eq!(
+        count(&report, "malloc", 8 * MIB, "pageable"),
+        3,
+        "{report:#}"
+    );
+    assert_eq!(
+        count(&report, "malloc", 2 * MIB, "promoted"),
+        8,
+        "{report:#}"
+    );
+    assert_eq!(report["counters"]["register_failures"], 0);
+    // The hot buffer lives throughout; the threads' buffers come and go.
+    let peak = report["counters"]["peak_promoted_bytes"]
+        .as_u64()
+        .expect("peak");
+    assert!(
+        (10 * MIB..=24 * MIB).contains(&peak),
+        "peak pinned by promotion: {peak}"
+    );
+}
+
+#[test]
+fn the_baselines_pin_everything_or_nothing_they_may() {
+    let setup = setup("baselines");
+    let all = setup.dir.join("pin-all");
+    hotpin_run(
+        &setup,
+        &["--mode", "pin-all", "--report", all.to_str().unwrap()],
+    );
+    let all = report(&all);
+    assert_eq!(all["counters"]["promoted"], 1 + 3 + 8, "{all:#}");
+    assert_eq!(all["counters"]["demoted"], 0);
+    assert_eq!(all["counters"]["kept_pinned"], 5);
+
+    let none = setup.dir.join("pin-none");
+    hotpin_run(
+        &setup,
+        &["--mode", "pin-none", "--report", none.to_str().unwrap()],
+    );
+    let none = report(&none);
+    assert_eq!(none["counters"]["promoted"], 0, "{none:#}");
+    assert_eq!(none["counters"]["demoted"], 4, "all but the mapped one");
+    assert_eq!(count(&none, "cudaHostAlloc", 4 * MIB, "kept-pinned"), 1);
+}
+
+#[test]
+fn bad_input_is_refused_before_the_program_starts() {
+    let setup = setup("bad");
+    let marker = setup.dir.join("started");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .arg("run")
+            .args(args)
+            .args(["--", "touch"])
+            .arg(&marker)
+            .output()
+            .expect("run hotpin")
+    };
+    let garbage = setup.dir.join("garbage.hotpin");
+    std::fs::write(&garbage, b"not a history").expect("write");
+    for (args, why) in [
+        (vec!["--mode", "use"], "needs --history"),
+        (
+            vec!["--mode", "use", "--history", garbage.to_str().unwrap()],
+            "not a hotpin history",
+        ),
+        (
+            vec!["--mode", "pin-all", "--budget", "lots"],
+            "--budget lots",
+        ),
+    ] {
+        let output = run(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+        assert!(!marker.exists(), "{args:?}: the program must not start");
+    }
+}
