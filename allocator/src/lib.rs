@@ -45,11 +45,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// With the cost model of this machine's cost file (`hotpin calibrate`), else the
+    /// built-in one; an unreadable cost file is said once and the built-in one used.
     pub fn new(mode: Mode) -> Self {
+        let policy = HotPolicy::configured().unwrap_or_else(|error| {
+            eprintln!("hotpin: the cost file is unusable ({error}); using the built-in costs");
+            HotPolicy::default()
+        });
         Self {
             mode,
             history: None,
-            policy: HotPolicy::default(),
+            policy,
             pinned_budget: None,
             cudart: "libcudart.so.13".into(),
         }

@@ -50,6 +50,15 @@ impl HotPolicy {
         }
     }
 
+    /// The cost model this machine was calibrated with (the cost file at
+    /// [`CostModel::default_path`], written by `hotpin calibrate`), else the built-in one.
+    pub fn configured() -> Result<Self, crate::cost::CostFileError> {
+        match CostModel::default_path().filter(|path| path.exists()) {
+            Some(path) => Ok(Self::with_cost(CostModel::load(&path)?.model)),
+            None => Ok(Self::default()),
+        }
+    }
+
     /// With this cost model.
     pub fn with_cost(cost: CostModel) -> Self {
         Self {

@@ -61,27 +61,55 @@ fn judged(work: impl FnOnce()) {
     }
 }
 
-/// After libc allocated `ptr` (`size` bytes, at or above the floor): judged.
+/// An allocation at or above the floor: judged, and served by `from_libc` unless a cached
+/// pinned block serves it.
+fn judged_alloc(
+    call: &'static str,
+    size: usize,
+    align: usize,
+    caller: usize,
+    from_libc: impl Fn() -> *mut c_void,
+) -> *mut c_void {
+    if state::forked() {
+        return from_libc();
+    }
+    let Some(_busy) = Busy::enter() else {
+        return from_libc();
+    };
+    let mut ptr = std::ptr::null_mut();
+    let mut served = false;
+    judged(|| {
+        ptr = state::allocate(call, size, align, caller, true, &from_libc);
+        served = true;
+    });
+    if served { ptr } else { from_libc() }
+}
+
+/// After libc allocated `ptr` (`size` bytes, at or above the floor, not from the cache):
+/// judged, and registered in place if it is to be pinned.
 fn after_alloc(call: &'static str, ptr: *mut c_void, size: usize, caller: usize) {
     if ptr.is_null() || state::forked() {
         return;
     }
     if let Some(_busy) = Busy::enter() {
-        judged(|| state::allocated(call, ptr, size, caller));
+        judged(|| {
+            state::allocate(call, size, 1, caller, false, || ptr);
+        });
     }
 }
 
 extern "C" fn malloc_at(size: usize, caller: usize) -> *mut c_void {
-    // SAFETY: libc's malloc.
-    let ptr = unsafe { __libc_malloc(size) };
-    if !below_floor(size) {
-        after_alloc("malloc", ptr, size, caller);
+    if below_floor(size) {
+        // SAFETY: libc's malloc.
+        return unsafe { __libc_malloc(size) };
     }
-    ptr
+    // SAFETY: libc's malloc.
+    judged_alloc("malloc", size, 16, caller, || unsafe { __libc_malloc(size) })
 }
 
 extern "C" fn calloc_at(count: usize, size: usize, caller: usize) -> *mut c_void {
-    // SAFETY: libc's calloc (which checks the product for overflow).
+    // SAFETY: libc's calloc (which checks the product for overflow). Never from the cache,
+    // which would need zeroing.
     let ptr = unsafe { __libc_calloc(count, size) };
     let total = count.saturating_mul(size);
     if !below_floor(total) {
@@ -100,13 +128,19 @@ extern "C" fn realloc_at(ptr: *mut c_void, size: usize, caller: usize) -> *mut c
         && !state::forked()
         && let Some(_busy) = Busy::enter()
     {
-        judged(|| was_registered = state::releasing(ptr));
+        judged(|| {
+            if let state::Release::Unregistered = state::releasing(ptr, false) {
+                was_registered = Some(());
+            }
+        });
     }
     // SAFETY: libc's realloc of a block libc allocated.
     let moved = unsafe { __libc_realloc(ptr, size) };
     if moved.is_null() {
         // The old block lives on, pageable now: judged again as it is.
-        if let Some(old) = was_registered {
+        if was_registered.is_some() {
+            // SAFETY: the live block realloc left in place.
+            let old = unsafe { libc::malloc_usable_size(ptr) };
             after_alloc("realloc", ptr, old, caller);
         }
         return moved;
@@ -129,34 +163,36 @@ unsafe extern "C" fn posix_memalign_at(
         return libc::EINVAL;
     }
     // SAFETY: libc's memalign with a valid alignment.
-    let ptr = unsafe { __libc_memalign(align, size) };
+    let from_libc = || unsafe { __libc_memalign(align, size) };
+    let ptr = if below_floor(size) {
+        from_libc()
+    } else {
+        judged_alloc("posix_memalign", size, align, caller, from_libc)
+    };
     if ptr.is_null() {
         return libc::ENOMEM;
     }
     // SAFETY: the caller's out-pointer.
     unsafe { *out = ptr };
-    if !below_floor(size) {
-        after_alloc("posix_memalign", ptr, size, caller);
-    }
     0
 }
 
 extern "C" fn aligned_alloc_at(align: usize, size: usize, caller: usize) -> *mut c_void {
     // SAFETY: libc's memalign (glibc's aligned_alloc is memalign).
-    let ptr = unsafe { __libc_memalign(align, size) };
-    if !below_floor(size) {
-        after_alloc("aligned_alloc", ptr, size, caller);
+    let from_libc = || unsafe { __libc_memalign(align, size) };
+    if below_floor(size) {
+        return from_libc();
     }
-    ptr
+    judged_alloc("aligned_alloc", size, align, caller, from_libc)
 }
 
 extern "C" fn memalign_at(align: usize, size: usize, caller: usize) -> *mut c_void {
     // SAFETY: libc's memalign.
-    let ptr = unsafe { __libc_memalign(align, size) };
-    if !below_floor(size) {
-        after_alloc("memalign", ptr, size, caller);
+    let from_libc = || unsafe { __libc_memalign(align, size) };
+    if below_floor(size) {
+        return from_libc();
     }
-    ptr
+    judged_alloc("memalign", size, align, caller, from_libc)
 }
 
 /// `free`: a block we registered is unregistered first. Until one is, nothing is looked up;
@@ -173,9 +209,12 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
         && !below_floor(unsafe { libc::malloc_usable_size(ptr) })
         && let Some(_busy) = Busy::enter()
     {
-        judged(|| {
-            state::releasing(ptr);
-        });
+        let mut cached = false;
+        judged(|| cached = matches!(state::releasing(ptr, true), state::Release::Cached));
+        if cached {
+            // Kept registered for the next allocation that fits.
+            return;
+        }
     }
     // SAFETY: as the caller's free.
     unsafe { __libc_free(ptr) }

@@ -21,7 +21,7 @@ use hotpin::{
     callsite::Resolver,
     policy::{HotSet, Judged, SiteKey, Verdict},
 };
-use hotpin_history::{cost::CostModel, report::HotPolicy};
+use hotpin_history::report::HotPolicy;
 use serde::Serialize;
 
 use crate::cuda;
@@ -99,8 +99,10 @@ pub struct Counters {
     pub register_failures: u64,
     /// Judged allocations left pageable.
     pub pageable: u64,
-    /// The most bytes registered by us at once.
+    /// The most bytes registered by us at once (the cache included).
     pub peak_promoted_bytes: u64,
+    /// Allocations served from the cache of freed pinned blocks (no new registration).
+    pub cache_hits: u64,
 }
 
 struct State {
@@ -116,6 +118,11 @@ struct State {
     demoted: HashMap<usize, usize>,
     /// Program registrations not carried out (or of blocks registered by us already).
     skipped: HashMap<usize, usize>,
+    /// Blocks the program freed, kept registered (and in `registered`) for reuse: (address,
+    /// size). At most `cache_limit` bytes (`HOTPIN_CACHE`, default 1 GiB).
+    cache: Vec<(usize, usize)>,
+    cache_bytes: usize,
+    cache_limit: usize,
     counters: Counters,
     log: Vec<Decision>,
     report: Option<PathBuf>,
@@ -181,7 +188,9 @@ extern "C" fn at_exit() {
         decisions: &state.log,
     };
     // One file per process: children inherit the variable.
-    let path = path.with_extension(format!("{}.json", std::process::id()));
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{}.json", std::process::id()));
+    let path = PathBuf::from(name);
     let written = std::fs::File::create(&path).and_then(|mut file| {
         serde_json::to_writer_pretty(&mut file, &report).map_err(std::io::Error::other)?;
         file.flush()
@@ -219,14 +228,8 @@ impl State {
         let hot = if mode == Mode::Use {
             let path = std::env::var_os("HOTPIN_HISTORY")
                 .ok_or("use mode needs a history (HOTPIN_HISTORY)")?;
-            let policy = match CostModel::default_path().filter(|p| p.exists()) {
-                Some(path) => HotPolicy::with_cost(
-                    CostModel::load(&path)
-                        .map_err(|e| format!("cost file: {}", chain(&e)))?
-                        .model,
-                ),
-                None => HotPolicy::default(),
-            };
+            let policy =
+                HotPolicy::configured().map_err(|e| format!("cost file: {}", chain(&e)))?;
             Some(
                 HotSet::load(path.as_ref(), policy, budget)
                     .map_err(|e| format!("cannot use the history: {}", chain(&e)))?,
@@ -244,6 +247,12 @@ impl State {
             registered_bytes: 0,
             demoted: HashMap::new(),
             skipped: HashMap::new(),
+            cache: Vec::new(),
+            cache_bytes: 0,
+            cache_limit: std::env::var("HOTPIN_CACHE")
+                .ok()
+                .and_then(|v| hotpin_history::report::parse_bytes(&v).ok())
+                .unwrap_or(1 << 30) as usize,
             counters: Counters::default(),
             log: Vec::new(),
             report: std::env::var_os("HOTPIN_REPORT").map(PathBuf::from),
@@ -297,6 +306,24 @@ impl State {
         }
     }
 
+    /// A cached pinned block of at least `size` bytes, at most 10% more, aligned to `align`:
+    /// the smallest such.
+    fn take_cached(&mut self, size: usize, align: usize) -> Option<usize> {
+        let (index, &(ptr, block)) = self
+            .cache
+            .iter()
+            .enumerate()
+            .filter(|(_, (ptr, block))| {
+                *block >= size
+                    && block.saturating_mul(10) <= size.saturating_mul(11)
+                    && ptr % align.max(1) == 0
+            })
+            .min_by_key(|(_, (_, block))| *block)?;
+        self.cache.swap_remove(index);
+        self.cache_bytes -= block;
+        Some(ptr)
+    }
+
     fn within_budget(&self, size: usize) -> bool {
         self.budget
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
@@ -314,14 +341,35 @@ fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// A libc block of `size` bytes just allocated at `ptr` for the call site `caller` returns
-/// to: registered in place if it is to be pinned.
-pub fn allocated(call: &'static str, ptr: *mut c_void, size: usize, caller: usize) {
+/// An allocation of `size` bytes (aligned to `align`) at or above the floor, for the call
+/// site `caller` returns to: served from the cache of freed pinned blocks if it is to be
+/// pinned, `reuse` allows it (not for calloc's zeroed or realloc's moved blocks) and one fits
+/// (within 10%), else by `from_libc` and then registered in place if it is to be pinned.
+pub fn allocate(
+    call: &'static str,
+    size: usize,
+    align: usize,
+    caller: usize,
+    reuse: bool,
+    from_libc: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
     let mut guard = lock();
-    let Some(state) = guard.as_mut() else { return };
+    let Some(state) = guard.as_mut() else {
+        drop(guard);
+        return from_libc();
+    };
     let (site, ordinal) = state.identify(caller);
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
-    let action = if pin && !FORKED.load(Ordering::Relaxed) && state.within_budget(size) {
+    if pin && reuse && let Some(ptr) = state.take_cached(size, align) {
+        state.counters.cache_hits += 1;
+        state.record(call, &site, ordinal, size as u64, "pinned-from-cache", why);
+        return ptr as *mut c_void;
+    }
+    let ptr = from_libc();
+    if ptr.is_null() {
+        return ptr;
+    }
+    let action = if pin && state.within_budget(size) {
         match cuda::register(ptr, size) {
             Some(0) => {
                 state.registered.insert(ptr as usize, size);
@@ -345,21 +393,40 @@ pub fn allocated(call: &'static str, ptr: *mut c_void, size: usize, caller: usiz
         "pageable"
     };
     state.record(call, &site, ordinal, size as u64, action, why);
+    ptr
 }
 
-/// Before a libc block at `ptr` is freed or moved: unregisters it if we registered it.
-/// Returns its registered size.
-pub fn releasing(ptr: *mut c_void) -> Option<usize> {
+/// What became of a block being freed.
+pub enum Release {
+    /// Not registered by us: libc frees it.
+    NotOurs,
+    /// Unregistered: libc frees it.
+    Unregistered,
+    /// Kept registered in the cache for the next allocation that fits: not to be freed.
+    Cached,
+}
+
+/// Before a libc block at `ptr` is freed (`keep`: it may go to the cache) or moved by
+/// realloc (not kept): unregisters it if we registered it, or caches it.
+pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
     let mut guard = lock();
-    let state = guard.as_mut()?;
-    let size = state.registered.remove(&(ptr as usize))?;
-    state.registered_bytes -= size as u64;
+    let Some(state) = guard.as_mut() else {
+        return Release::NotOurs;
+    };
+    let Some(&size) = state.registered.get(&(ptr as usize)) else {
+        return Release::NotOurs;
+    };
     // A registration the program made on top of ours ends with the block too.
     state.skipped.remove(&(ptr as usize));
-    if !FORKED.load(Ordering::Relaxed) {
-        let _ = cuda::unregister(ptr);
+    if keep && state.cache_bytes + size <= state.cache_limit {
+        state.cache.push((ptr as usize, size));
+        state.cache_bytes += size;
+        return Release::Cached;
     }
-    Some(size)
+    state.registered.remove(&(ptr as usize));
+    state.registered_bytes -= size as u64;
+    let _ = cuda::unregister(ptr);
+    Release::Unregistered
 }
 
 /// How a pinned request (`cudaHostAlloc` / `cudaMallocHost`) is to be served.
