@@ -104,7 +104,9 @@ extern "C" fn malloc_at(size: usize, caller: usize) -> *mut c_void {
         return unsafe { __libc_malloc(size) };
     }
     // SAFETY: libc's malloc.
-    judged_alloc("malloc", size, 16, caller, || unsafe { __libc_malloc(size) })
+    judged_alloc("malloc", size, 16, caller, || unsafe {
+        __libc_malloc(size)
+    })
 }
 
 extern "C" fn calloc_at(count: usize, size: usize, caller: usize) -> *mut c_void {

@@ -360,7 +360,10 @@ pub fn allocate(
     };
     let (site, ordinal) = state.identify(caller);
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
-    if pin && reuse && let Some(ptr) = state.take_cached(size, align) {
+    if pin
+        && reuse
+        && let Some(ptr) = state.take_cached(size, align)
+    {
         state.counters.cache_hits += 1;
         state.record(call, &site, ordinal, size as u64, "pinned-from-cache", why);
         return ptr as *mut c_void;
