@@ -25,6 +25,16 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The name `from_name` reads (`HOTPIN_MODE`, `--mode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::PinNone => "pin-none",
+            Mode::PinAll => "pin-all",
+            Mode::Profile => "profile",
+            Mode::Use => "use",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "pin-none" => Some(Mode::PinNone),

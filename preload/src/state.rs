@@ -183,7 +183,7 @@ extern "C" fn at_exit() {
     }
     let report = Report {
         pid: std::process::id(),
-        mode: mode_name(state.mode),
+        mode: state.mode.name(),
         counters: &state.counters,
         decisions: &state.log,
     };
@@ -197,15 +197,6 @@ extern "C" fn at_exit() {
     });
     if let Err(error) = written {
         eprintln!("hotpin: cannot write {}: {error}", path.display());
-    }
-}
-
-fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::PinNone => "pin-none",
-        Mode::PinAll => "pin-all",
-        Mode::Profile => "profile",
-        Mode::Use => "use",
     }
 }
 
@@ -228,11 +219,11 @@ impl State {
         let hot = if mode == Mode::Use {
             let path = std::env::var_os("HOTPIN_HISTORY")
                 .ok_or("use mode needs a history (HOTPIN_HISTORY)")?;
-            let policy =
-                HotPolicy::configured().map_err(|e| format!("cost file: {}", chain(&e)))?;
+            let policy = HotPolicy::configured()
+                .map_err(|e| format!("cost file: {:#}", anyhow::Error::from(e)))?;
             Some(
                 HotSet::load(path.as_ref(), policy, budget)
-                    .map_err(|e| format!("cannot use the history: {}", chain(&e)))?,
+                    .map_err(|e| format!("cannot use the history: {:#}", anyhow::Error::from(e)))?,
             )
         } else {
             None
@@ -328,17 +319,6 @@ impl State {
         self.budget
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
     }
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// An allocation of `size` bytes (aligned to `align`) at or above the floor, for the call

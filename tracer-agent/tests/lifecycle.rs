@@ -2,22 +2,12 @@
 
 mod common;
 
-use std::sync::Mutex;
-
 use common::Find;
-
-/// The tests here run one at a time: the bystander test keeps a core busy, which would starve
-/// another test's tracer. (The load tests have a binary of their own: tests/load.rs.)
-static LOAD: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    LOAD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 #[test]
 fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
     common::require_root();
-    let _serial = one_at_a_time();
+    let _serial = common::one_at_a_time();
     let standin = common::standin("dlopen");
     // The workload dlopens libcudart.so.13, which dlopens libcuda.so.1, and copies at once:
     // only holding it while the probes attach sees the first calls.
@@ -64,7 +54,7 @@ fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
 #[test]
 fn another_process_calling_the_same_library_is_not_traced() {
     common::require_root();
-    let _serial = one_at_a_time();
+    let _serial = common::one_at_a_time();
     let standin = common::standin("bystander");
     // A bystander runs the same stand-in libraries (same files, so the same uprobes) all the
     // while, with far more copies.
@@ -127,7 +117,7 @@ fn copies_of(history: &tracer_agent::history::MemHistory, pid: u32) -> u64 {
 #[test]
 fn children_exec_kill_and_library_unload_are_followed() {
     common::require_root();
-    let _serial = one_at_a_time();
+    let _serial = common::one_at_a_time();
     let standin = common::standin("family");
     let program = common::compile_c(&standin, "family");
     let args = [

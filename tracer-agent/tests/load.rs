@@ -7,20 +7,12 @@
 
 mod common;
 
-use std::sync::Mutex;
-
 use common::Find;
-
-static LOAD: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    LOAD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 #[test]
 fn nothing_is_lost_at_the_highest_call_rate_we_can_drive() {
     common::require_root();
-    let _serial = one_at_a_time();
+    let _serial = common::one_at_a_time();
     let standin = common::standin("load");
     // 4-byte copies as fast as the stand-in allows: every cudaMemcpy is two probed calls
     // (runtime and driver), four probe hits, two events.
@@ -63,7 +55,7 @@ fn nothing_is_lost_at_the_highest_call_rate_we_can_drive() {
 #[test]
 fn eight_threads_at_full_speed_every_event_arrives_or_is_counted_lost() {
     common::require_root();
-    let _serial = one_at_a_time();
+    let _serial = common::one_at_a_time();
     let standin = common::standin("threads");
     let program = common::compile_c(&standin, "threads");
     const PER_THREAD: u64 = 100_000;

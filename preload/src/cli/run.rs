@@ -55,7 +55,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         hotpin::parse_budget(budget).with_context(|| format!("--budget {budget}"))?;
     }
     let mut command = Command::new(program);
-    command.args(rest).env("HOTPIN_MODE", mode_name(mode));
+    command.args(rest).env("HOTPIN_MODE", mode.name());
     command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
     if mode == Mode::Use {
         let history = args.history.as_ref().context(
@@ -113,15 +113,6 @@ fn profile(args: &RunArgs, floor: u64, program: &OsStr, rest: &[OsString]) -> Re
         .env("HOTPIN_MODE", "profile");
     let error = command.exec();
     Err(anyhow::Error::from(error).context("cannot start the tracer"))
-}
-
-fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::PinNone => "pin-none",
-        Mode::PinAll => "pin-all",
-        Mode::Profile => "profile",
-        Mode::Use => "use",
-    }
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {

@@ -250,3 +250,10 @@ pub fn summary(output: &Output) -> serde_json::Value {
     );
     serde_json::from_slice(&output.stdout).expect("transfer-bench prints one JSON object")
 }
+
+/// Tests that must not share the machine with another test of their binary take this lock
+/// (a test keeping a core busy would starve another test's tracer).
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOAD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
