@@ -119,6 +119,14 @@ pub fn run(args: VmTestArgs) -> Result<()> {
         failed |= *code != Some(0);
         eprintln!("  {release:<28} {verdict:<10} {seconds:>5} s");
     }
+    let passed = results
+        .iter()
+        .filter(|(_, code, _)| *code == Some(0))
+        .count();
+    println!(
+        "vm-test: {passed} passed, {} failed",
+        results.len() - passed
+    );
     if failed {
         bail!("vm-test failed on at least one kernel (its output is above)");
     }

@@ -6,7 +6,8 @@
 # root inside the VM (chroot into the shared root, same cwd as here), streams
 # its stdout+stderr to our stdout, powers off and exits with CMD's exit code.
 #
-# Inside the VM: / = host root (ro, 9p), /tmp /run /dev/shm = tmpfs, /proc,
+# Inside the VM: / = host root (ro, 9p, /tmp included: a checkout under /tmp stays
+# visible), /run /dev/shm = tmpfs, TMPDIR=/run/tmp (writable), /proc,
 # /sys, /dev (devtmpfs), /dev/pts, /sys/kernel/tracing, /sys/kernel/debug,
 # /sys/fs/bpf, /sys/fs/cgroup (cgroup2); lo is up; $VMTEST_OUT=/run/vmtest is a
 # writable 9p dir that is a host temp dir (kept with --keep).
@@ -93,7 +94,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroo
 mount -t tmpfs -o mode=755 tmpfs $R/run || fail "tmpfs /run"
 mkdir -p $R/run/vmtest
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 vmout $R/run/vmtest || fail "mount vmout"
-mount -t tmpfs -o mode=1777 tmpfs $R/tmp
+mkdir -p $R/run/tmp && chmod 1777 $R/run/tmp
 mount -t proc proc $R/proc
 mount -t sysfs sysfs $R/sys
 mount -t devtmpfs devtmpfs $R/dev
@@ -122,7 +123,7 @@ chmod +x "$IRD/init"
 # ---------- the command script, run by host bash inside the chroot ----------
 {
   echo 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb'
-  echo 'export VMTEST_OUT=/run/vmtest'
+  echo 'export VMTEST_OUT=/run/vmtest TMPDIR=/run/tmp'
   for kv in "${EXTRA_ENV[@]}"; do printf 'export %q\n' "$kv"; done
   printf 'cd %q 2>/dev/null || cd /\n' "$PWD"
   printf 'exec'; printf ' %q' "$@"; echo
