@@ -23,16 +23,32 @@ pub type HostUnregister = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// One real function, resolved once.
 pub struct Real {
-    name: &'static CStr,
+    pub name: &'static CStr,
+    /// The files it lives in, tried when it is not in the global scope.
+    files: &'static [&'static CStr],
     address: AtomicUsize,
 }
 
 impl Real {
     const fn new(name: &'static CStr) -> Self {
+        Self::in_files(name, &RUNTIMES)
+    }
+
+    const fn driver(name: &'static CStr) -> Self {
+        Self::in_files(name, &DRIVERS)
+    }
+
+    const fn in_files(name: &'static CStr, files: &'static [&'static CStr]) -> Self {
         Self {
             name,
+            files,
             address: AtomicUsize::new(0),
         }
+    }
+
+    /// The function's address, or None while no CUDA library that has it is loaded.
+    pub fn address(&self) -> Option<usize> {
+        self.get()
     }
 
     /// The function's address, or None while no CUDA runtime is loaded.
@@ -41,7 +57,7 @@ impl Real {
         if known != 0 {
             return Some(known);
         }
-        let found = resolve(self.name)?;
+        let found = resolve(self.name, self.files)?;
         self.address.store(found, Ordering::Release);
         Some(found)
     }
@@ -53,24 +69,67 @@ pub static FREE_HOST: Real = Real::new(c"cudaFreeHost");
 pub static HOST_REGISTER: Real = Real::new(c"cudaHostRegister");
 pub static HOST_UNREGISTER: Real = Real::new(c"cudaHostUnregister");
 
+pub static CU_HOST_ALLOC: Real = Real::driver(c"cuMemHostAlloc");
+pub static CU_ALLOC_HOST: Real = Real::driver(c"cuMemAllocHost_v2");
+pub static CU_FREE_HOST: Real = Real::driver(c"cuMemFreeHost");
+pub static CU_HOST_REGISTER: Real = Real::driver(c"cuMemHostRegister_v2");
+pub static CU_HOST_UNREGISTER: Real = Real::driver(c"cuMemHostUnregister");
+
+pub type CuHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+pub type CuAllocHost = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+
 /// Runtime files tried when the runtime is not in the global scope.
 const RUNTIMES: [&CStr; 3] = [c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"];
+/// The driver (one per process).
+const DRIVERS: [&CStr; 1] = [c"libcuda.so.1"];
 
-fn resolve(name: &CStr) -> Option<usize> {
-    // SAFETY: a NUL-terminated name; RTLD_NEXT searches the objects loaded after this one.
-    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+/// libc's own dlsym, behind ours (exports.rs answers dlsym for the program): found with
+/// dlvsym, which we do not define, under either version glibc gives it.
+pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+type Dlsym = unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -> *mut c_void;
+
+/// libc's dlsym (resolved at the first need).
+pub fn real_dlsym() -> Option<Dlsym> {
+    let mut address = REAL_DLSYM.load(Ordering::Acquire);
+    if address == 0 {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: NUL-terminated names; RTLD_NEXT from this library reaches libc.
+            let found =
+                unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !found.is_null() {
+                address = found as usize;
+                REAL_DLSYM.store(address, Ordering::Release);
+                break;
+            }
+        }
+    }
+    // SAFETY: dlsym's C type; a function pointer is address-sized.
+    (address != 0).then(|| unsafe { std::mem::transmute::<usize, Dlsym>(address) })
+}
+
+/// `dlsym(handle, name)` through libc's own dlsym (never ours).
+pub fn lookup(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    match real_dlsym() {
+        // SAFETY: a handle the caller has and a NUL-terminated name.
+        Some(dlsym) => unsafe { dlsym(handle, name.as_ptr()) },
+        None => std::ptr::null_mut(),
+    }
+}
+
+fn resolve(name: &CStr, files: &[&CStr]) -> Option<usize> {
+    let next = lookup(libc::RTLD_NEXT, name);
     if !next.is_null() {
         return Some(next as usize);
     }
-    for file in RUNTIMES {
+    for file in files {
         // SAFETY: RTLD_NOLOAD only looks a loaded library up; the handle is not closed, as it
         // stays loaded anyway and closing it would drop the reference our lookup took.
         let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
         if handle.is_null() {
             continue;
         }
-        // SAFETY: a live handle and a NUL-terminated name.
-        let found = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        let found = lookup(handle, name);
         if !found.is_null() {
             return Some(found as usize);
         }

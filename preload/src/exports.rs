@@ -293,18 +293,8 @@ unsafe extern "C" fn malloc_host_at(out: *mut *mut c_void, size: usize, caller: 
 /// As cudaFreeHost.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
-    if ENABLED.load(Ordering::Acquire)
-        && !ptr.is_null()
-        && !state::forked()
-        && let Some(_busy) = Busy::enter()
-    {
-        let mut demoted = false;
-        judged(|| demoted = state::free_demoted(ptr));
-        if demoted {
-            // SAFETY: a block __libc_memalign gave for a demoted request.
-            unsafe { __libc_free(ptr) };
-            return 0;
-        }
+    if freed_demoted(ptr) {
+        return 0;
     }
     // SAFETY: FREE_HOST is cudaFreeHost, of this type.
     match unsafe { cuda::function::<FreeHost>(&cuda::FREE_HOST) } {
@@ -322,15 +312,8 @@ unsafe extern "C" fn host_register_at(
     flags: c_uint,
     caller: usize,
 ) -> c_int {
-    if ENABLED.load(Ordering::Acquire)
-        && !state::forked()
-        && let Some(_busy) = Busy::enter()
-    {
-        let mut skip = false;
-        judged(|| skip = state::skip_register(ptr, size, flags, caller));
-        if skip {
-            return 0;
-        }
+    if skips_register(ptr, size, flags, caller) {
+        return 0;
     }
     // SAFETY: HOST_REGISTER is cudaHostRegister, of this type.
     match unsafe { cuda::function::<HostRegister>(&cuda::HOST_REGISTER) } {
@@ -346,15 +329,8 @@ unsafe extern "C" fn host_register_at(
 /// As cudaHostUnregister.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
-    if ENABLED.load(Ordering::Acquire)
-        && !state::forked()
-        && let Some(_busy) = Busy::enter()
-    {
-        let mut skipped = false;
-        judged(|| skipped = state::skip_unregister(ptr));
-        if skipped {
-            return 0;
-        }
+    if skipped_unregister(ptr) {
+        return 0;
     }
     // SAFETY: HOST_UNREGISTER is cudaHostUnregister, of this type.
     match unsafe { cuda::function::<HostUnregister>(&cuda::HOST_UNREGISTER) } {
@@ -362,4 +338,213 @@ pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
         Some(real) => unsafe { real(ptr) },
         None => cuda::ERROR_NO_RUNTIME,
     }
+}
+
+stub!(cuMemHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", cu_host_alloc_at);
+stub!(cuMemAllocHost_v2(out: *mut *mut c_void, size: usize) -> c_int, "rdx", cu_alloc_host_at);
+stub!(cuMemHostRegister_v2(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", cu_host_register_at);
+
+/// # Safety
+/// As cuMemHostAlloc.
+unsafe extern "C" fn cu_host_alloc_at(
+    out: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+    caller: usize,
+) -> c_int {
+    // SAFETY: CU_HOST_ALLOC is cuMemHostAlloc, of this type.
+    let Some(real) = (unsafe { cuda::function::<cuda::CuHostAlloc>(&cuda::CU_HOST_ALLOC) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on as it was made.
+    unsafe {
+        pinned_request("cuMemHostAlloc", out, size, flags, caller, || {
+            real(out, size, flags)
+        })
+    }
+}
+
+/// # Safety
+/// As cuMemAllocHost_v2.
+unsafe extern "C" fn cu_alloc_host_at(out: *mut *mut c_void, size: usize, caller: usize) -> c_int {
+    // SAFETY: CU_ALLOC_HOST is cuMemAllocHost_v2, of this type.
+    let Some(real) = (unsafe { cuda::function::<cuda::CuAllocHost>(&cuda::CU_ALLOC_HOST) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on as it was made.
+    unsafe { pinned_request("cuMemAllocHost", out, size, 0, caller, || real(out, size)) }
+}
+
+/// `cuMemFreeHost`: a demoted block goes back to libc.
+///
+/// # Safety
+/// As cuMemFreeHost.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> c_int {
+    if freed_demoted(ptr) {
+        return 0;
+    }
+    // SAFETY: CU_FREE_HOST is cuMemFreeHost, of this type.
+    match unsafe { cuda::function::<FreeHost>(&cuda::CU_FREE_HOST) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}
+
+/// # Safety
+/// As cuMemHostRegister_v2.
+unsafe extern "C" fn cu_host_register_at(
+    ptr: *mut c_void,
+    size: usize,
+    flags: c_uint,
+    caller: usize,
+) -> c_int {
+    if skips_register(ptr, size, flags, caller) {
+        return 0;
+    }
+    // SAFETY: CU_HOST_REGISTER is cuMemHostRegister_v2, of this type.
+    match unsafe { cuda::function::<HostRegister>(&cuda::CU_HOST_REGISTER) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr, size, flags) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}
+
+/// `cuMemHostUnregister`: a registration that was not carried out is not undone.
+///
+/// # Safety
+/// As cuMemHostUnregister.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostUnregister(ptr: *mut c_void) -> c_int {
+    if skipped_unregister(ptr) {
+        return 0;
+    }
+    // SAFETY: CU_HOST_UNREGISTER is cuMemHostUnregister, of this type.
+    match unsafe { cuda::function::<HostUnregister>(&cuda::CU_HOST_UNREGISTER) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}
+
+/// `dlsym`: what a program looks up itself (CuPy takes the runtime's and the driver's
+/// functions so) is answered with our wrapper when the function found is the very one our
+/// wrapper calls (so a second copy of a CUDA library is never redirected to the first);
+/// anything else is libc's answer. `dlsym(RTLD_NEXT, ...)` goes straight to libc's, by a
+/// tail jump, because libc reads the caller from the return address.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const std::ffi::c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmp rdi, -1",
+        "jne 2f",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax",
+        "2:",
+        "jmp {hook}",
+        real = sym cuda::REAL_DLSYM,
+        hook = sym dlsym_hook,
+    )
+}
+
+/// The functions `dlsym` may answer with ours: (name, the real one behind ours, ours).
+fn wrappers() -> [(&'static cuda::Real, usize); 10] {
+    [
+        (&cuda::HOST_ALLOC, cudaHostAlloc as *const () as usize),
+        (&cuda::MALLOC_HOST, cudaMallocHost as *const () as usize),
+        (&cuda::FREE_HOST, cudaFreeHost as *const () as usize),
+        (&cuda::HOST_REGISTER, cudaHostRegister as *const () as usize),
+        (
+            &cuda::HOST_UNREGISTER,
+            cudaHostUnregister as *const () as usize,
+        ),
+        (&cuda::CU_HOST_ALLOC, cuMemHostAlloc as *const () as usize),
+        (
+            &cuda::CU_ALLOC_HOST,
+            cuMemAllocHost_v2 as *const () as usize,
+        ),
+        (&cuda::CU_FREE_HOST, cuMemFreeHost as *const () as usize),
+        (
+            &cuda::CU_HOST_REGISTER,
+            cuMemHostRegister_v2 as *const () as usize,
+        ),
+        (
+            &cuda::CU_HOST_UNREGISTER,
+            cuMemHostUnregister as *const () as usize,
+        ),
+    ]
+}
+
+/// # Safety
+/// As dlsym: `name` is a NUL-terminated string.
+unsafe extern "C" fn dlsym_hook(handle: *mut c_void, name: *const std::ffi::c_char) -> *mut c_void {
+    let Some(real) = cuda::real_dlsym() else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the program's own lookup, passed on.
+    let found = unsafe { real(handle, name) };
+    if found.is_null() || name.is_null() || !ENABLED.load(Ordering::Acquire) || state::forked() {
+        return found;
+    }
+    // SAFETY: dlsym found a symbol by this name, so it is a C string.
+    let name = unsafe { std::ffi::CStr::from_ptr(name) };
+    let Some((real_function, ours)) = wrappers()
+        .into_iter()
+        .find(|(real_function, _)| real_function.name == name)
+    else {
+        return found;
+    };
+    let Some(_busy) = Busy::enter() else {
+        return found;
+    };
+    let mut same = false;
+    judged(|| same = real_function.address() == Some(found as usize));
+    if same { ours as *mut c_void } else { found }
+}
+
+/// `cudaFreeHost`/`cuMemFreeHost` of a demoted block: freed to libc here.
+fn freed_demoted(ptr: *mut c_void) -> bool {
+    if !ENABLED.load(Ordering::Acquire) || ptr.is_null() || state::forked() {
+        return false;
+    }
+    let Some(_busy) = Busy::enter() else {
+        return false;
+    };
+    let mut demoted = false;
+    judged(|| demoted = state::free_demoted(ptr));
+    if demoted {
+        // SAFETY: a block __libc_memalign gave for a demoted request.
+        unsafe { __libc_free(ptr) };
+    }
+    demoted
+}
+
+/// Whether a registration the program asks for is not to be carried out.
+fn skips_register(ptr: *mut c_void, size: usize, flags: c_uint, caller: usize) -> bool {
+    if !ENABLED.load(Ordering::Acquire) || state::forked() {
+        return false;
+    }
+    let Some(_busy) = Busy::enter() else {
+        return false;
+    };
+    let mut skip = false;
+    judged(|| skip = state::skip_register(ptr, size, flags, caller));
+    skip
+}
+
+/// Whether an unregistration undoes a registration that was not carried out.
+fn skipped_unregister(ptr: *mut c_void) -> bool {
+    if !ENABLED.load(Ordering::Acquire) || state::forked() {
+        return false;
+    }
+    let Some(_busy) = Busy::enter() else {
+        return false;
+    };
+    let mut skipped = false;
+    judged(|| skipped = state::skip_unregister(ptr));
+    skipped
 }

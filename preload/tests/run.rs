@@ -17,6 +17,11 @@ struct Setup {
 }
 
 fn setup(name: &str) -> Setup {
+    setup_program(name, "unmodified")
+}
+
+/// Installs the stand-in and compiles tests/c/PROGRAM.c against its runtime.
+fn setup_program(name: &str, program: &str) -> Setup {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(
         unsafe { libc::geteuid() },
@@ -26,13 +31,14 @@ fn setup(name: &str) -> Setup {
     let dir = std::env::temp_dir().join(format!("hotpin-run-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let standin = cuda_standin::install(&dir).expect("install the CUDA stand-in");
-    let program = dir.join("unmodified");
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/unmodified.c");
+    let source = format!("{}/tests/c/{program}.c", env!("CARGO_MANIFEST_DIR"));
+    let program = dir.join(program);
     let status = Command::new("cc")
         .args(["-O1", "-pthread", "-o"])
         .arg(&program)
-        .arg(source)
+        .arg(&source)
         .arg(&standin.runtime)
+        .arg("-ldl")
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .status()
         .expect("run cc");
@@ -46,11 +52,17 @@ fn setup(name: &str) -> Setup {
 
 /// `hotpin run ARGS -- PROGRAM`, with the stand-in's directory on the library path.
 fn hotpin_run(setup: &Setup, args: &[&str]) -> Output {
+    hotpin_run_with(setup, args, &[])
+}
+
+/// `hotpin run ARGS -- PROGRAM PROGRAM_ARGS`.
+fn hotpin_run_with(setup: &Setup, args: &[&str], program_args: &[&Path]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
         .arg("run")
         .args(args)
         .arg("--")
         .arg(&setup.program)
+        .args(program_args)
         .env("LD_LIBRARY_PATH", &setup.standin.dir)
         .output()
         .expect("run hotpin");
@@ -250,5 +262,49 @@ fn bad_input_is_refused_before_the_program_starts() {
         assert!(!output.status.success(), "{args:?}");
         assert!(stderr.contains(why), "{args:?}: {stderr}");
         assert!(!marker.exists(), "{args:?}: the program must not start");
+    }
+}
+
+#[test]
+fn functions_a_program_looks_up_itself_are_interposed_at_both_api_layers() {
+    let setup = setup_program("looked-up", "looked_up");
+    let libraries = [
+        setup.standin.runtime.as_path(),
+        setup.standin.driver.as_path(),
+    ];
+    let history = setup.dir.join("looked-up.hotpin");
+    let profiled = hotpin_run_with(
+        &setup,
+        &["--mode", "profile", "--history", history.to_str().unwrap()],
+        &libraries,
+    );
+    let truth = ground_truth(&profiled);
+    let saved = hotpin_history::dump::read(&history).expect("the history");
+    assert_eq!(saved.stats().transfers, truth["h2d"].as_u64().unwrap());
+    let decisions = setup.dir.join("decisions");
+    hotpin_run_with(
+        &setup,
+        &[
+            "--mode",
+            "use",
+            "--history",
+            history.to_str().unwrap(),
+            "--report",
+            decisions.to_str().unwrap(),
+        ],
+        &libraries,
+    );
+    let report = report(&decisions);
+    for call in ["cudaHostAlloc", "cuMemHostAlloc"] {
+        assert_eq!(
+            count(&report, call, 4 * MIB, "kept-pinned"),
+            1,
+            "{call}: {report:#}"
+        );
+        assert_eq!(
+            count(&report, call, 4 * MIB, "demoted"),
+            2,
+            "{call}: {report:#}"
+        );
     }
 }

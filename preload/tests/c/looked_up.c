@@ -1,0 +1,57 @@
+/* A CUDA program that looks its functions up itself, as CuPy does: dlopen + dlsym of the
+ * runtime's cudaHostAlloc and of the driver's cuMemHostAlloc (here the CUDA stand-in, a test
+ * fixture, not CUDA). Each API: 1 pinned buffer copied 20 times, 2 never copied.
+ * Usage: looked_up RUNTIME DRIVER. Prints its copies as JSON. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MIB (1024 * 1024)
+typedef int (*host_alloc_fn)(void **, size_t, unsigned);
+typedef int (*free_fn)(void *);
+typedef int (*malloc_fn)(void **, size_t);
+typedef int (*memcpy_fn)(void *, const void *, size_t, int);
+typedef int (*init_fn)(unsigned);
+typedef int (*dalloc_fn)(unsigned long long *, size_t);
+typedef int (*htod_fn)(unsigned long long, const void *, size_t);
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 1;
+    void *rt = dlopen(argv[1], RTLD_NOW);
+    void *drv = dlopen(argv[2], RTLD_NOW);
+    if (!rt || !drv) return 1;
+    host_alloc_fn cuda_host_alloc = (host_alloc_fn)dlsym(rt, "cudaHostAlloc");
+    free_fn cuda_free_host = (free_fn)dlsym(rt, "cudaFreeHost");
+    malloc_fn cuda_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
+    memcpy_fn cuda_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");
+    init_fn cu_init = (init_fn)dlsym(drv, "cuInit");
+    host_alloc_fn cu_host_alloc = (host_alloc_fn)dlsym(drv, "cuMemHostAlloc");
+    free_fn cu_free_host = (free_fn)dlsym(drv, "cuMemFreeHost");
+    dalloc_fn cu_alloc = (dalloc_fn)dlsym(drv, "cuMemAlloc_v2");
+    htod_fn cu_htod = (htod_fn)dlsym(drv, "cuMemcpyHtoD_v2");
+    if (!cuda_host_alloc || !cuda_free_host || !cuda_malloc || !cuda_memcpy || !cu_init ||
+        !cu_host_alloc || !cu_free_host || !cu_alloc || !cu_htod)
+        return 2;
+    void *device;
+    unsigned long long ddevice;
+    if (cuda_malloc(&device, 4 * MIB) || cu_init(0) || cu_alloc(&ddevice, 4 * MIB)) return 3;
+    void *rt_bufs[3], *drv_bufs[3];
+    for (int i = 0; i < 3; i++)
+        if (cuda_host_alloc(&rt_bufs[i], 4 * MIB, 0)) return 4;
+    for (int i = 0; i < 3; i++)
+        if (cu_host_alloc(&drv_bufs[i], 4 * MIB, 0)) return 5;
+    memset(rt_bufs[0], 1, 4 * MIB);
+    memset(drv_bufs[0], 2, 4 * MIB);
+    long h2d = 0;
+    for (int i = 0; i < 20; i++) {
+        if (cuda_memcpy(device, rt_bufs[0], 4 * MIB, 1)) return 6;
+        if (cu_htod(ddevice, drv_bufs[0], 4 * MIB)) return 7;
+        h2d += 2;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (cuda_free_host(rt_bufs[i])) return 8;
+        if (cu_free_host(drv_bufs[i])) return 9;
+    }
+    printf("{\"h2d\": %ld, \"d2h\": 0}\n", h2d);
+    return 0;
+}
