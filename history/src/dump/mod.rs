@@ -414,21 +414,24 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
 
 /// Decodes a bincode body under a limit near its own length. bincode allocates a string's bytes
 /// before reading them, trusting the length in front; its limit (a constant) caps what such
-/// lengths may claim in all, and a real body claims no more than its own length. So the limit
-/// is the first of a few steps (16x apart) at or above the body's length: a crafted 3 KB body
-/// that claims a 4 GB string is refused, not allocated (found by the fuzzer).
+/// lengths may claim in all, counted in memory (a `u64` that took one byte as a varint
+/// claims eight). So the limit is the first of a few steps (16x apart) at or above 64 times
+/// the body's length: a real history claims a few times its length (a CuPy program's
+/// history claimed over 16 times and was refused when the bound was the body's length), and
+/// a crafted 3 KB body that claims a 4 GB string is still refused, not allocated (found by
+/// the fuzzer).
 fn decode_body<T: serde::de::DeserializeOwned>(
     body: &[u8],
 ) -> Result<(T, usize), bincode::error::DecodeError> {
     macro_rules! first_limit_above {
         ($($bits:literal)*) => {$(
-            if body.len() <= 1 << $bits {
+            if body.len().saturating_mul(64) <= 1 << $bits {
                 let config = bincode::config::standard().with_limit::<{ 1 << $bits }>();
                 return bincode::serde::decode_from_slice(body, config);
             }
         )*};
     }
-    first_limit_above!(16 20 24 28);
+    first_limit_above!(20 24 28);
     let config = bincode::config::standard().with_limit::<{ MAX_DECOMPRESSED_BYTES as usize }>();
     bincode::serde::decode_from_slice(body, config)
 }

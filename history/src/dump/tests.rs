@@ -296,3 +296,12 @@ fn a_format_1_dump_still_loads() {
     assert_eq!(history.stats().page_faults, 0);
     assert!(history.stats().nvidia_ioctls.is_empty());
 }
+
+/// The history the tracer wrote of a CuPy program on the H100 (format 3), which the first
+/// bound refused: it loads.
+#[test]
+fn a_recorded_cupy_history_loads() {
+    let bytes = include_bytes!("testdata/cupy-pinned-h100.hotpin");
+    let data = decode(bytes).expect("the recorded history decodes");
+    assert!(data.stats.transfers >= 80, "{:?}", data.stats.transfers);
+}
