@@ -75,6 +75,21 @@ pub static CU_FREE_HOST: Real = Real::driver(c"cuMemFreeHost");
 pub static CU_HOST_REGISTER: Real = Real::driver(c"cuMemHostRegister_v2");
 pub static CU_HOST_UNREGISTER: Real = Real::driver(c"cuMemHostUnregister");
 
+pub static CU_GET_PROC_ADDRESS: Real = Real::driver(c"cuGetProcAddress_v2");
+pub static CU_GET_PROC_ADDRESS_V1: Real = Real::driver(c"cuGetProcAddress");
+
+/// `cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus)`.
+pub type GetProcAddress = unsafe extern "C" fn(
+    *const std::ffi::c_char,
+    *mut *mut c_void,
+    c_int,
+    u64,
+    *mut c_int,
+) -> c_int;
+/// The legacy `cuGetProcAddress(symbol, pfn, cudaVersion, flags)`.
+pub type GetProcAddressV1 =
+    unsafe extern "C" fn(*const std::ffi::c_char, *mut *mut c_void, c_int, u64) -> c_int;
+
 pub type CuHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
 pub type CuAllocHost = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 

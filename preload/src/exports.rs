@@ -452,8 +452,16 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const std::ffi::c_cha
 }
 
 /// The functions `dlsym` may answer with ours: (name, the real one behind ours, ours).
-fn wrappers() -> [(&'static cuda::Real, usize); 10] {
+fn wrappers() -> [(&'static cuda::Real, usize); 12] {
     [
+        (
+            &cuda::CU_GET_PROC_ADDRESS,
+            cuGetProcAddress_v2 as *const () as usize,
+        ),
+        (
+            &cuda::CU_GET_PROC_ADDRESS_V1,
+            cuGetProcAddress as *const () as usize,
+        ),
         (&cuda::HOST_ALLOC, cudaHostAlloc as *const () as usize),
         (&cuda::MALLOC_HOST, cudaMallocHost as *const () as usize),
         (&cuda::FREE_HOST, cudaFreeHost as *const () as usize),
@@ -547,4 +555,126 @@ fn skipped_unregister(ptr: *mut c_void) -> bool {
     let mut skipped = false;
     judged(|| skipped = state::skip_unregister(ptr));
     skipped
+}
+
+/// What `cuGetProcAddress` may be answered with: the driver's base name, the real function
+/// behind ours, ours. `cuMemAllocHost` and `cuMemHostRegister` are asked for by base name and
+/// come back as their `_v2`; ours is given only when the driver's answer is that very `_v2`.
+fn driver_entry_points() -> [(&'static std::ffi::CStr, &'static cuda::Real, usize); 7] {
+    [
+        (
+            c"cuMemHostAlloc",
+            &cuda::CU_HOST_ALLOC,
+            cuMemHostAlloc as *const () as usize,
+        ),
+        (
+            c"cuMemAllocHost",
+            &cuda::CU_ALLOC_HOST,
+            cuMemAllocHost_v2 as *const () as usize,
+        ),
+        (
+            c"cuMemFreeHost",
+            &cuda::CU_FREE_HOST,
+            cuMemFreeHost as *const () as usize,
+        ),
+        (
+            c"cuMemHostRegister",
+            &cuda::CU_HOST_REGISTER,
+            cuMemHostRegister_v2 as *const () as usize,
+        ),
+        (
+            c"cuMemHostUnregister",
+            &cuda::CU_HOST_UNREGISTER,
+            cuMemHostUnregister as *const () as usize,
+        ),
+        (
+            c"cuGetProcAddress",
+            &cuda::CU_GET_PROC_ADDRESS,
+            cuGetProcAddress_v2 as *const () as usize,
+        ),
+        (
+            c"cuGetProcAddress",
+            &cuda::CU_GET_PROC_ADDRESS_V1,
+            cuGetProcAddress as *const () as usize,
+        ),
+    ]
+}
+
+/// After the driver answered `symbol` with `*pfn`: ours instead, if the answer is the very
+/// function ours calls (CuPy and the CUDA runtime take the driver's functions this way).
+///
+/// # Safety
+/// `symbol` is a C string and `pfn` the caller's out-pointer, which the driver just wrote.
+unsafe fn answer_with_ours(symbol: *const std::ffi::c_char, pfn: *mut *mut c_void) {
+    if symbol.is_null() || pfn.is_null() || !ENABLED.load(Ordering::Acquire) || state::forked() {
+        return;
+    }
+    // SAFETY: as the caller promises.
+    let (name, found) = unsafe { (std::ffi::CStr::from_ptr(symbol), *pfn) };
+    if found.is_null() {
+        return;
+    }
+    let Some(_busy) = Busy::enter() else { return };
+    judged(|| {
+        for (base, real, ours) in driver_entry_points() {
+            if base == name && real.address() == Some(found as usize) {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *pfn = ours as *mut c_void };
+                return;
+            }
+        }
+    });
+}
+
+/// `cuGetProcAddress_v2`: the driver's answer, with ours for the pinned-memory functions.
+///
+/// # Safety
+/// As cuGetProcAddress_v2.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const std::ffi::c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> c_int {
+    // SAFETY: CU_GET_PROC_ADDRESS is cuGetProcAddress_v2, of this type.
+    let Some(real) =
+        (unsafe { cuda::function::<cuda::GetProcAddress>(&cuda::CU_GET_PROC_ADDRESS) })
+    else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on.
+    let rc = unsafe { real(symbol, pfn, version, flags, status) };
+    if rc == 0 {
+        // SAFETY: the driver answered into `pfn`.
+        unsafe { answer_with_ours(symbol, pfn) };
+    }
+    rc
+}
+
+/// The legacy `cuGetProcAddress`, likewise.
+///
+/// # Safety
+/// As cuGetProcAddress.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const std::ffi::c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> c_int {
+    // SAFETY: CU_GET_PROC_ADDRESS_V1 is cuGetProcAddress, of this type.
+    let Some(real) =
+        (unsafe { cuda::function::<cuda::GetProcAddressV1>(&cuda::CU_GET_PROC_ADDRESS_V1) })
+    else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on.
+    let rc = unsafe { real(symbol, pfn, version, flags) };
+    if rc == 0 {
+        // SAFETY: the driver answered into `pfn`.
+        unsafe { answer_with_ours(symbol, pfn) };
+    }
+    rc
 }

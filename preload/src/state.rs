@@ -260,7 +260,16 @@ impl State {
     }
 
     /// Whether an allocation of `size` bytes at `site` is to be pinned, and why.
-    fn wants_pinned(&self, site: &SiteKey, ordinal: u32, size: u64) -> (bool, &'static str) {
+    /// Whether an allocation is to be pinned. `asked_pinned`: the program asked for pinned
+    /// memory (cudaHostAlloc, cudaHostRegister and the driver's): one the history does not
+    /// know keeps what the program asked for; a pageable one it does not know stays pageable.
+    fn wants_pinned(
+        &self,
+        site: &SiteKey,
+        ordinal: u32,
+        size: u64,
+        asked_pinned: bool,
+    ) -> (bool, &'static str) {
         match self.mode {
             Mode::PinAll | Mode::Profile => (true, "pin-all"),
             Mode::PinNone => (false, "pin-none"),
@@ -270,7 +279,7 @@ impl State {
                 Some(Judged::SiteHot) => (true, "site-hot"),
                 Some(Judged::Known(_)) => (false, "known"),
                 Some(Judged::Recycled(_)) => (false, "recycled"),
-                Some(Judged::Unknown) | None => (false, "unknown"),
+                Some(Judged::Unknown) | None => (asked_pinned, "unknown"),
             },
         }
     }
@@ -339,7 +348,7 @@ pub fn allocate(
         return from_libc();
     };
     let (site, ordinal) = state.identify(caller);
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false);
     if pin
         && reuse
         && let Some(ptr) = state.take_cached(size, align)
@@ -427,7 +436,7 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
         return PinnedRequest::Pinned;
     };
     let (site, ordinal) = state.identify(caller);
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true);
     if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
         state.counters.kept_pinned += 1;
         state.counters.kept_pinned_bytes += size as u64;
@@ -475,7 +484,7 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
         return true;
     }
     let (site, ordinal) = state.identify(caller);
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true);
     if pin || flags & cuda::HOST_REGISTER_KEEP != 0 {
         state.record(
             "cudaHostRegister",
