@@ -90,9 +90,6 @@ pub type GetProcAddress = unsafe extern "C" fn(
 pub type GetProcAddressV1 =
     unsafe extern "C" fn(*const std::ffi::c_char, *mut *mut c_void, c_int, u64) -> c_int;
 
-pub type CuHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
-pub type CuAllocHost = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-
 /// Runtime files tried when the runtime is not in the global scope.
 const RUNTIMES: [&CStr; 3] = [c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"];
 /// The driver (one per process).

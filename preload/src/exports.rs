@@ -125,22 +125,20 @@ extern "C" fn realloc_at(ptr: *mut c_void, size: usize, caller: usize) -> *mut c
         return malloc_at(size, caller);
     }
     // A block we registered is unregistered before libc may move or free it.
-    let mut was_registered = None;
+    let mut was_registered = false;
     if ACTIVE.load(Ordering::Acquire)
         && !state::forked()
         && let Some(_busy) = Busy::enter()
     {
         judged(|| {
-            if let state::Release::Unregistered = state::releasing(ptr, false) {
-                was_registered = Some(());
-            }
+            was_registered = matches!(state::releasing(ptr, false), state::Release::Unregistered);
         });
     }
     // SAFETY: libc's realloc of a block libc allocated.
     let moved = unsafe { __libc_realloc(ptr, size) };
     if moved.is_null() {
         // The old block lives on, pageable now: judged again as it is.
-        if was_registered.is_some() {
+        if was_registered {
             // SAFETY: the live block realloc left in place.
             let old = unsafe { libc::malloc_usable_size(ptr) };
             after_alloc("realloc", ptr, old, caller);
@@ -256,6 +254,9 @@ unsafe fn pinned_request(
     pinned()
 }
 
+// The runtime's and the driver's pinned-memory calls have the same C types two by two, and
+// are served alike: each entry point names its call and the real function behind it.
+
 /// # Safety
 /// As cudaHostAlloc.
 unsafe extern "C" fn host_alloc_at(
@@ -264,27 +265,15 @@ unsafe extern "C" fn host_alloc_at(
     flags: c_uint,
     caller: usize,
 ) -> c_int {
-    // SAFETY: HOST_ALLOC is cudaHostAlloc, of this type.
-    let Some(real) = (unsafe { cuda::function::<HostAlloc>(&cuda::HOST_ALLOC) }) else {
-        return cuda::ERROR_NO_RUNTIME;
-    };
-    // SAFETY: the program's own call, passed on as it was made.
-    unsafe {
-        pinned_request("cudaHostAlloc", out, size, flags, caller, || {
-            real(out, size, flags)
-        })
-    }
+    // SAFETY: as the caller's.
+    unsafe { host_alloc("cudaHostAlloc", &cuda::HOST_ALLOC, out, size, flags, caller) }
 }
 
 /// # Safety
 /// As cudaMallocHost.
 unsafe extern "C" fn malloc_host_at(out: *mut *mut c_void, size: usize, caller: usize) -> c_int {
-    // SAFETY: MALLOC_HOST is cudaMallocHost, of this type.
-    let Some(real) = (unsafe { cuda::function::<MallocHost>(&cuda::MALLOC_HOST) }) else {
-        return cuda::ERROR_NO_RUNTIME;
-    };
-    // SAFETY: the program's own call, passed on as it was made.
-    unsafe { pinned_request("cudaMallocHost", out, size, 0, caller, || real(out, size)) }
+    // SAFETY: as the caller's.
+    unsafe { alloc_host("cudaMallocHost", &cuda::MALLOC_HOST, out, size, caller) }
 }
 
 /// `cudaFreeHost`: a demoted block goes back to libc.
@@ -293,15 +282,8 @@ unsafe extern "C" fn malloc_host_at(out: *mut *mut c_void, size: usize, caller: 
 /// As cudaFreeHost.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
-    if freed_demoted(ptr) {
-        return 0;
-    }
-    // SAFETY: FREE_HOST is cudaFreeHost, of this type.
-    match unsafe { cuda::function::<FreeHost>(&cuda::FREE_HOST) } {
-        // SAFETY: the program's own call, passed on.
-        Some(real) => unsafe { real(ptr) },
-        None => cuda::ERROR_NO_RUNTIME,
-    }
+    // SAFETY: as the caller's.
+    unsafe { free_host(&cuda::FREE_HOST, ptr) }
 }
 
 /// # Safety
@@ -312,15 +294,8 @@ unsafe extern "C" fn host_register_at(
     flags: c_uint,
     caller: usize,
 ) -> c_int {
-    if skips_register(ptr, size, flags, caller) {
-        return 0;
-    }
-    // SAFETY: HOST_REGISTER is cudaHostRegister, of this type.
-    match unsafe { cuda::function::<HostRegister>(&cuda::HOST_REGISTER) } {
-        // SAFETY: the program's own call, passed on.
-        Some(real) => unsafe { real(ptr, size, flags) },
-        None => cuda::ERROR_NO_RUNTIME,
-    }
+    // SAFETY: as the caller's.
+    unsafe { host_register(&cuda::HOST_REGISTER, ptr, size, flags, caller) }
 }
 
 /// `cudaHostUnregister`: a registration that was not carried out is not undone.
@@ -329,15 +304,8 @@ unsafe extern "C" fn host_register_at(
 /// As cudaHostUnregister.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
-    if skipped_unregister(ptr) {
-        return 0;
-    }
-    // SAFETY: HOST_UNREGISTER is cudaHostUnregister, of this type.
-    match unsafe { cuda::function::<HostUnregister>(&cuda::HOST_UNREGISTER) } {
-        // SAFETY: the program's own call, passed on.
-        Some(real) => unsafe { real(ptr) },
-        None => cuda::ERROR_NO_RUNTIME,
-    }
+    // SAFETY: as the caller's.
+    unsafe { host_unregister(&cuda::HOST_UNREGISTER, ptr) }
 }
 
 stub!(cuMemHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", cu_host_alloc_at);
@@ -352,27 +320,24 @@ unsafe extern "C" fn cu_host_alloc_at(
     flags: c_uint,
     caller: usize,
 ) -> c_int {
-    // SAFETY: CU_HOST_ALLOC is cuMemHostAlloc, of this type.
-    let Some(real) = (unsafe { cuda::function::<cuda::CuHostAlloc>(&cuda::CU_HOST_ALLOC) }) else {
-        return cuda::ERROR_NO_RUNTIME;
-    };
-    // SAFETY: the program's own call, passed on as it was made.
+    // SAFETY: as the caller's.
     unsafe {
-        pinned_request("cuMemHostAlloc", out, size, flags, caller, || {
-            real(out, size, flags)
-        })
+        host_alloc(
+            "cuMemHostAlloc",
+            &cuda::CU_HOST_ALLOC,
+            out,
+            size,
+            flags,
+            caller,
+        )
     }
 }
 
 /// # Safety
 /// As cuMemAllocHost_v2.
 unsafe extern "C" fn cu_alloc_host_at(out: *mut *mut c_void, size: usize, caller: usize) -> c_int {
-    // SAFETY: CU_ALLOC_HOST is cuMemAllocHost_v2, of this type.
-    let Some(real) = (unsafe { cuda::function::<cuda::CuAllocHost>(&cuda::CU_ALLOC_HOST) }) else {
-        return cuda::ERROR_NO_RUNTIME;
-    };
-    // SAFETY: the program's own call, passed on as it was made.
-    unsafe { pinned_request("cuMemAllocHost", out, size, 0, caller, || real(out, size)) }
+    // SAFETY: as the caller's.
+    unsafe { alloc_host("cuMemAllocHost", &cuda::CU_ALLOC_HOST, out, size, caller) }
 }
 
 /// `cuMemFreeHost`: a demoted block goes back to libc.
@@ -381,15 +346,8 @@ unsafe extern "C" fn cu_alloc_host_at(out: *mut *mut c_void, size: usize, caller
 /// As cuMemFreeHost.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> c_int {
-    if freed_demoted(ptr) {
-        return 0;
-    }
-    // SAFETY: CU_FREE_HOST is cuMemFreeHost, of this type.
-    match unsafe { cuda::function::<FreeHost>(&cuda::CU_FREE_HOST) } {
-        // SAFETY: the program's own call, passed on.
-        Some(real) => unsafe { real(ptr) },
-        None => cuda::ERROR_NO_RUNTIME,
-    }
+    // SAFETY: as the caller's.
+    unsafe { free_host(&cuda::CU_FREE_HOST, ptr) }
 }
 
 /// # Safety
@@ -400,15 +358,8 @@ unsafe extern "C" fn cu_host_register_at(
     flags: c_uint,
     caller: usize,
 ) -> c_int {
-    if skips_register(ptr, size, flags, caller) {
-        return 0;
-    }
-    // SAFETY: CU_HOST_REGISTER is cuMemHostRegister_v2, of this type.
-    match unsafe { cuda::function::<HostRegister>(&cuda::CU_HOST_REGISTER) } {
-        // SAFETY: the program's own call, passed on.
-        Some(real) => unsafe { real(ptr, size, flags) },
-        None => cuda::ERROR_NO_RUNTIME,
-    }
+    // SAFETY: as the caller's.
+    unsafe { host_register(&cuda::CU_HOST_REGISTER, ptr, size, flags, caller) }
 }
 
 /// `cuMemHostUnregister`: a registration that was not carried out is not undone.
@@ -417,11 +368,99 @@ unsafe extern "C" fn cu_host_register_at(
 /// As cuMemHostUnregister.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemHostUnregister(ptr: *mut c_void) -> c_int {
+    // SAFETY: as the caller's.
+    unsafe { host_unregister(&cuda::CU_HOST_UNREGISTER, ptr) }
+}
+
+/// `cudaHostAlloc` or `cuMemHostAlloc` through `real`, judged.
+///
+/// # Safety
+/// `real` names a function of that type; `out` is writable.
+unsafe fn host_alloc(
+    call: &'static str,
+    real: &cuda::Real,
+    out: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+    caller: usize,
+) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(real) = (unsafe { cuda::function::<HostAlloc>(real) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on as it was made.
+    unsafe { pinned_request(call, out, size, flags, caller, || real(out, size, flags)) }
+}
+
+/// `cudaMallocHost` or `cuMemAllocHost_v2` through `real`, judged.
+///
+/// # Safety
+/// `real` names a function of that type; `out` is writable.
+unsafe fn alloc_host(
+    call: &'static str,
+    real: &cuda::Real,
+    out: *mut *mut c_void,
+    size: usize,
+    caller: usize,
+) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(real) = (unsafe { cuda::function::<MallocHost>(real) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // SAFETY: the program's own call, passed on as it was made.
+    unsafe { pinned_request(call, out, size, 0, caller, || real(out, size)) }
+}
+
+/// `cudaFreeHost` or `cuMemFreeHost` through `real`; a demoted block goes back to libc.
+///
+/// # Safety
+/// `real` names a function of that type.
+unsafe fn free_host(real: &cuda::Real, ptr: *mut c_void) -> c_int {
+    if freed_demoted(ptr) {
+        return 0;
+    }
+    // SAFETY: as the caller promises.
+    match unsafe { cuda::function::<FreeHost>(real) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}
+
+/// `cudaHostRegister` or `cuMemHostRegister_v2` through `real`, unless judged not to be
+/// carried out.
+///
+/// # Safety
+/// `real` names a function of that type.
+unsafe fn host_register(
+    real: &cuda::Real,
+    ptr: *mut c_void,
+    size: usize,
+    flags: c_uint,
+    caller: usize,
+) -> c_int {
+    if skips_register(ptr, size, flags, caller) {
+        return 0;
+    }
+    // SAFETY: as the caller promises.
+    match unsafe { cuda::function::<HostRegister>(real) } {
+        // SAFETY: the program's own call, passed on.
+        Some(real) => unsafe { real(ptr, size, flags) },
+        None => cuda::ERROR_NO_RUNTIME,
+    }
+}
+
+/// `cudaHostUnregister` or `cuMemHostUnregister` through `real`, unless the registration
+/// was not carried out.
+///
+/// # Safety
+/// `real` names a function of that type.
+unsafe fn host_unregister(real: &cuda::Real, ptr: *mut c_void) -> c_int {
     if skipped_unregister(ptr) {
         return 0;
     }
-    // SAFETY: CU_HOST_UNREGISTER is cuMemHostUnregister, of this type.
-    match unsafe { cuda::function::<HostUnregister>(&cuda::CU_HOST_UNREGISTER) } {
+    // SAFETY: as the caller promises.
+    match unsafe { cuda::function::<HostUnregister>(real) } {
         // SAFETY: the program's own call, passed on.
         Some(real) => unsafe { real(ptr) },
         None => cuda::ERROR_NO_RUNTIME,

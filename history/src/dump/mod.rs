@@ -188,23 +188,24 @@ fn write_marked(
 /// Checks, before anything is recorded, that a history can be written to `path`: it is not a
 /// directory, and its directory exists and takes a new file (one is created and removed).
 pub fn check_writable(path: &Path) -> Result<(), DumpError> {
-    let error = |source| DumpError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     if path.is_dir() {
-        return Err(error(io::Error::from(io::ErrorKind::IsADirectory)));
+        return Err(DumpError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::IsADirectory),
+        });
     }
-    let dir = directory_of(path);
-    let meta = fs::metadata(dir).map_err(|source| DumpError::Io {
+    check_directory(directory_of(path))
+}
+
+/// Checks that `dir` exists, is a directory and takes a new file (one is created and
+/// removed): where a history of a name not known yet is to be written.
+pub fn check_directory(dir: &Path) -> Result<(), DumpError> {
+    let error = |source| DumpError::Io {
         path: dir.to_path_buf(),
         source,
-    })?;
-    if !meta.is_dir() {
-        return Err(DumpError::Io {
-            path: dir.to_path_buf(),
-            source: io::Error::from(io::ErrorKind::NotADirectory),
-        });
+    };
+    if !fs::metadata(dir).map_err(error)?.is_dir() {
+        return Err(error(io::Error::from(io::ErrorKind::NotADirectory)));
     }
     let probe = dir.join(format!(".hotpin-write-check-{}", std::process::id()));
     fs::OpenOptions::new()
@@ -212,10 +213,7 @@ pub fn check_writable(path: &Path) -> Result<(), DumpError> {
         .create_new(true)
         .mode(0o600)
         .open(&probe)
-        .map_err(|source| DumpError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        .map_err(error)?;
     let _ = fs::remove_file(&probe);
     Ok(())
 }

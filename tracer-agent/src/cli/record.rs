@@ -85,9 +85,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     // Where the history goes is checked before anything is attached or started: a recording
     // must not be made only to be lost at the end.
-    if let Some(output) = &args.output {
-        dump::check_writable(output).context("the history could not be written there")?;
+    match &args.output {
+        Some(output) => dump::check_writable(output),
+        // The default name (hotpin-<program>-<pid>.hotpin) goes in the current directory.
+        None => dump::check_directory(Path::new(".")),
     }
+    .context("the history could not be written there")?;
     let mut child: Option<PausedChild> = None;
     let mut config = AgentConfig::new(0);
     config.pids = args.pids.clone();
@@ -125,14 +128,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args, pid));
-    if args.output.is_none()
-        && let Err(error) = dump::check_writable(&output)
-    {
-        if let Some(mut child) = child {
-            let _ = child.child.kill();
-        }
-        return Err(anyhow::Error::from(error).context("the history could not be written there"));
-    }
     let checkpoints = Checkpoints {
         path: output.clone(),
         format: Format::from_path(&output),
