@@ -160,18 +160,94 @@ pub unsafe fn function<F: Copy>(real: &Real) -> Option<F> {
     Some(unsafe { std::mem::transmute_copy::<usize, F>(&address) })
 }
 
-/// Registers `size` bytes at `ptr` in place; the CUDA error code, or None without a runtime.
+/// `cudaHostRegisterPortable` / `CU_MEMHOSTREGISTER_PORTABLE`: pinned for every context, so
+/// a program copying from another device than the one current here still sees it pinned.
+const REGISTER_PORTABLE: c_uint = 1;
+
+/// Registers `size` bytes at `ptr` in place through the runtime, or, in a program that uses
+/// only the driver (JAX, CuPy), through the driver; the CUDA error code, or None when neither
+/// can be asked (no CUDA library loaded, or no context the program made).
 pub fn register(ptr: *mut c_void, size: usize) -> Option<c_int> {
     // SAFETY: HOST_REGISTER is cudaHostRegister, of this type.
-    let register = unsafe { function::<HostRegister>(&HOST_REGISTER) }?;
-    // SAFETY: a block of at least `size` bytes that the caller allocated and owns.
-    Some(unsafe { register(ptr, size, 0) })
+    if let Some(register) = unsafe { function::<HostRegister>(&HOST_REGISTER) } {
+        // SAFETY: a block of at least `size` bytes that the caller allocated and owns.
+        return Some(unsafe { register(ptr, size, REGISTER_PORTABLE) });
+    }
+    // SAFETY: CU_HOST_REGISTER is cuMemHostRegister_v2, of this type.
+    let register = unsafe { function::<HostRegister>(&CU_HOST_REGISTER) }?;
+    // SAFETY: as above.
+    in_context(|| unsafe { register(ptr, size, REGISTER_PORTABLE) })
 }
 
-/// Unregisters a block [`register`] registered.
+/// Unregisters a block [`register`] registered, the same way.
 pub fn unregister(ptr: *mut c_void) -> Option<c_int> {
     // SAFETY: HOST_UNREGISTER is cudaHostUnregister, of this type.
-    let unregister = unsafe { function::<HostUnregister>(&HOST_UNREGISTER) }?;
-    // SAFETY: a block registered by `register` and not yet freed.
-    Some(unsafe { unregister(ptr) })
+    if let Some(unregister) = unsafe { function::<HostUnregister>(&HOST_UNREGISTER) } {
+        // SAFETY: a block registered by `register` and not yet freed.
+        return Some(unsafe { unregister(ptr) });
+    }
+    // SAFETY: CU_HOST_UNREGISTER is cuMemHostUnregister, of this type.
+    let unregister = unsafe { function::<HostUnregister>(&CU_HOST_UNREGISTER) }?;
+    // SAFETY: as above.
+    in_context(|| unsafe { unregister(ptr) })
+}
+
+type CtxGetCurrent = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
+type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
+type PrimaryCtxGetState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> c_int;
+type PrimaryCtxRetain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
+type PrimaryCtxRelease = unsafe extern "C" fn(c_int) -> c_int;
+type CtxPush = unsafe extern "C" fn(*mut c_void) -> c_int;
+type CtxPop = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
+
+static CU_CTX_GET_CURRENT: Real = Real::driver(c"cuCtxGetCurrent");
+static CU_DEVICE_GET: Real = Real::driver(c"cuDeviceGet");
+static CU_PRIMARY_CTX_STATE: Real = Real::driver(c"cuDevicePrimaryCtxGetState");
+static CU_PRIMARY_CTX_RETAIN: Real = Real::driver(c"cuDevicePrimaryCtxRetain");
+static CU_PRIMARY_CTX_RELEASE: Real = Real::driver(c"cuDevicePrimaryCtxRelease_v2");
+static CU_CTX_PUSH: Real = Real::driver(c"cuCtxPushCurrent_v2");
+static CU_CTX_POP: Real = Real::driver(c"cuCtxPopCurrent_v2");
+
+/// Runs a driver call with a context current: this thread's, or else device 0's primary
+/// context if the program made it active (as JAX and CuPy do), pushed for the call and popped
+/// after. None when there is neither: a context is never created here.
+fn in_context(call: impl FnOnce() -> c_int) -> Option<c_int> {
+    // SAFETY: each Real below names the driver function of the type it is read as.
+    let (current, device_get, state, retain, release, push, pop) = unsafe {
+        (
+            function::<CtxGetCurrent>(&CU_CTX_GET_CURRENT)?,
+            function::<DeviceGet>(&CU_DEVICE_GET)?,
+            function::<PrimaryCtxGetState>(&CU_PRIMARY_CTX_STATE)?,
+            function::<PrimaryCtxRetain>(&CU_PRIMARY_CTX_RETAIN)?,
+            function::<PrimaryCtxRelease>(&CU_PRIMARY_CTX_RELEASE)?,
+            function::<CtxPush>(&CU_CTX_PUSH)?,
+            function::<CtxPop>(&CU_CTX_POP)?,
+        )
+    };
+    let mut context = std::ptr::null_mut();
+    // SAFETY: out-pointers to locals of the types the driver writes.
+    unsafe {
+        if current(&mut context) == 0 && !context.is_null() {
+            return Some(call());
+        }
+        let mut device = 0;
+        let (mut flags, mut active) = (0, 0);
+        if device_get(&mut device, 0) != 0
+            || state(device, &mut flags, &mut active) != 0
+            || active == 0
+            || retain(&mut context, device) != 0
+        {
+            return None;
+        }
+        let result = if push(context) == 0 {
+            let rc = call();
+            let mut popped = std::ptr::null_mut();
+            pop(&mut popped);
+            Some(rc)
+        } else {
+            None
+        };
+        release(device);
+        result
+    }
 }

@@ -103,6 +103,8 @@ pub struct Counters {
     pub peak_promoted_bytes: u64,
     /// Allocations served from the cache of freed pinned blocks (no new registration).
     pub cache_hits: u64,
+    /// Allocations the CUDA libraries made for themselves, left alone.
+    pub cuda_internal: u64,
 }
 
 struct State {
@@ -167,12 +169,14 @@ extern "C" fn forked_child() {
 }
 
 extern "C" fn at_exit() {
-    let Some(_busy) = Busy::enter() else { return };
-    let guard = lock();
-    let Some(state) = guard.as_ref() else { return };
+    // A forked child never takes the lock (a thread of the parent may have held it at the
+    // fork), nor writes the parent's report.
     if FORKED.load(Ordering::Relaxed) {
         return;
     }
+    let Some(_busy) = Busy::enter() else { return };
+    let guard = lock();
+    let Some(state) = guard.as_ref() else { return };
     let Some(path) = &state.report else { return };
     #[derive(Serialize)]
     struct Report<'a> {
@@ -201,7 +205,10 @@ extern "C" fn at_exit() {
 }
 
 impl State {
-    /// None in profile mode or without HOTPIN_MODE: nothing to do.
+    /// None without HOTPIN_MODE: nothing to do. Profile mode pins everything, as pin-all
+    /// does, while the tracer records (so a program that copies pageable memory through a
+    /// pinned bounce buffer of its own, as JAX does, shows which of its buffers it copies),
+    /// and keeps no cache of freed blocks (the tracer must see every allocation and free).
     fn from_env() -> Result<Option<Self>, String> {
         let Some(name) = std::env::var("HOTPIN_MODE").ok() else {
             return Ok(None);
@@ -209,9 +216,6 @@ impl State {
         let mode = Mode::from_name(&name).ok_or_else(|| {
             format!("HOTPIN_MODE={name:?} is not one of pin-none, pin-all, profile, use")
         })?;
-        if mode == Mode::Profile {
-            return Ok(None);
-        }
         let budget = match std::env::var("HOTPIN_PINNED_BUDGET") {
             Ok(text) => Some(hotpin::parse_budget(&text).map_err(|e| e.to_string())?),
             Err(_) => None,
@@ -240,10 +244,13 @@ impl State {
             skipped: HashMap::new(),
             cache: Vec::new(),
             cache_bytes: 0,
-            cache_limit: std::env::var("HOTPIN_CACHE")
-                .ok()
-                .and_then(|v| hotpin_history::report::parse_bytes(&v).ok())
-                .unwrap_or(1 << 30) as usize,
+            cache_limit: match mode {
+                Mode::Profile => 0,
+                _ => std::env::var("HOTPIN_CACHE")
+                    .ok()
+                    .and_then(|v| hotpin_history::report::parse_bytes(&v).ok())
+                    .unwrap_or(1 << 30) as usize,
+            },
             counters: Counters::default(),
             log: Vec::new(),
             report: std::env::var_os("HOTPIN_REPORT").map(PathBuf::from),
@@ -348,6 +355,14 @@ pub fn allocate(
         return from_libc();
     };
     let (site, ordinal) = state.identify(caller);
+    if is_cuda_library(&site.module) {
+        // The CUDA libraries' own buffers (the driver mallocs its staging memory inside
+        // cuInit): not the program's data, and registering them would call CUDA from inside
+        // CUDA (JAX crashed so in pin-all mode).
+        state.counters.cuda_internal += 1;
+        drop(guard);
+        return from_libc();
+    }
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false);
     if pin
         && reuse
@@ -386,6 +401,14 @@ pub fn allocate(
     };
     state.record(call, &site, ordinal, size as u64, action, why);
     ptr
+}
+
+/// Whether a call site's module is a CUDA library (the driver, the runtime, NVIDIA's
+/// user-mode libraries): what they allocate is theirs.
+fn is_cuda_library(module: &str) -> bool {
+    ["libcuda.so", "libcudart", "libnvidia-"]
+        .iter()
+        .any(|prefix| module.starts_with(prefix))
 }
 
 /// What became of a block being freed.

@@ -143,6 +143,24 @@ fn an_unmodified_program_is_profiled_then_pinned_by_its_history() {
         truth["h2d_bytes"].as_u64().unwrap() + 5 * 8 * MIB
     );
     assert_eq!(stats.lost_events(), 0);
+    // Profile mode pins everything through the interposer, in front of libc: the tracer names
+    // each allocation by the program's frame, never the interposer's.
+    let interposer_sites: Vec<_> = saved
+        .call_sites()
+        .iter()
+        .filter(|site| site.module.contains("hotpin_preload"))
+        .collect();
+    assert!(
+        interposer_sites.is_empty(),
+        "call sites in the interposer: {interposer_sites:?}"
+    );
+    assert!(
+        saved
+            .call_sites()
+            .iter()
+            .any(|site| Path::new(&site.module).file_name() == Some("unmodified".as_ref())),
+        "the program's own call sites are named"
+    );
 
     let decisions = setup.dir.join("use");
     let run = hotpin_run(

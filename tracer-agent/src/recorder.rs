@@ -12,6 +12,7 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use serde::Serialize;
 use tokio::{io::unix::AsyncFd, sync::mpsc, sync::watch, time::MissedTickBehavior};
+use tracer_common::BuildIdFrame;
 
 use crate::{
     error::TracerError,
@@ -34,6 +35,9 @@ pub struct RecorderConfig {
     pub drain_interval: Duration,
     /// How often the targets' memory maps are checked for new CUDA libraries and exits.
     pub rescan_interval: Duration,
+    /// Build ids of interposers standing in front of libc's allocator: an allocation's call
+    /// site is the first frame outside them.
+    pub interposers: Vec<[u8; 20]>,
 }
 
 impl Default for RecorderConfig {
@@ -41,6 +45,7 @@ impl Default for RecorderConfig {
         Self {
             drain_interval: Duration::from_millis(10),
             rescan_interval: Duration::from_millis(100),
+            interposers: Vec::new(),
         }
     }
 }
@@ -126,7 +131,7 @@ impl Recorder {
         })?;
         let mut drain_tick = tokio::time::interval(config.drain_interval);
         drain_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut address_sites = AddressSites::default();
+        let mut address_sites = AddressSites::new(config.interposers.clone());
         let mut rescan_tick = tokio::time::interval(config.rescan_interval);
         rescan_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
@@ -215,31 +220,49 @@ impl Recorder {
 type Record = (TraceEvent, Vec<RawSite>);
 
 /// The callers beyond an allocation call's site, from the user stack the kernel resolved. The
-/// first frame is the call site itself; the walk ends where frame pointers do.
-fn callers(probes: &Probes, call: &CudaCall) -> Vec<RawSite> {
+/// first frame is the call site itself; the walk ends where frame pointers do. A call that
+/// went through an interposer (hotpin's, in front of libc's malloc) is named by the first
+/// frame outside it instead, as the interposer names it.
+fn callers(probes: &Probes, call: &mut CudaCall, sites: &mut AddressSites) -> Vec<RawSite> {
     let Some(id) = call.stack else {
         return Vec::new();
     };
     if call.nested {
         return Vec::new();
     }
-    match probes.stack_frames(id) {
-        Ok(frames) => frames
-            .into_iter()
-            .skip(1)
-            .map(|frame| match frame.status {
-                1 => RawSite::BuildId {
-                    build_id: frame.build_id,
-                    offset: frame.offset,
-                },
-                _ => RawSite::Address(frame.offset),
-            })
-            .collect(),
+    let frames = match probes.stack_frames(id) {
+        Ok(frames) => frames,
         Err(error) => {
             tracing::debug!(error = %crate::error::chain(&error), id, "user stack gone");
-            Vec::new()
+            return Vec::new();
+        }
+    };
+    let raw = |frame: BuildIdFrame| match frame.status {
+        1 => RawSite::BuildId {
+            build_id: frame.build_id,
+            offset: frame.offset,
+        },
+        _ => RawSite::Address(frame.offset),
+    };
+    if !call.site.is_some_and(|site| sites.is_interposer(&site)) {
+        return frames.into_iter().skip(1).map(raw).collect();
+    }
+    // Frames the kernel gave as addresses alone (it could not read a build id without
+    // waiting) are placed by the process's map, to tell the interposer's apart.
+    let mut frames = frames.into_iter();
+    for frame in frames.by_ref() {
+        let site = match raw(frame) {
+            RawSite::Address(addr) => sites
+                .to_build_id(call.pid, addr)
+                .unwrap_or(RawSite::Address(addr)),
+            site => site,
+        };
+        if !sites.is_interposer(&site) {
+            call.site = Some(site);
+            return frames.map(raw).collect();
         }
     }
+    Vec::new()
 }
 
 /// Asks the scheduler to run this thread (the recorder) ahead of ordinary threads: a target
@@ -280,7 +303,7 @@ async fn drain(
                 if let Some(RawSite::Address(addr)) = call.site {
                     call.site = address_sites.to_build_id(call.pid, addr).or(call.site);
                 }
-                let callers = callers(probes, &call);
+                let callers = callers(probes, &mut call, address_sites);
                 batch.push((TraceEvent::Cuda(call), callers));
             }
             Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd, resolver),

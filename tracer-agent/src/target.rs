@@ -78,9 +78,23 @@ pub fn candidate_files(pid: u32) -> Result<Vec<PathBuf>, TracerError> {
 pub struct AddressSites {
     maps: HashMap<u32, ProcessMaps>,
     build_ids: HashMap<String, Option<[u8; 20]>>,
+    /// Build ids of allocator interposers, whose frames never name a call site.
+    interposers: Vec<[u8; 20]>,
 }
 
 impl AddressSites {
+    pub fn new(interposers: Vec<[u8; 20]>) -> Self {
+        Self {
+            interposers,
+            ..Self::default()
+        }
+    }
+
+    /// Whether `site` lies in an interposer.
+    pub fn is_interposer(&self, site: &RawSite) -> bool {
+        matches!(site, RawSite::BuildId { build_id, .. } if self.interposers.contains(build_id))
+    }
+
     pub fn to_build_id(&mut self, pid: u32, addr: u64) -> Option<RawSite> {
         let known = self
             .maps

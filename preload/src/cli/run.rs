@@ -21,8 +21,9 @@ const PRELOAD: &str = "libhotpin_preload.so";
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// profile: record the program as it is with the tracer (`tracer record --libc-malloc`);
-    /// use: pin what the history says pays; pin-all, pin-none: the baselines.
+    /// profile: record the program with the tracer (`tracer record --libc-malloc`) while
+    /// everything is pinned; use: pin what the history says pays; pin-all, pin-none: the
+    /// baselines.
     #[arg(long, default_value = "use", value_parser = ["profile", "use", "pin-all", "pin-none"])]
     mode: String,
     /// The history: written in profile mode (default: the tracer's name for it), read in use
@@ -48,8 +49,21 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let floor = hotpin_history::report::parse_bytes(&args.floor)
         .map_err(|e| anyhow::anyhow!("--floor {}: {e}", args.floor))?;
     let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let static_runtime = which(Path::new(program)).filter(|exe| carries_cuda_runtime(exe));
+    if let Some(executable) = &static_runtime {
+        eprintln!(
+            "hotpin: {} carries the CUDA runtime statically: its CUDA calls cannot be \
+             interposed, so it runs untouched{}",
+            executable.display(),
+            if mode == Mode::Profile {
+                " (and is recorded as it is)"
+            } else {
+                ""
+            }
+        );
+    }
     if mode == Mode::Profile {
-        return profile(&args, floor, program, rest);
+        return profile(&args, floor, static_runtime.is_none(), program, rest);
     }
     if let Some(budget) = &args.budget {
         hotpin::parse_budget(budget).with_context(|| format!("--budget {budget}"))?;
@@ -71,14 +85,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if let Some(report) = &args.report {
         command.env("HOTPIN_REPORT", absolute(report)?);
     }
-    if let Some(executable) = which(Path::new(program))
-        && carries_cuda_runtime(&executable)
-    {
-        eprintln!(
-            "hotpin: {} carries the CUDA runtime statically: its CUDA calls cannot be \
-             interposed, so it runs untouched",
-            executable.display()
-        );
+    if static_runtime.is_some() {
         return Err(command.env_remove("HOTPIN_MODE").exec().into());
     }
     let preload = sibling(PRELOAD)?;
@@ -93,16 +100,31 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     Err(anyhow::Error::from(error).context(format!("cannot start {}", program.to_string_lossy())))
 }
 
-/// Profile mode: the tracer records the program as it is, libc's allocations above the floor
-/// included, so use mode can recognise them by call site.
-fn profile(args: &RunArgs, floor: u64, program: &OsStr, rest: &[OsString]) -> Result<ExitCode> {
+/// Profile mode: the tracer records the program, libc's allocations above the floor included,
+/// so use mode can recognise them by call site, while the interposer pins everything: a
+/// program that stages pageable copies through pinned buffers of its own (JAX) copies its
+/// buffers directly once they are pinned, and the history sees which they are.
+fn profile(
+    args: &RunArgs,
+    floor: u64,
+    interpose: bool,
+    program: &OsStr,
+    rest: &[OsString],
+) -> Result<ExitCode> {
     let tracer = sibling("tracer").or_else(|_| {
         which(Path::new("tracer")).context("the tracer is neither beside hotpin nor on PATH")
     })?;
     let mut command = Command::new(tracer);
     command
         .args(["record", "--libc-malloc", "--malloc-floor"])
-        .arg(floor.to_string());
+        .arg(floor.to_string())
+        .env("HOTPIN_MALLOC_FLOOR", floor.to_string());
+    if interpose {
+        command.arg("--preload").arg(sibling(PRELOAD)?);
+    }
+    if let Some(report) = &args.report {
+        command.env("HOTPIN_REPORT", absolute(report)?);
+    }
     if let Some(history) = &args.history {
         command.arg("-o").arg(history);
     }

@@ -92,6 +92,11 @@ struct RecordArgs {
     /// Smallest libc allocation recorded with --libc-malloc (suffixes K, M, G).
     #[arg(long, default_value = "1M", value_parser = tracer_agent::report::parse_bytes, value_name = "BYTES")]
     malloc_floor: u64,
+    /// Start the command with this library preloaded (LD_PRELOAD), an allocator interposer
+    /// such as hotpin's: the call site of an allocation that goes through it is the first
+    /// frame outside it (it must keep frame pointers).
+    #[arg(long, value_name = "LIB", requires = "command")]
+    preload: Option<PathBuf>,
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -123,7 +128,8 @@ struct ReportArgs {
     /// With --min-transfers: and at least this many transfers per MiB of its size.
     #[arg(long, default_value_t = 0.0)]
     min_transfers_per_mib: f64,
-    /// The cost model's numbers from this file (`hotpin calibrate` writes one); default: our
+    /// The cost model's numbers from this file (`hotpin calibrate` writes one); default: the
+    /// file the allocator reads ($HOTPIN_COSTS, else ~/.config/hotpin/costs.json), else our
     /// H100's, stated in docs/benchmarks.md.
     #[arg(long, value_name = "FILE", conflicts_with = "min_transfers")]
     costs: Option<PathBuf>,

@@ -100,7 +100,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     config.probes.page_faults = args.page_faults;
     config.probes.libc_malloc = args.libc_malloc.then_some(args.malloc_floor);
     if let Some((program, rest)) = args.command.split_first() {
-        let paused = target::spawn_paused(program, rest, |_| {})?;
+        let preload = args.preload.as_deref().map(interposer).transpose()?;
+        if let Some((_, build_id)) = &preload {
+            config.recorder.interposers.push(*build_id);
+        }
+        let paused = target::spawn_paused(program, rest, |command| {
+            if let Some((preloads, _)) = &preload {
+                command.env("LD_PRELOAD", preloads);
+            }
+        })?;
         config.pids = vec![paused.pid()];
         config.modules = which(Path::new(program)).into_iter().collect();
         // The program itself may carry the CUDA runtime or hotpin statically; at this point
@@ -336,4 +344,27 @@ fn forward(child: Option<&PausedChild>, signal: i32) -> Instant {
         unsafe { libc::kill(child.pid() as i32, signal) };
     }
     Instant::now()
+}
+
+/// `--preload LIB`: the LD_PRELOAD value that puts LIB first, and LIB's build id (its frames
+/// are told apart by it).
+fn interposer(lib: &Path) -> Result<(std::ffi::OsString, [u8; 20])> {
+    let lib = std::path::absolute(lib).with_context(|| format!("--preload {}", lib.display()))?;
+    if !lib.is_file() {
+        bail!("--preload {}: no such file", lib.display());
+    }
+    let build_id = tracer_agent::probes::symbols::read_build_id(&lib)
+        .and_then(|id| <[u8; 20]>::try_from(id).ok())
+        .with_context(|| {
+            format!(
+                "--preload {}: no 20-byte GNU build id, so its frames cannot be told apart",
+                lib.display()
+            )
+        })?;
+    let mut preloads = lib.into_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preloads.push(" ");
+        preloads.push(existing);
+    }
+    Ok((preloads, build_id))
 }

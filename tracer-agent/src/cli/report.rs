@@ -19,7 +19,8 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
             ..HotPolicy::transfers(min_transfers)
         },
         (None, Some(path)) => HotPolicy::with_cost(CostModel::load(path)?.model),
-        (None, None) => HotPolicy::default(),
+        // The calibrated file the allocator reads, when there is one: report and use mode agree.
+        (None, None) => HotPolicy::configured()?,
     };
     let report = Report::new(&history, policy, args.top);
     if args.json {
