@@ -20,11 +20,12 @@ use hotpin::{
     Mode,
     callsite::Resolver,
     policy::{HotSet, Judged, SiteKey, Verdict},
+    pressure::{Level, Pressure},
 };
 use hotpin_history::report::HotPolicy;
 use serde::Serialize;
 
-use crate::cuda;
+use crate::{cuda, real::__libc_free};
 
 /// Calls at or above this many bytes are judged (`HOTPIN_MALLOC_FLOOR`); until `init` ran,
 /// none are.
@@ -75,7 +76,9 @@ pub struct Decision {
     pub site: String,
     pub ordinal: u32,
     pub size: u64,
-    /// `promoted`, `pageable`, `kept-pinned`, `demoted`, `register-failed`, `skipped-register`.
+    /// `promoted`, `pinned-from-cache`, `pageable`, `pageable-pressure` (to be pinned, but
+    /// memory was critically short), `kept-pinned`, `demoted`, `register-failed`,
+    /// `skipped-register`.
     pub action: &'static str,
     /// How the history judged it (`known`, `recycled`, `site-hot`, `unknown`, or the mode).
     pub why: &'static str,
@@ -105,6 +108,11 @@ pub struct Counters {
     pub cache_hits: u64,
     /// Allocations the CUDA libraries made for themselves, left alone.
     pub cuda_internal: u64,
+    /// Allocations to be pinned left pageable because memory was critically short (under
+    /// 5% of MemTotal available), and times the cache was emptied because it was short
+    /// (under 10%) or the budget was reached.
+    pub pressure_fallbacks: u64,
+    pub cache_releases: u64,
 }
 
 struct State {
@@ -125,6 +133,8 @@ struct State {
     cache: Vec<(usize, usize)>,
     cache_bytes: usize,
     cache_limit: usize,
+    /// How short of memory the machine is (MemAvailable, sampled at most every 100 ms).
+    pressure: Pressure,
     counters: Counters,
     log: Vec<Decision>,
     report: Option<PathBuf>,
@@ -251,6 +261,7 @@ impl State {
                     .and_then(|v| hotpin_history::report::parse_bytes(&v).ok())
                     .unwrap_or(1 << 30) as usize,
             },
+            pressure: Pressure::default(),
             counters: Counters::default(),
             log: Vec::new(),
             report: std::env::var_os("HOTPIN_REPORT").map(PathBuf::from),
@@ -335,6 +346,22 @@ impl State {
         self.budget
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
     }
+
+    /// Unregisters and frees every cached block (the program freed them already).
+    fn release_cache(&mut self) {
+        if self.cache.is_empty() {
+            return;
+        }
+        self.counters.cache_releases += 1;
+        for (ptr, size) in std::mem::take(&mut self.cache) {
+            self.registered.remove(&ptr);
+            self.registered_bytes -= size as u64;
+            let _ = cuda::unregister(ptr as *mut c_void);
+            // SAFETY: a libc block the program freed, which we kept registered until now.
+            unsafe { __libc_free(ptr as *mut c_void) };
+        }
+        self.cache_bytes = 0;
+    }
 }
 
 /// An allocation of `size` bytes (aligned to `align`) at or above the floor, for the call
@@ -364,6 +391,11 @@ pub fn allocate(
         return from_libc();
     }
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false);
+    // Short of memory: the cache goes first; critically short, nothing new is pinned.
+    let level = state.pressure.level();
+    if level >= Level::High {
+        state.release_cache();
+    }
     if pin
         && reuse
         && let Some(ptr) = state.take_cached(size, align)
@@ -376,7 +408,14 @@ pub fn allocate(
     if ptr.is_null() {
         return ptr;
     }
-    let action = if pin && state.within_budget(size) {
+    if pin && !state.within_budget(size) {
+        // Blocks kept for reuse are the first to go.
+        state.release_cache();
+    }
+    let action = if pin && level == Level::Critical {
+        state.counters.pressure_fallbacks += 1;
+        "pageable-pressure"
+    } else if pin && state.within_budget(size) {
         match cuda::register(ptr, size) {
             Some(0) => {
                 state.registered.insert(ptr as usize, size);
@@ -433,7 +472,10 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
     };
     // A registration the program made on top of ours ends with the block too.
     state.skipped.remove(&(ptr as usize));
-    if keep && state.cache_bytes + size <= state.cache_limit {
+    if keep
+        && state.cache_bytes + size <= state.cache_limit
+        && state.pressure.level() == Level::Normal
+    {
         state.cache.push((ptr as usize, size));
         state.cache_bytes += size;
         return Release::Cached;

@@ -57,6 +57,16 @@ fn hotpin_run(setup: &Setup, args: &[&str]) -> Output {
 
 /// `hotpin run ARGS -- PROGRAM PROGRAM_ARGS`.
 fn hotpin_run_with(setup: &Setup, args: &[&str], program_args: &[&Path]) -> Output {
+    hotpin_run_env(setup, args, program_args, &[])
+}
+
+/// `hotpin run ARGS -- PROGRAM PROGRAM_ARGS` with more environment variables.
+fn hotpin_run_env(
+    setup: &Setup,
+    args: &[&str],
+    program_args: &[&Path],
+    env: &[(&str, &Path)],
+) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
         .arg("run")
         .args(args)
@@ -64,6 +74,7 @@ fn hotpin_run_with(setup: &Setup, args: &[&str], program_args: &[&Path]) -> Outp
         .arg(&setup.program)
         .args(program_args)
         .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .envs(env.iter().copied())
         .output()
         .expect("run hotpin");
     assert!(
@@ -247,6 +258,66 @@ fn the_baselines_pin_everything_or_nothing_they_may() {
     assert_eq!(none["counters"]["promoted"], 0, "{none:#}");
     assert_eq!(none["counters"]["demoted"], 4, "all but the mapped one");
     assert_eq!(count(&none, "cudaHostAlloc", 4 * MIB, "kept-pinned"), 1);
+}
+
+#[test]
+fn memory_pressure_stops_new_pins_and_reuse() {
+    let setup = setup("pressure");
+    // A machine with 2% of its memory available (critical: under 5%).
+    let meminfo = setup.dir.join("meminfo");
+    std::fs::write(
+        &meminfo,
+        "MemTotal:       16000000 kB\nMemFree:          200000 kB\nMemAvailable:     320000 kB\n",
+    )
+    .expect("write");
+    let plain = setup.dir.join("plain");
+    let baseline = hotpin_run(
+        &setup,
+        &["--mode", "pin-none", "--report", plain.to_str().unwrap()],
+    );
+    let short = setup.dir.join("short");
+    let run = hotpin_run_env(
+        &setup,
+        &["--mode", "pin-all", "--report", short.to_str().unwrap()],
+        &[],
+        &[("HOTPIN_MEMINFO", &meminfo)],
+    );
+    assert_eq!(
+        ground_truth(&run),
+        ground_truth(&baseline),
+        "the same copies"
+    );
+    let short = report(&short);
+    assert_eq!(short["counters"]["promoted"], 0, "{short:#}");
+    assert_eq!(short["counters"]["cache_hits"], 0, "{short:#}");
+    // The hot buffer, the three cold ones and the eight threads' buffers.
+    assert_eq!(
+        short["counters"]["pressure_fallbacks"],
+        1 + 3 + 8,
+        "{short:#}"
+    );
+    assert_eq!(count(&short, "malloc", 8 * MIB, "pageable-pressure"), 4);
+    // Pinned requests are the program's own: kept (pin-all), as CUDA would serve them.
+    assert_eq!(short["counters"]["kept_pinned"], 5);
+
+    // 8% available (short, not critical): new pins still, but a freed block is not kept for
+    // reuse, so every thread's buffer is registered afresh.
+    std::fs::write(
+        &meminfo,
+        "MemTotal:       16000000 kB\nMemFree:          800000 kB\nMemAvailable:    1280000 kB\n",
+    )
+    .expect("write");
+    let high = setup.dir.join("high");
+    hotpin_run_env(
+        &setup,
+        &["--mode", "pin-all", "--report", high.to_str().unwrap()],
+        &[],
+        &[("HOTPIN_MEMINFO", &meminfo)],
+    );
+    let high = report(&high);
+    assert_eq!(high["counters"]["cache_hits"], 0, "{high:#}");
+    assert_eq!(high["counters"]["promoted"], 1 + 3 + 8, "{high:#}");
+    assert_eq!(high["counters"]["pressure_fallbacks"], 0, "{high:#}");
 }
 
 #[test]
