@@ -93,6 +93,11 @@ pub struct TracerAgent {
     shared: Arc<Shared>,
     running: Option<Running>,
     probes: Vec<ProbeStatus>,
+    /// After a stop: the kernel programs and their links, which emit nothing more (no target
+    /// is left in the kernel's filter). Released when the agent is dropped (or
+    /// [`Self::release`]): a perf-event link (tracepoints, and uprobes before Linux 6.6)
+    /// waits about 75 ms for the kernel, serialised, so a caller writes the history first.
+    stopped: Option<crate::probes::Probes>,
 }
 
 impl TracerAgent {
@@ -112,6 +117,7 @@ impl TracerAgent {
             shared: Arc::default(),
             running: None,
             probes: Vec::new(),
+            stopped: None,
         }
     }
 
@@ -181,16 +187,41 @@ impl TracerAgent {
         Ok(())
     }
 
-    /// Detaches, drains the last events into the history, and keeps the history.
+    /// Stops the targets' events, drains the last ones into the history, detaches the
+    /// uprobes and keeps the history; the tracepoints go with the agent (or
+    /// [`Self::release`]).
     pub fn stop(&mut self) -> Result<(), TracerError> {
+        self.stop_keeping_probes()?;
+        self.detach_uprobes();
+        Ok(())
+    }
+
+    /// As [`Self::stop`], but every probe stays attached, emitting nothing (no target is left
+    /// in the kernel's filter), until [`Self::detach_uprobes`], [`Self::release`] or the drop:
+    /// a caller writes the history first, as detaching waits for the kernel. Meanwhile a
+    /// uretprobe still borrows the return address of every process calling its function.
+    pub fn stop_keeping_probes(&mut self) -> Result<(), TracerError> {
         let running = self.running.take().ok_or(TracerError::NotRunning)?;
         let _ = running.stop.send(true);
         let end = running
             .thread
             .join()
             .map_err(|_| TracerError::Recorder("the recorder thread panicked".into()))??;
-        self.probes = end.probes;
+        self.probes = end.status;
+        self.stopped = Some(end.probes);
         Ok(())
+    }
+
+    /// Detaches the uprobes of a stopped recording.
+    pub fn detach_uprobes(&mut self) {
+        if let Some(probes) = &mut self.stopped {
+            probes.detach_uprobes();
+        }
+    }
+
+    /// Unloads the kernel programs of a stopped recording now (else when the agent drops).
+    pub fn release(&mut self) {
+        self.stopped = None;
     }
 
     pub fn is_running(&self) -> bool {

@@ -88,7 +88,10 @@ pub(crate) struct Recorder {
 
 /// What the recording thread hands back when it ends.
 pub(crate) struct RecorderEnd {
-    pub probes: Vec<ProbeStatus>,
+    pub status: Vec<ProbeStatus>,
+    /// The programs and their links, still in the kernel but no longer emitting (no target
+    /// is left in the filter).
+    pub probes: Probes,
 }
 
 impl Recorder {
@@ -161,8 +164,9 @@ impl Recorder {
         }
         // End the recording: take the targets out of the kernel's filter first, so the
         // programs stop emitting at once, and keep the loss counters as they stand; then take
-        // everything the ring holds. Detaching comes last: it takes seconds, and a target
-        // still calling meanwhile must not overflow the ring with events after the stop.
+        // everything the ring holds. The probes stay attached, emitting nothing for lack of
+        // targets, until the caller releases them (it writes the history first: releasing
+        // the links waits for the kernel).
         for &pid in &targets {
             if let Err(error) = probes.remove_target(pid) {
                 tracing::warn!(pid, error = %crate::error::chain(&error), "cannot remove a target from the kernel filter");
@@ -201,7 +205,6 @@ impl Recorder {
                 crate::error::chain(&error)
             ))
         })?;
-        probes.detach_all();
         let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
         {
             let mut history = shared.history.write().expect("history lock poisoned");
@@ -211,7 +214,8 @@ impl Recorder {
         }
         publish_counters(&probes, &shared);
         Ok(RecorderEnd {
-            probes: probes.status().to_vec(),
+            status: probes.status().to_vec(),
+            probes,
         })
     }
 }

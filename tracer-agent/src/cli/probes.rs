@@ -78,6 +78,6 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
             .count();
         println!("{attached} of {} probes attached", status.len());
     }
-    probes.detach_all();
+    probes.detach_uprobes();
     Ok(ExitCode::SUCCESS)
 }

@@ -159,7 +159,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
-    agent.stop().context("stopping the tracer")?;
+    agent.stop_keeping_probes().context("stopping the tracer")?;
     let written = dump::write_or_fall_back(
         &agent.history(),
         &output,
@@ -211,6 +211,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             Report::new(&history, HotPolicy::default(), 10).render()
         );
     }
+    drop(history);
+    // The history is whole: the uprobes go now (one wait with uprobe_multi links), the
+    // tracepoints (each ~75 ms to release, serialised) after this process has exited.
+    agent.detach_uprobes();
+    release_after_exit();
+    drop(agent);
     if write_failed {
         return Ok(ExitCode::FAILURE);
     }
@@ -296,6 +302,8 @@ async fn wait(
     let mut checkpointed = Instant::now();
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    // The command's exit wakes the loop at once (the tick is for checkpoints and --pid).
+    let mut child_exited = signal(SignalKind::child())?;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let started = Instant::now();
     let deadline = duration.map(|s| started + Duration::from_secs_f64(s));
@@ -306,6 +314,7 @@ async fn wait(
         tokio::select! {
             _ = interrupt.recv() => signalled = Some(forward(child.as_deref(), libc::SIGINT)),
             _ = terminate.recv() => signalled = Some(forward(child.as_deref(), libc::SIGTERM)),
+            _ = child_exited.recv() => {}
             _ = tick.tick() => {}
         }
         if let Some(child) = child.as_deref_mut() {
@@ -367,4 +376,45 @@ fn interposer(lib: &Path) -> Result<(std::ffi::OsString, [u8; 20])> {
         preloads.push(existing);
     }
     Ok((preloads, build_id))
+}
+
+/// Hands this process's remaining kernel links to a child that drops them once this process
+/// has exited, so the caller gets its prompt back as soon as the history is written. Releasing
+/// a tracepoint link waits about 75 ms for the kernel, under a kernel-wide lock (about 0.9 s
+/// for the registry's tracepoints; docs/benchmarks.md). The child holds a copy of every
+/// descriptor, so this process's own closes are not the last; it keeps no standard stream,
+/// waits for the end of a pipe whose other end only this process holds, and exits, which
+/// releases the links in the background. Nothing else happens in it. If the fork fails, the
+/// links are released here, as before.
+fn release_after_exit() {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    let [read_end, write_end] = fds;
+    // SAFETY: the child calls only async-signal-safe functions (close, read, _exit) before
+    // it exits; the parent goes on as if nothing happened.
+    match unsafe { libc::fork() } {
+        0 => unsafe {
+            libc::close(write_end);
+            for fd in 0..3 {
+                libc::close(fd);
+            }
+            let mut byte = 0u8;
+            // End of file once the parent is gone; EINTR is retried.
+            while libc::read(read_end, (&raw mut byte).cast(), 1) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+            libc::_exit(0)
+        },
+        -1 => unsafe {
+            libc::close(read_end);
+            libc::close(write_end);
+        },
+        // The write end stays open until this process exits.
+        _ => unsafe {
+            libc::close(read_end);
+        },
+    }
 }

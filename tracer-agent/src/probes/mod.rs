@@ -2,6 +2,7 @@
 //! libraries a process maps.
 
 pub mod kernel;
+mod multi;
 pub mod symbols;
 pub mod tracefs;
 
@@ -122,6 +123,10 @@ pub struct Probes {
     attached_files: HashSet<(u64, u64)>,
     status: Vec<ProbeStatus>,
     links: Vec<(&'static str, UProbeLinkId)>,
+    /// Whether the call programs were loaded for `uprobe_multi` links (Linux 6.6+), and those
+    /// links: two per file (entry and return), closed to detach.
+    multi: bool,
+    multi_links: Vec<std::os::fd::OwnedFd>,
     stop_on_library_open: bool,
     options: ProbeOptions,
 }
@@ -135,19 +140,14 @@ impl Probes {
             .map_max_entries("EVENTS", ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|source| TracerError::Load { source })?;
-        for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
-            program(&mut ebpf, name)?
-                .load()
-                .map_err(|source| TracerError::Program {
-                    program: name,
-                    source,
-                })?;
-        }
+        let multi = load_call_programs(&mut ebpf)?;
         let mut probes = Self {
             ebpf,
             attached_files: HashSet::new(),
             status: Vec::new(),
             links: Vec::new(),
+            multi,
+            multi_links: Vec::new(),
             stop_on_library_open: false,
             options,
         };
@@ -468,6 +468,8 @@ impl Probes {
         let mut report = Vec::new();
         // Aliases (libc's memalign and aligned_alloc are one function) are probed once.
         let mut probed: std::collections::HashMap<u64, &str> = std::collections::HashMap::new();
+        // With multi links: (offset, cookie, index in the report), attached together below.
+        let mut batch = Vec::new();
         for library in Library::ALL {
             if symbols.offset(library.marker()).is_none() {
                 continue;
@@ -488,6 +490,11 @@ impl Probes {
                                 probed[&offset]
                             ),
                         },
+                        Some(offset) if self.multi => {
+                            probed.insert(offset, symbol);
+                            batch.push((offset, probe.cookie().0, report.len()));
+                            ProbeState::Attached
+                        }
                         Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
                             Ok(()) => {
                                 probed.insert(offset, symbol);
@@ -512,8 +519,61 @@ impl Probes {
                 }
             }
         }
+        for (index, reason) in self.attach_batch(path, &batch) {
+            tracing::debug!(symbol = report[index].symbol, reason, "probe unavailable");
+            report[index].state = ProbeState::Unavailable { reason };
+        }
         self.status.extend(report.iter().cloned());
         Ok(report)
+    }
+
+    /// Attaches the call programs to every (offset, cookie) of `batch` in `path` with one
+    /// multi link each; if the kernel refuses the whole, each offset alone, to find which it
+    /// refuses. Returns (report index, reason) for each offset left unattached.
+    fn attach_batch(&mut self, path: &Path, batch: &[(u64, u64, usize)]) -> Vec<(usize, String)> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let offsets: Vec<u64> = batch.iter().map(|b| b.0).collect();
+        let cookies: Vec<u64> = batch.iter().map(|b| b.1).collect();
+        if let Ok(links) = self.attach_multi(path, &offsets, &cookies) {
+            self.multi_links.extend(links);
+            return Vec::new();
+        }
+        let mut refused = Vec::new();
+        for &(offset, cookie, index) in batch {
+            match self.attach_multi(path, &[offset], &[cookie]) {
+                Ok(links) => self.multi_links.extend(links),
+                Err(error) => refused.push((index, short_reason(&crate::error::chain(&error)))),
+            }
+        }
+        refused
+    }
+
+    /// The entry and return links for `offsets` of `path`: both, or neither.
+    fn attach_multi(
+        &mut self,
+        path: &Path,
+        offsets: &[u64],
+        cookies: &[u64],
+    ) -> Result<[std::os::fd::OwnedFd; 2], TracerError> {
+        use std::os::fd::AsFd as _;
+        let mut link = |name: &'static str, ret: bool| -> Result<_, TracerError> {
+            let program = program(&mut self.ebpf, name)?;
+            let fd = program.fd().map_err(|source| TracerError::Program {
+                program: name,
+                source,
+            })?;
+            multi::attach(fd.as_fd(), path, offsets, cookies, ret).map_err(|source| {
+                TracerError::Io {
+                    what: format!("attaching {name} to {} (uprobe_multi)", path.display()),
+                    source,
+                }
+            })
+        };
+        let entry = link(ENTRY_PROGRAM, false)?;
+        let ret = link(RETURN_PROGRAM, true)?;
+        Ok([entry, ret])
     }
 
     fn attach_call(&mut self, path: &Path, offset: u64, cookie: u64) -> Result<(), TracerError> {
@@ -533,12 +593,21 @@ impl Probes {
         Ok(())
     }
 
-    /// Detaches every probe, so no event arrives after this returns.
+    /// Detaches every uprobe, so no event arrives after this returns and no process's return
+    /// addresses are borrowed by uretprobes any more (the tracepoints and kprobes go when the
+    /// programs are dropped).
     ///
-    /// Each uprobe detach waits for the kernel (about 75 ms per link measured here, and the
-    /// kernel serialises them: dropping links from 16 threads saved 10%), so a full registry
-    /// takes seconds. `uprobe_multi` links would make it one wait; aya 0.14 cannot create them.
-    pub fn detach_all(&mut self) {
+    /// A perf-event uprobe link waits for the kernel on detach (about 75 ms per link measured
+    /// here, serialised in the kernel: dropping links from 16 threads saved 10%), so a full
+    /// registry took seconds; a `uprobe_multi` link waits once for all its offsets.
+    pub fn detach_uprobes(&mut self) {
+        // Each multi link's release waits for the kernel on its own (not under the lock perf
+        // links take): closed from threads of their own, the waits overlap.
+        std::thread::scope(|scope| {
+            for link in self.multi_links.drain(..) {
+                scope.spawn(move || drop(link));
+            }
+        });
         for (name, id) in self.links.drain(..) {
             if let Err(error) = program(&mut self.ebpf, name).and_then(|p| {
                 p.detach(id).map_err(|source| TracerError::Program {
@@ -590,6 +659,50 @@ impl Probes {
             pending_full: sum(counter::PENDING_FULL)?,
             host_ringbuf_full: sum(counter::HOST_RINGBUF_FULL)?,
         })
+    }
+}
+
+/// Loads the two call programs: for `uprobe_multi` links where the kernel has them (6.6+,
+/// unless `HOTPIN_PERF_UPROBES` is set, which benchmarks use to compare), else for perf-event
+/// links. Returns whether they take multi links.
+fn load_call_programs(ebpf: &mut Ebpf) -> Result<bool, TracerError> {
+    let wanted = kernel::version(&kernel::release()).is_some_and(|v| v >= multi::SINCE)
+        && std::env::var_os("HOTPIN_PERF_UPROBES").is_none();
+    if wanted {
+        let loaded = [ENTRY_PROGRAM, RETURN_PROGRAM]
+            .into_iter()
+            .try_for_each(|name| {
+                program(ebpf, name)?
+                    .load_multi()
+                    .map_err(|source| TracerError::Program {
+                        program: name,
+                        source,
+                    })
+            });
+        match loaded {
+            Ok(()) => return Ok(true),
+            Err(error) => {
+                tracing::warn!(error = %crate::error::chain(&error), "uprobe_multi refused; one link per probe instead");
+                for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
+                    let _ = program(ebpf, name)?.unload();
+                }
+            }
+        }
+    }
+    for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
+        program(ebpf, name)?
+            .load()
+            .map_err(|source| TracerError::Program {
+                program: name,
+                source,
+            })?;
+    }
+    Ok(false)
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        self.detach_uprobes();
     }
 }
 
