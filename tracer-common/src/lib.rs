@@ -98,6 +98,8 @@ pub const FLAG_NESTED: u16 = 1 << 0;
 pub const FLAG_NO_ENTRY: u16 = 1 << 1;
 /// Reading the out-parameter failed: `out` is zero.
 pub const FLAG_OUT_UNREADABLE: u16 = 1 << 2;
+/// Sent at entry by a probe with no return probe: no result (taken as success), no duration.
+pub const FLAG_AT_ENTRY: u16 = 1 << 3;
 
 /// Indexes of the per-CPU counters map `COUNTERS`.
 pub mod counter {
@@ -301,7 +303,7 @@ pub enum Layer {
 ///
 /// Bits 0-15: the [`EventKind`]; 16-19: index of the out-parameter plus one (0: none);
 /// 20-21: the [`Layer`]; 24-27: how many arguments to read from the stack; 28: resolve the
-/// call site in the kernel; 32-35: index of the size argument plus one, 36-39: of an argument
+/// call site in the kernel; 29: no return probe, the event is sent at entry; 32-35: index of the size argument plus one, 36-39: of an argument
 /// it is multiplied by (calloc), for the kernel's size floor (0: none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie(pub u64);
@@ -354,6 +356,16 @@ impl ProbeCookie {
 
     pub const fn want_site(self) -> bool {
         (self.0 >> 28) & 1 == 1
+    }
+
+    /// Sent at entry, with no return probe: one probe hit instead of two (a driver copy,
+    /// whose result the tracer takes as success: its arguments are all it needs).
+    pub const fn at_entry(self) -> Self {
+        Self(self.0 | (1 << 29))
+    }
+
+    pub const fn is_at_entry(self) -> bool {
+        (self.0 >> 29) & 1 == 1
     }
 
     pub const fn kind(self) -> u16 {

@@ -20,9 +20,9 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext as _},
 };
 use tracer_common::{
-    BuildIdFrame, CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_NESTED,
-    FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, FaultRun, HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS,
-    MAX_FAULT_RUN, MAX_TARGETS, NVIDIA_IOCTL_TYPE, PAGE_BYTES, PATH_BYTES, ProbeCookie,
+    BuildIdFrame, CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_AT_ENTRY,
+    FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, FaultRun, HOTPIN_LIBRARY_PREFIX, Layer,
+    MAX_ARGS, MAX_FAULT_RUN, MAX_TARGETS, NVIDIA_IOCTL_TYPE, PAGE_BYTES, PATH_BYTES, ProbeCookie,
     SITE_BUILD_ID, SITE_IP, SITE_NONE, STACK_FRAMES, config, counter, field,
 };
 
@@ -332,6 +332,10 @@ fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
     if cookie.layer() == Layer::Libc as u8 && !libc_call_wanted(tgid, cookie, &pending.args) {
         return Ok(());
     }
+    if cookie.is_at_entry() {
+        send_at_entry(cookie, tgid, tid, &pending, stack_pointer(ctx));
+        return Ok(());
+    }
     let key = PendingKey {
         tid,
         kind: cookie.kind() as u32,
@@ -349,6 +353,46 @@ fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
         }
     }
     Ok(())
+}
+
+/// A call probed at entry only (a driver copy): its event now, from its arguments, marked
+/// nested when made inside a runtime or hotpin call (their entries raised this thread's
+/// depth). No result (taken as success), no duration.
+fn send_at_entry(cookie: ProbeCookie, tgid: u32, tid: u32, pending: &Pending, sp: u64) {
+    // Page faults this thread holds go out before this call's event.
+    send_fault_run(tid);
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        bump(counter::RINGBUF_FULL);
+        return;
+    };
+    let mut flags = FLAG_AT_ENTRY;
+    if let Some(depth) = DEPTH.get_ptr(tid) {
+        // SAFETY: this thread's entry, read while this thread runs this program.
+        let depth = unsafe { &*depth };
+        if depth.runtime > 0 || depth.allocator > 0 {
+            flags |= FLAG_NESTED;
+        }
+    }
+    // SAFETY: a user read of the return address at the stack pointer on entry.
+    let caller = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at the reserved record, ours until it is submitted; every field
+    // is written before the submit.
+    unsafe {
+        (*event).header = header(cookie.kind(), flags, tgid, tid, pending.ts_ns);
+        (*event).args = pending.args;
+        (*event).duration_ns = 0;
+        (*event).ret = 0;
+        (*event).out = 0;
+        (*event).caller = caller;
+        (*event).site = CallSiteRaw::default();
+    }
+    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup.into());
 }
 
 fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {

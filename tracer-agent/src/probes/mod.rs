@@ -468,7 +468,8 @@ impl Probes {
         let mut report = Vec::new();
         // Aliases (libc's memalign and aligned_alloc are one function) are probed once.
         let mut probed: std::collections::HashMap<u64, &str> = std::collections::HashMap::new();
-        // With multi links: (offset, cookie, index in the report), attached together below.
+        // With multi links: (offset, cookie, index in the report, return probe too), attached
+        // together below.
         let mut batch = Vec::new();
         for library in Library::ALL {
             if symbols.offset(library.marker()).is_none() {
@@ -492,10 +493,15 @@ impl Probes {
                         },
                         Some(offset) if self.multi => {
                             probed.insert(offset, symbol);
-                            batch.push((offset, probe.cookie().0, report.len()));
+                            batch.push((offset, probe.cookie().0, report.len(), !probe.at_entry()));
                             ProbeState::Attached
                         }
-                        Some(offset) => match self.attach_call(path, offset, probe.cookie().0) {
+                        Some(offset) => match self.attach_call(
+                            path,
+                            offset,
+                            probe.cookie().0,
+                            !probe.at_entry(),
+                        ) {
                             Ok(()) => {
                                 probed.insert(offset, symbol);
                                 ProbeState::Attached
@@ -527,57 +533,82 @@ impl Probes {
         Ok(report)
     }
 
-    /// Attaches the call programs to every (offset, cookie) of `batch` in `path` with one
-    /// multi link each; if the kernel refuses the whole, each offset alone, to find which it
-    /// refuses. Returns (report index, reason) for each offset left unattached.
-    fn attach_batch(&mut self, path: &Path, batch: &[(u64, u64, usize)]) -> Vec<(usize, String)> {
+    /// Attaches the call programs to every (offset, cookie, _, with a return probe) of `batch`
+    /// in `path` with one multi link each; if the kernel refuses the whole, each offset alone,
+    /// to find which it refuses. Returns (report index, reason) for each offset left
+    /// unattached.
+    fn attach_batch(
+        &mut self,
+        path: &Path,
+        batch: &[(u64, u64, usize, bool)],
+    ) -> Vec<(usize, String)> {
         if batch.is_empty() {
             return Vec::new();
         }
-        let offsets: Vec<u64> = batch.iter().map(|b| b.0).collect();
-        let cookies: Vec<u64> = batch.iter().map(|b| b.1).collect();
-        if let Ok(links) = self.attach_multi(path, &offsets, &cookies) {
+        if let Ok(links) = self.attach_multi(path, batch) {
             self.multi_links.extend(links);
             return Vec::new();
         }
         let mut refused = Vec::new();
-        for &(offset, cookie, index) in batch {
-            match self.attach_multi(path, &[offset], &[cookie]) {
+        for one in batch {
+            match self.attach_multi(path, std::slice::from_ref(one)) {
                 Ok(links) => self.multi_links.extend(links),
-                Err(error) => refused.push((index, short_reason(&crate::error::chain(&error)))),
+                Err(error) => refused.push((one.2, short_reason(&crate::error::chain(&error)))),
             }
         }
         refused
     }
 
-    /// The entry and return links for `offsets` of `path`: both, or neither.
+    /// The entry link for every probe of `batch` in `path`, and the return link for those
+    /// that have one: all, or none.
     fn attach_multi(
         &mut self,
         path: &Path,
-        offsets: &[u64],
-        cookies: &[u64],
-    ) -> Result<[std::os::fd::OwnedFd; 2], TracerError> {
+        batch: &[(u64, u64, usize, bool)],
+    ) -> Result<Vec<std::os::fd::OwnedFd>, TracerError> {
         use std::os::fd::AsFd as _;
-        let mut link = |name: &'static str, ret: bool| -> Result<_, TracerError> {
+        let mut link = |name: &'static str,
+                        ret: bool,
+                        probes: &mut dyn Iterator<Item = &(u64, u64, usize, bool)>|
+         -> Result<_, TracerError> {
+            let (offsets, cookies): (Vec<u64>, Vec<u64>) = probes.map(|b| (b.0, b.1)).unzip();
             let program = program(&mut self.ebpf, name)?;
             let fd = program.fd().map_err(|source| TracerError::Program {
                 program: name,
                 source,
             })?;
-            multi::attach(fd.as_fd(), path, offsets, cookies, ret).map_err(|source| {
+            multi::attach(fd.as_fd(), path, &offsets, &cookies, ret).map_err(|source| {
                 TracerError::Io {
                     what: format!("attaching {name} to {} (uprobe_multi)", path.display()),
                     source,
                 }
             })
         };
-        let entry = link(ENTRY_PROGRAM, false)?;
-        let ret = link(RETURN_PROGRAM, true)?;
-        Ok([entry, ret])
+        let entry = link(ENTRY_PROGRAM, false, &mut batch.iter())?;
+        let mut links = vec![entry];
+        if batch.iter().any(|b| b.3) {
+            links.push(link(
+                RETURN_PROGRAM,
+                true,
+                &mut batch.iter().filter(|b| b.3),
+            )?);
+        }
+        Ok(links)
     }
 
-    fn attach_call(&mut self, path: &Path, offset: u64, cookie: u64) -> Result<(), TracerError> {
-        for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
+    fn attach_call(
+        &mut self,
+        path: &Path,
+        offset: u64,
+        cookie: u64,
+        with_return: bool,
+    ) -> Result<(), TracerError> {
+        let programs: &[&'static str] = if with_return {
+            &[ENTRY_PROGRAM, RETURN_PROGRAM]
+        } else {
+            &[ENTRY_PROGRAM]
+        };
+        for &name in programs {
             let point = UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(offset),
                 cookie: Some(cookie),
