@@ -28,6 +28,7 @@ fn call(kind: EventKind, ts_ns: u64, op: Op) -> CudaCall {
         result: 0,
         nested: false,
         partial: false,
+        repeat: 1,
         op,
     }
 }

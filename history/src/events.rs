@@ -1,7 +1,8 @@
 //! Decoding ring-buffer records into typed CUDA calls, with the registry.
 
 use tracer_common::{
-    Event, EventKind, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, SITE_BUILD_ID, SITE_IP,
+    Event, EventKind, FLAG_AT_ENTRY, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE,
+    SITE_BUILD_ID, SITE_IP,
 };
 
 use crate::registry::{
@@ -75,6 +76,9 @@ pub struct CudaCall {
     pub nested: bool,
     /// The return was seen without the entry: the arguments are unknown.
     pub partial: bool,
+    /// How many identical calls in a row this stands for (a driver copy repeated with the
+    /// same arguments is counted in the kernel and sent once); 1 for every other call.
+    pub repeat: u32,
     pub op: Op,
 }
 
@@ -357,6 +361,11 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
         },
         nested: event.header.flags & FLAG_NESTED != 0,
         partial: event.header.flags & FLAG_NO_ENTRY != 0,
+        repeat: if event.header.flags & FLAG_AT_ENTRY != 0 {
+            u32::try_from(event.out.max(1)).unwrap_or(u32::MAX)
+        } else {
+            1
+        },
         op,
     })
 }

@@ -261,6 +261,22 @@ const fn call(
     }
 }
 
+/// The runtime's `cudaMemcpy` and `cudaMemcpyAsync`: off by default (`--runtime-copies`).
+/// Each makes one driver copy (`cuMemcpyHtoD_v2`, `cuMemcpyDtoHAsync_v2`, ... or the unified
+/// `cuMemcpy`/`cuMemcpyAsync` for `cudaMemcpyDefault`), probed at entry, which carries the same
+/// copy: one probe hit per copy instead of three (about 1 µs each on the H100 machine;
+/// docs/benchmarks.md). With them on, a copy that fails in the driver is told apart.
+const fn runtime_copy(
+    kind: EventKind,
+    symbols: &'static [&'static str],
+    semantics: Semantics,
+) -> CallProbe {
+    CallProbe {
+        default_on: false,
+        ..call(kind, CudaRuntime, symbols, semantics)
+    }
+}
+
 /// A libc allocation function: off by default (`--libc-malloc`), host memory.
 const fn libc_alloc(
     kind: EventKind,
@@ -377,15 +393,13 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaHostUnregister"],
         Semantics::Unregister { ptr: 0 },
     ),
-    call(
+    runtime_copy(
         EventKind::CudaMemcpy,
-        CudaRuntime,
         &["cudaMemcpy", "cudaMemcpy_ptds"],
         copy(0, 1, 2, DirectionFrom::KindArg(3)),
     ),
-    call(
+    runtime_copy(
         EventKind::CudaMemcpyAsync,
-        CudaRuntime,
         &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
         copy(0, 1, 2, DirectionFrom::KindArg(3)),
     ),

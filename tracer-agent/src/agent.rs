@@ -369,6 +369,7 @@ mod tests {
             result: 0,
             nested: false,
             partial: false,
+            repeat: 1,
             op: Op::Copy {
                 dst: 0xd000,
                 src: 0x1010,

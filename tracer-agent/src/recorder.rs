@@ -187,7 +187,21 @@ impl Recorder {
         for &pid in &targets {
             let _ = probes.remove_target(pid);
         }
-        // Runs of page faults the threads had not sent yet: after everything else they did.
+        // Runs of identical copies and of page faults the threads had not sent yet: after
+        // everything else they did.
+        match probes.take_copy_runs() {
+            Ok(runs) if !runs.is_empty() => {
+                let runs = runs
+                    .into_iter()
+                    .map(|run| (TraceEvent::Cuda(run), Vec::new()))
+                    .collect();
+                let _ = tx.send(runs).await;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(error = %crate::error::chain(&error), "cannot read the last copy runs")
+            }
+        }
         match probes.take_fault_runs() {
             Ok(runs) if !runs.is_empty() => {
                 let runs = runs.into_iter().map(|run| (run, Vec::new())).collect();

@@ -7,8 +7,22 @@ use tracer_agent::history::AllocKind;
 
 #[test]
 fn n_memcpy_calls_give_n_transfers_attributed_to_the_right_buffer() {
+    n_memcpy_calls(false);
+}
+
+/// With the runtime's copies probed too, each copy is seen twice and counted once.
+#[test]
+fn with_runtime_copies_each_copy_is_seen_twice_and_counted_once() {
+    n_memcpy_calls(true);
+}
+
+fn n_memcpy_calls(runtime_copies: bool) {
     common::require_root();
-    let standin = common::standin("memcpy");
+    let standin = common::standin(if runtime_copies {
+        "memcpy-runtime"
+    } else {
+        "memcpy"
+    });
     const N: u64 = 250;
     const SIZE: u64 = 64 * 1024;
     let bench = common::bench(
@@ -26,7 +40,15 @@ fn n_memcpy_calls_give_n_transfers_attributed_to_the_right_buffer() {
             "250",
         ],
     );
-    let (agent, output) = common::trace(&standin, &bench);
+    let (agent, output) = common::trace_configured(
+        &standin,
+        &common::workload(),
+        &bench.args,
+        &bench.env,
+        common::Find::Named,
+        |config| config.probes.runtime_copies = runtime_copies,
+        || {},
+    );
     let summary = common::summary(&output);
     assert_eq!(summary["copies"], 2 * N, "the workload did what we asked");
 
@@ -43,10 +65,17 @@ fn n_memcpy_calls_give_n_transfers_attributed_to_the_right_buffer() {
         stats.untracked_transfers, 0,
         "every copy names the pinned buffer: {stats:?}"
     );
-    // Runtime calls: cudaMalloc, cudaMallocHost, 2N cudaMemcpy, cudaFreeHost, cudaFree; each
-    // over one driver call, which the kernel marks nested.
-    assert_eq!(stats.calls, 2 * (2 * N + 4), "{stats:?}");
-    assert_eq!(stats.nested_calls, 2 * N + 4, "{stats:?}");
+    if runtime_copies {
+        // Runtime calls: cudaMalloc, cudaMallocHost, 2N cudaMemcpy, cudaFreeHost, cudaFree;
+        // each over one driver call, which the kernel marks nested.
+        assert_eq!(stats.calls, 2 * (2 * N + 4), "{stats:?}");
+        assert_eq!(stats.nested_calls, 2 * N + 4, "{stats:?}");
+    } else {
+        // The 2N copies are their driver calls alone (cudaMemcpy is not probed by default);
+        // the 4 other runtime calls each over one nested driver call.
+        assert_eq!(stats.calls, 2 * N + 2 * 4, "{stats:?}");
+        assert_eq!(stats.nested_calls, 4, "{stats:?}");
+    }
     assert_eq!(stats.failed_calls, 0);
 
     let hot = history.hotspots(1);
@@ -137,8 +166,16 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
         standin.runtime.clone().into(),
         standin.driver.clone().into(),
     ];
-    let (agent, output) =
-        common::trace_program(&standin, &program, &args, &[], common::Find::Named, || {});
+    // Every probe, those off by default for CUDA included.
+    let (agent, output) = common::trace_configured(
+        &standin,
+        &program,
+        &args,
+        &[],
+        common::Find::Named,
+        |config| config.probes.runtime_copies = true,
+        || {},
+    );
     assert!(
         output.status.success(),
         "every_call failed: {}",

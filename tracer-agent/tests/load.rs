@@ -45,11 +45,9 @@ fn nothing_is_lost_at_the_highest_call_rate_we_can_drive() {
     assert_eq!(stats.lost_events(), 0, "{stats:?}");
     assert_eq!(stats.kernel.pending_full, 0, "{stats:?}");
     assert_eq!(stats.transfers, 2 * ROUND_TRIPS, "every copy counted once");
-    assert_eq!(
-        stats.nested_calls,
-        2 * ROUND_TRIPS + 2,
-        "every driver call seen under its runtime call"
-    );
+    // A copy is its driver call alone (cudaMemcpy is not probed by default); cudaMalloc's
+    // and cudaMallocHost's driver calls are nested.
+    assert_eq!(stats.nested_calls, 2, "{stats:?}");
 }
 
 #[test]
@@ -72,9 +70,10 @@ fn eight_threads_at_full_speed_every_event_arrives_or_is_counted_lost() {
         .expect("seconds");
     let history = agent.history();
     let stats = history.stats();
-    // Every cudaMemcpy is a runtime call over a driver call: two events. cudaMalloc adds two.
+    // Every cudaMemcpy is one event, its driver call's (the runtime's is not probed by
+    // default). cudaMalloc adds two.
     // (The threads' own mmaps and faults are host memory events, lost or not, counted apart.)
-    let emitted = 2 * 8 * PER_THREAD + 2;
+    let emitted = 8 * PER_THREAD + 2;
     eprintln!(
         "threads: {} cudaMemcpy in {seconds:.2} s = {:.0} events/s, {} received, {} lost",
         8 * PER_THREAD,

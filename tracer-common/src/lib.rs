@@ -279,6 +279,24 @@ pub struct FaultRun {
     pub ts_ns: u64,
 }
 
+/// The driver copies a thread made since its last event of another kind: each distinct one
+/// (function, arguments, nesting) once, its count in `out`, in the order first seen. Sent
+/// before the thread's next event of any other kind, when a new distinct copy finds every
+/// slot used, or at the first copy 10 ms after the oldest run began; the rest are read by the
+/// agent at the end. A loop copying a few buffers back and
+/// forth costs the ring a few events however fast it runs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyRuns {
+    /// Slots in use, from the first.
+    pub used: u32,
+    pub _pad: u32,
+    pub runs: [Event; COPY_RUN_SLOTS],
+}
+
+/// Distinct copies a thread's [`CopyRuns`] holds.
+pub const COPY_RUN_SLOTS: usize = 4;
+
 /// Longest run of faults kept before it is sent (2 MiB of 4 KiB pages).
 pub const MAX_FAULT_RUN: u64 = 512;
 /// The page size faults are counted in.
@@ -429,6 +447,10 @@ unsafe impl aya::Pod for BuildIdFrame {}
 #[cfg(feature = "user")]
 // SAFETY: `FaultRun` is `#[repr(C)]`, `Copy`, has explicit padding and no invalid bit patterns.
 unsafe impl aya::Pod for FaultRun {}
+
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], plain integers and events, no padding the kernel leaves unset.
+unsafe impl aya::Pod for CopyRuns {}
 
 #[cfg(test)]
 mod tests {

@@ -20,10 +20,11 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext as _},
 };
 use tracer_common::{
-    BuildIdFrame, CUDA_LIBRARY_PREFIX, CallSiteRaw, Event, EventHeader, EventKind, FLAG_AT_ENTRY,
-    FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, FaultRun, HOTPIN_LIBRARY_PREFIX, Layer,
-    MAX_ARGS, MAX_FAULT_RUN, MAX_TARGETS, NVIDIA_IOCTL_TYPE, PAGE_BYTES, PATH_BYTES, ProbeCookie,
-    SITE_BUILD_ID, SITE_IP, SITE_NONE, STACK_FRAMES, config, counter, field,
+    BuildIdFrame, COPY_RUN_SLOTS, CUDA_LIBRARY_PREFIX, CallSiteRaw, CopyRuns, Event, EventHeader,
+    EventKind, FLAG_AT_ENTRY, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, FaultRun,
+    HOTPIN_LIBRARY_PREFIX, Layer, MAX_ARGS, MAX_FAULT_RUN, MAX_TARGETS, NVIDIA_IOCTL_TYPE,
+    PAGE_BYTES, PATH_BYTES, ProbeCookie, SITE_BUILD_ID, SITE_IP, SITE_NONE, STACK_FRAMES, config,
+    counter, field,
 };
 
 /// Default ring size; the agent may set another with `EbpfLoader::map_max_entries`.
@@ -355,16 +356,24 @@ fn try_cuda_call_uprobe(ctx: &ProbeContext) -> Result<(), i64> {
     Ok(())
 }
 
-/// A call probed at entry only (a driver copy): its event now, from its arguments, marked
-/// nested when made inside a runtime or hotpin call (their entries raised this thread's
-/// depth). No result (taken as success), no duration.
+/// Each thread's driver copies not sent yet ([`CopyRuns`]). A plain hash: when it is full, a
+/// copy is sent on its own rather than evict another thread's runs.
+#[map]
+static COPY_RUNS: HashMap<u32, CopyRuns> = HashMap::with_max_entries(MAX_PENDING, 0);
+
+/// Longest a run of copies is kept before it is sent, in ns.
+const RUN_NS: u64 = 10_000_000;
+
+/// Room to build a thread's first [`CopyRuns`] outside the BPF stack.
+#[map]
+static RUNS_SCRATCH: PerCpuArray<CopyRuns> = PerCpuArray::with_max_entries(1, 0);
+
+/// A call probed at entry only (a driver copy): no result (taken as success), no duration,
+/// marked nested when made inside a runtime or hotpin call (their entries raised this
+/// thread's depth). A copy identical to one the thread made since its last other event
+/// (same function, arguments and nesting) adds one to that run's count instead of an event:
+/// see [`CopyRuns`].
 fn send_at_entry(cookie: ProbeCookie, tgid: u32, tid: u32, pending: &Pending, sp: u64) {
-    // Page faults this thread holds go out before this call's event.
-    send_fault_run(tid);
-    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
-        bump(counter::RINGBUF_FULL);
-        return;
-    };
     let mut flags = FLAG_AT_ENTRY;
     if let Some(depth) = DEPTH.get_ptr(tid) {
         // SAFETY: this thread's entry, read while this thread runs this program.
@@ -373,20 +382,95 @@ fn send_at_entry(cookie: ProbeCookie, tgid: u32, tid: u32, pending: &Pending, sp
             flags |= FLAG_NESTED;
         }
     }
+    let kind = cookie.kind();
     // SAFETY: a user read of the return address at the stack pointer on entry.
     let caller = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
-    let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at the reserved record, ours until it is submitted; every field
-    // is written before the submit.
-    unsafe {
-        (*event).header = header(cookie.kind(), flags, tgid, tid, pending.ts_ns);
-        (*event).args = pending.args;
-        (*event).duration_ns = 0;
-        (*event).ret = 0;
-        (*event).out = 0;
-        (*event).caller = caller;
-        (*event).site = CallSiteRaw::default();
+    let fill = |run: &mut Event| {
+        run.header = header(kind, flags, tgid, tid, pending.ts_ns);
+        run.args = pending.args;
+        run.duration_ns = 0;
+        run.ret = 0;
+        run.out = 1;
+        run.caller = caller;
+        run.site = CallSiteRaw::default();
+    };
+    if let Some(runs) = COPY_RUNS.get_ptr_mut(tid) {
+        // SAFETY: the entry belongs to this thread, which is running this program.
+        let runs = unsafe { &mut *runs };
+        // Runs are sent at least every RUN_NS while the thread copies, so the agent (its
+        // checkpoints, live queries) is never more than that behind a busy thread.
+        if runs.used > 0 && pending.ts_ns.saturating_sub(runs.runs[0].header.ts_ns) > RUN_NS {
+            send_runs(runs);
+        }
+        let used = runs.used as usize;
+        for (index, run) in runs.runs.iter_mut().enumerate() {
+            if index >= used {
+                break;
+            }
+            if run.header.kind == kind && run.header.flags == flags && run.args == pending.args {
+                run.out += 1;
+                return;
+            }
+        }
+        // A new distinct copy: the thread's page faults go first.
+        send_fault_run(tid);
+        if used >= COPY_RUN_SLOTS {
+            send_runs(runs);
+        }
+        let slot = runs.used as usize;
+        if let Some(run) = runs.runs.get_mut(slot) {
+            fill(run);
+            runs.used += 1;
+        }
+        return;
     }
+    send_fault_run(tid);
+    let Some(runs) = RUNS_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU scratch, used by this program alone while it runs.
+    let runs = unsafe { &mut *runs };
+    fill(&mut runs.runs[0]);
+    runs.used = 1;
+    // By reference: a copy of the runs (650 bytes) would not fit on the BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = COPY_RUNS.insert(tid, &*runs, 0);
+    if inserted.is_err() {
+        send_event(&runs.runs[0], 1);
+    }
+}
+
+/// Sends this thread's runs of copies, if it has any (before another event of the thread).
+fn send_copy_run(tid: u32) {
+    if let Some(runs) = COPY_RUNS.get_ptr_mut(tid) {
+        // SAFETY: the entry belongs to this thread, which is running this program.
+        send_runs(unsafe { &mut *runs });
+    }
+}
+
+/// Sends every run in use, in the order first seen, and empties the slots.
+fn send_runs(runs: &mut CopyRuns) {
+    let used = runs.used as usize;
+    for (index, run) in runs.runs.iter().enumerate() {
+        if index >= used {
+            break;
+        }
+        send_event(run, run.out);
+    }
+    runs.used = 0;
+}
+
+/// Copies `event` into the ring; a full ring counts `calls` lost (a run stands for many).
+fn send_event(event: &Event, calls: u64) {
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        if let Some(slot) = COUNTERS.get_ptr_mut(counter::RINGBUF_FULL) {
+            // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+            unsafe { *slot += calls };
+        }
+        return;
+    };
+    // SAFETY: the reserved record is an Event's size; ours until submitted.
+    unsafe { *entry.as_mut_ptr() = *event };
     let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
         BPF_RB_FORCE_WAKEUP
     } else {
@@ -412,7 +496,8 @@ fn try_cuda_call_uretprobe(ctx: &RetProbeContext) -> Result<(), i64> {
     if pending.is_none() && cookie.layer() == Layer::Libc as u8 {
         return Ok(());
     }
-    // Page faults this thread holds go out before this call's event.
+    // This thread's copies and page faults not sent yet go out before this call's event.
+    send_copy_run(tid);
     send_fault_run(tid);
     // The event is filled in place in the ring buffer: built on the BPF stack (160 bytes, with
     // the entry's arguments copied there too) it took the return program over the 512-byte
@@ -740,6 +825,7 @@ fn try_host_memory_exit(ctx: &TracePointContext) -> Result<(), i64> {
     {
         flags |= FLAG_NESTED;
     }
+    send_copy_run(tid);
     send_fault_run(tid);
     let event = Event {
         header: header(kind as u16, flags, tgid, tid, now),
@@ -867,6 +953,7 @@ fn try_nvidia_ioctl(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     let fd: u64 = read_field(ctx, field::IOCTL_FD)?;
+    send_copy_run(tid);
     send_fault_run(tid);
     let event = (EventKind::NvidiaIoctl, tgid, tid, now());
     send_short(

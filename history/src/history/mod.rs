@@ -190,10 +190,14 @@ mod pairs {
 
 /// Counts one more `name`, allocating its key only the first time.
 fn count(counts: &mut BTreeMap<String, u64>, name: &str) {
+    count_n(counts, name, 1);
+}
+
+fn count_n(counts: &mut BTreeMap<String, u64>, name: &str, n: u64) {
     match counts.get_mut(name) {
-        Some(count) => *count += 1,
+        Some(count) => *count += n,
         None => {
-            counts.insert(name.to_string(), 1);
+            counts.insert(name.to_string(), n);
         }
     }
 }
@@ -862,11 +866,12 @@ impl MemHistory {
     /// Applies one decoded CUDA call. `call_site` is the caller, already interned.
     pub fn apply(&mut self, call: &CudaCall, call_site: Option<CallSiteId>) {
         let stats = &mut self.data.stats;
-        stats.calls += 1;
+        let repeat = u64::from(call.repeat.max(1));
+        stats.calls += repeat;
         let name = function_name(call.kind);
-        count(&mut stats.calls_by_function, name);
+        count_n(&mut stats.calls_by_function, name, repeat);
         if call.nested {
-            self.data.stats.nested_calls += 1;
+            self.data.stats.nested_calls += repeat;
             return;
         }
         if call.partial {
@@ -924,7 +929,9 @@ impl MemHistory {
                 bytes,
                 direction,
             } => {
-                self.transfer(pid, dst, src, bytes, direction, ts);
+                for _ in 0..repeat {
+                    self.transfer(pid, dst, src, bytes, direction, ts);
+                }
             }
         }
     }

@@ -232,6 +232,7 @@ fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
         result,
         nested,
         partial,
+        repeat: 1,
         op: Op::Copy {
             dst: 0xd000,
             src: 0x1000,

@@ -89,6 +89,11 @@ struct RecordArgs {
     /// even when dropped; allocations under --malloc-floor are dropped in the kernel.
     #[arg(long)]
     libc_malloc: bool,
+    /// Also probe the runtime's cudaMemcpy and cudaMemcpyAsync (by default only the driver
+    /// copy each makes is, at one probe hit per copy instead of three): copies that fail in
+    /// the driver are then told apart.
+    #[arg(long)]
+    runtime_copies: bool,
     /// Smallest libc allocation recorded with --libc-malloc (suffixes K, M, G).
     #[arg(long, default_value = "1M", value_parser = tracer_agent::report::parse_bytes, value_name = "BYTES")]
     malloc_floor: u64,

@@ -45,6 +45,7 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
     let options = ProbeOptions {
         page_faults: true,
         libc_malloc: None,
+        runtime_copies: true,
     };
     let mut probes =
         Probes::load(1 << 16, options).context("loading the tracer's eBPF programs")?;

@@ -99,6 +99,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     config.stop_on_library_open = args.stop_on_load;
     config.probes.page_faults = args.page_faults;
     config.probes.libc_malloc = args.libc_malloc.then_some(args.malloc_floor);
+    config.probes.runtime_copies = args.runtime_copies;
     if let Some((program, rest)) = args.command.split_first() {
         let preload = args.preload.as_deref().map(interposer).transpose()?;
         if let Some((_, build_id)) = &preload {

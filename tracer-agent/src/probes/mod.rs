@@ -99,6 +99,8 @@ pub struct ProbeOptions {
     /// free) with this size floor in bytes, applied in the kernel: a uprobe costs about 1 µs a
     /// hit, too much for every malloc of a Python process, so it is off by default.
     pub libc_malloc: Option<u64>,
+    /// The runtime's cudaMemcpy and cudaMemcpyAsync, besides the driver copy each makes.
+    pub runtime_copies: bool,
 }
 
 impl ProbeOptions {
@@ -106,6 +108,7 @@ impl ProbeOptions {
     fn wants_call(self, probe: &registry::CallProbe) -> bool {
         match probe.library {
             Library::Libc => self.libc_malloc.is_some(),
+            Library::CudaRuntime if !probe.default_on => self.runtime_copies,
             _ => probe.default_on,
         }
     }
@@ -257,6 +260,38 @@ impl Probes {
 
     /// Takes the runs of page faults the kernel side holds unsent (each thread's last), as
     /// events to apply after everything else.
+    /// The threads' runs of identical driver copies not sent yet (each is sent before its
+    /// thread's next event; the last ones wait here for the end of the recording).
+    pub fn take_copy_runs(&mut self) -> Result<Vec<crate::events::CudaCall>, TracerError> {
+        let map = self
+            .ebpf
+            .map("COPY_RUNS")
+            .expect("the object defines COPY_RUNS");
+        let runs =
+            BpfHashMap::<_, u32, tracer_common::CopyRuns>::try_from(map).map_err(|source| {
+                TracerError::Map {
+                    map: "COPY_RUNS",
+                    source,
+                }
+            })?;
+        let mut calls = Vec::new();
+        for entry in runs.iter() {
+            let (_, runs) = entry.map_err(|source| TracerError::Map {
+                map: "COPY_RUNS",
+                source,
+            })?;
+            for run in runs.runs.iter().take(runs.used as usize) {
+                match crate::events::decode_event(run) {
+                    Ok(call) => calls.push(call),
+                    Err(error) => {
+                        tracing::warn!(%error, "dropping a copy run that does not decode")
+                    }
+                }
+            }
+        }
+        Ok(calls)
+    }
+
     pub fn take_fault_runs(&mut self) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
         let map = self
             .ebpf
