@@ -21,15 +21,21 @@ for r in $(seq "$RUNS"); do
     "$W/copy_cost" "$mode" 40000 >"$W/u.out"
     "$BIN/tracer" record -o "$W/c.json" -- "$W/copy_cost" "$mode" 40000 >"$W/t.out" 2>>"$OUT/cost.err"
     end=$(date +%s.%N)
-    python3 - "$r" "$mode" "$W/u.out" "$W/t.out" "$(stop_after "$end" "$W/t.out")" \
-      "$(python3 "$HERE/check_counts.py" "$W/c.json" "$W/t.out" copy_cost)" <<'PY' | tee -a "$OUT/cost.jsonl"
+    stop=$(stop_after "$end" "$W/t.out")
+    check=$(python3 "$HERE/check_counts.py" "$W/c.json" "$W/t.out" copy_cost)
+    # The runtime's copies probed too (three probe hits a copy, as before): for comparison.
+    "$BIN/tracer" record --runtime-copies -o "$W/r.json" -- "$W/copy_cost" "$mode" 40000 >"$W/r.out" 2>>"$OUT/cost.err"
+    rcheck=$(python3 "$HERE/check_counts.py" "$W/r.json" "$W/r.out" copy_cost)
+    python3 - "$r" "$mode" "$W/u.out" "$W/t.out" "$W/r.out" "$stop" "$check" "$rcheck" <<'PY' | tee -a "$OUT/cost.jsonl"
 import json, sys
-r, mode, u, t, stop, check = sys.argv[1:7]
+r, mode, u, t, rt, stop, check, rcheck = sys.argv[1:9]
 last = lambda p: json.loads(open(p).read().strip().splitlines()[-1])
-u, t, check = last(u), last(t), json.loads(check)
+u, t, rt, check, rcheck = last(u), last(t), last(rt), json.loads(check), json.loads(rcheck)
 print(json.dumps({"run": int(r), "mode": mode, "untraced_us": u["us_per_copy"], "traced_us": t["us_per_copy"],
-                  "added_us": round(t["us_per_copy"] - u["us_per_copy"], 4), "stop_s": float(stop),
-                  "exact": check["exact"], "calls": check["calls"], "nested": check["nested"]}))
+                  "added_us": round(t["us_per_copy"] - u["us_per_copy"], 4),
+                  "runtime_copies_us": rt["us_per_copy"], "runtime_copies_added_us": round(rt["us_per_copy"] - u["us_per_copy"], 4),
+                  "stop_s": float(stop), "exact": check["exact"], "exact_runtime_copies": rcheck["exact"],
+                  "calls": check["calls"], "nested": check["nested"]}))
 PY
   done
 done

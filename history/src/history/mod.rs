@@ -195,7 +195,7 @@ fn count(counts: &mut BTreeMap<String, u64>, name: &str) {
 
 fn count_n(counts: &mut BTreeMap<String, u64>, name: &str, n: u64) {
     match counts.get_mut(name) {
-        Some(count) => *count += n,
+        Some(count) => *count = count.saturating_add(n),
         None => {
             counts.insert(name.to_string(), n);
         }
@@ -547,6 +547,23 @@ impl MemHistory {
         direction: CopyDirection,
         ts_ns: u64,
     ) -> Option<AllocId> {
+        self.transfers(pid, dst, src, bytes, direction, ts_ns, 1)
+    }
+
+    /// Records `count` identical copies (a run the kernel counted) as [`Self::transfer`]
+    /// does one; the allocation's timeline gets one event with their bytes together.
+    #[allow(clippy::too_many_arguments)]
+    pub fn transfers(
+        &mut self,
+        pid: u32,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        direction: CopyDirection,
+        ts_ns: u64,
+        count: u64,
+    ) -> Option<AllocId> {
+        let total = bytes.saturating_mul(count);
         let is_device = |history: &Self, addr: u64| {
             history
                 .find(pid, addr)
@@ -565,7 +582,7 @@ impl MemHistory {
             CopyDirection::HostToDevice => src,
             CopyDirection::DeviceToHost => dst,
             CopyDirection::DeviceToDevice | CopyDirection::HostToHost => {
-                self.data.stats.other_copies += 1;
+                self.data.stats.other_copies = self.data.stats.other_copies.saturating_add(count);
                 return None;
             }
             // Neither side is a known device allocation: the side in a known host allocation
@@ -581,33 +598,34 @@ impl MemHistory {
         let id = match self.find_id(pid, host) {
             Some(id) if self.data.allocations[id as usize].kind.is_host() => id,
             _ => {
-                self.data.stats.untracked_transfers += 1;
+                self.data.stats.untracked_transfers =
+                    self.data.stats.untracked_transfers.saturating_add(count);
                 self.untracked_entry(pid, host, bytes, ts_ns)
             }
         };
         let stats = &mut self.data.stats;
-        stats.transfers += 1;
+        stats.transfers = stats.transfers.saturating_add(count);
         match direction {
-            CopyDirection::HostToDevice => stats.h2d_bytes += bytes,
-            CopyDirection::DeviceToHost => stats.d2h_bytes += bytes,
+            CopyDirection::HostToDevice => stats.h2d_bytes = stats.h2d_bytes.saturating_add(total),
+            CopyDirection::DeviceToHost => stats.d2h_bytes = stats.d2h_bytes.saturating_add(total),
             _ => {}
         }
         let allocation = &mut self.data.allocations[id as usize];
         let old = allocation.stats.transfers;
         let s = &mut allocation.stats;
-        s.transfers += 1;
+        s.transfers = s.transfers.saturating_add(count);
         match direction {
             CopyDirection::HostToDevice => {
-                s.h2d_count += 1;
-                s.h2d_bytes += bytes;
+                s.h2d_count = s.h2d_count.saturating_add(count);
+                s.h2d_bytes = s.h2d_bytes.saturating_add(total);
             }
             CopyDirection::DeviceToHost => {
-                s.d2h_count += 1;
-                s.d2h_bytes += bytes;
+                s.d2h_count = s.d2h_count.saturating_add(count);
+                s.d2h_bytes = s.d2h_bytes.saturating_add(total);
             }
             _ => {
-                s.other_count += 1;
-                s.other_bytes += bytes;
+                s.other_count = s.other_count.saturating_add(count);
+                s.other_bytes = s.other_bytes.saturating_add(total);
             }
         }
         s.first_transfer_ns = Some(s.first_transfer_ns.map_or(ts_ns, |t| t.min(ts_ns)));
@@ -616,7 +634,7 @@ impl MemHistory {
         allocation.push_event(AllocEvent::Transfer {
             ts_ns,
             direction,
-            bytes,
+            bytes: total,
         });
         self.by_transfers.remove(&(old, id));
         self.by_transfers.insert((new, id));
@@ -867,11 +885,11 @@ impl MemHistory {
     pub fn apply(&mut self, call: &CudaCall, call_site: Option<CallSiteId>) {
         let stats = &mut self.data.stats;
         let repeat = u64::from(call.repeat.max(1));
-        stats.calls += repeat;
+        stats.calls = stats.calls.saturating_add(repeat);
         let name = function_name(call.kind);
         count_n(&mut stats.calls_by_function, name, repeat);
         if call.nested {
-            self.data.stats.nested_calls += repeat;
+            self.data.stats.nested_calls = self.data.stats.nested_calls.saturating_add(repeat);
             return;
         }
         if call.partial {
@@ -929,9 +947,7 @@ impl MemHistory {
                 bytes,
                 direction,
             } => {
-                for _ in 0..repeat {
-                    self.transfer(pid, dst, src, bytes, direction, ts);
-                }
+                self.transfers(pid, dst, src, bytes, direction, ts, repeat);
             }
         }
     }
