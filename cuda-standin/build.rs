@@ -13,6 +13,9 @@ fn main() {
             .to_command()
             .args(["-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden"])
             .args(["-fno-omit-frame-pointer", "-Wall", "-Wextra", "-Werror"])
+            // Functions start with endbr64, as NVIDIA's libraries do (built for CET): the
+            // tracer's probes go after it, and the tests run that path.
+            .args(cet_flags())
             .arg(format!("-Wl,-soname,{soname}"))
             .arg("-o")
             .arg(out.join(soname))
@@ -24,4 +27,12 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=c/standin.h");
     println!("cargo:rustc-env=CUDA_STANDIN_BUILD_DIR={}", out.display());
+}
+
+/// `-fcf-protection=full` where the target is x86-64 (the only one with endbr64).
+fn cet_flags() -> &'static [&'static str] {
+    match env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
+        Ok("x86_64") => &["-fcf-protection=full"],
+        _ => &[],
+    }
 }

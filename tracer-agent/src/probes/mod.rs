@@ -516,7 +516,7 @@ impl Probes {
                 .filter(|p| p.library == library && options.wants_call(p))
             {
                 for &symbol in probe.symbols {
-                    let state = match symbols.offset(symbol) {
+                    let state = match symbols.probe_offset(symbol) {
                         None => ProbeState::Unavailable {
                             reason: format!("{} does not export {symbol}", path.display()),
                         },

@@ -14,6 +14,9 @@ use crate::error::TracerError;
 #[derive(Debug, Default)]
 pub struct SymbolTable {
     offsets: HashMap<String, u64>,
+    /// Functions that begin with `endbr64` (x86-64 code built for CET, as NVIDIA's libraries
+    /// are): a probe goes after it, see [`Self::probe_offset`].
+    endbr: std::collections::HashSet<u64>,
     /// (file offset, size, name), sorted by offset.
     functions: Vec<(u64, u64, String)>,
     build_id: Option<Vec<u8>>,
@@ -37,6 +40,8 @@ impl SymbolTable {
             source,
         })?;
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+        let x86_64 = file.architecture() == object::Architecture::X86_64;
+        let mut endbr = std::collections::HashSet::new();
         let mut offsets = HashMap::new();
         let mut functions = Vec::new();
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
@@ -59,6 +64,10 @@ impl SymbolTable {
             else {
                 continue;
             };
+            const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+            if x86_64 && data.get(offset as usize..offset as usize + 4) == Some(&ENDBR64[..]) {
+                endbr.insert(offset);
+            }
             // A versioned name ("cudaMemcpy@@libcudart.so.13") is found under its base name too.
             let base = name.split('@').next().unwrap_or(name);
             offsets.entry(base.to_string()).or_insert(offset);
@@ -70,6 +79,7 @@ impl SymbolTable {
         functions.dedup_by_key(|f| f.0);
         Ok(Self {
             offsets,
+            endbr,
             functions,
             build_id,
         })
@@ -93,6 +103,20 @@ impl SymbolTable {
     /// The file offset of `name`, if the file defines it.
     pub fn offset(&self, name: &str) -> Option<u64> {
         self.offsets.get(name).copied()
+    }
+
+    /// Where to probe `name`: its first instruction, or the one after a leading `endbr64`.
+    /// The kernel steps an instruction it cannot emulate out of line, a second trap on every
+    /// hit; `endbr64` is one of those, while the `push` that usually follows it is emulated
+    /// (Linux 6.x). Arguments and the return address are where they were at entry: `endbr64`
+    /// changes no register and no memory.
+    pub fn probe_offset(&self, name: &str) -> Option<u64> {
+        let offset = self.offset(name)?;
+        Some(if self.endbr.contains(&offset) {
+            offset + 4
+        } else {
+            offset
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -133,6 +157,18 @@ mod tests {
             "gcc links a build id"
         );
         assert_eq!(table.offset("noSuchFunction"), None);
+        // Built for CET like NVIDIA's libraries: the probe goes after the leading endbr64.
+        #[cfg(target_arch = "x86_64")]
+        {
+            let bytes = std::fs::read(&installed.runtime).expect("read the stand-in");
+            let at = offset as usize;
+            assert_eq!(
+                &bytes[at..at + 4],
+                &[0xf3, 0x0f, 0x1e, 0xfa],
+                "endbr64 first"
+            );
+            assert_eq!(table.probe_offset("cudaMemcpy"), Some(offset + 4));
+        }
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
