@@ -157,6 +157,21 @@ fn sigterm_while_events_stream_leaves_a_whole_history() {
     );
 }
 
+/// Ends this test's long_bench, found by its stand-in directory (unique to the test) on its
+/// command line: a pattern shared by other tests' commands (their tracers included) would
+/// kill those too, and did.
+fn kill_workload(standin: &cuda_standin::Installed) {
+    let pattern = format!("--cudart {}", standin.runtime.display());
+    let killed = Command::new("pkill")
+        .args(["-KILL", "-f", "--", &pattern])
+        .status()
+        .expect("run pkill");
+    assert!(
+        killed.success(),
+        "the workload ran on and was ended: {killed}"
+    );
+}
+
 /// `tracer record -- long_bench` with these arguments, started with stderr captured.
 fn record_long_bench(standin: &cuda_standin::Installed, args: &[&std::ffi::OsStr]) -> Command {
     let bench = common::long_bench(standin);
@@ -232,10 +247,21 @@ fn a_failed_final_write_falls_back_to_the_current_directory() {
             "3".as_ref(),
         ],
     );
-    let tracer = tracer.current_dir(&cwd).spawn().expect("start tracer");
+    let mut tracer = tracer.current_dir(&cwd).spawn().expect("start tracer");
     std::thread::sleep(std::time::Duration::from_secs(1));
     std::fs::remove_dir_all(&gone).expect("remove the output directory mid-run");
-    let run = common::wait_with_timeout(tracer, std::time::Duration::from_secs(60));
+    // After --duration the command runs on untraced, holding the tracer's stderr: it is
+    // ended once the tracer has exited, so the output can be read to its end.
+    let started = std::time::Instant::now();
+    while tracer.try_wait().expect("poll the tracer").is_none() {
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "the tracer ran over a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    kill_workload(&standin);
+    let run = tracer.wait_with_output().expect("the tracer's output");
     let stderr = String::from_utf8_lossy(&run.stderr);
     let fallback = cwd.join("run.hotpin");
     assert!(
@@ -272,9 +298,7 @@ fn a_tracer_killed_with_sigkill_leaves_its_last_checkpoint() {
     tracer.kill().expect("SIGKILL the tracer");
     let _ = tracer.wait();
     // The workload it started runs on; the kernel detached the probes with the tracer.
-    let _ = Command::new("pkill")
-        .args(["-KILL", "-f", "transfers 1000000000"])
-        .status();
+    kill_workload(&standin);
     let saved = tracer_agent::dump::read(&history).expect("the last checkpoint loads");
     let written = saved
         .meta()
