@@ -9,6 +9,7 @@
 pub mod cost;
 pub mod dump;
 pub mod events;
+pub mod export;
 pub mod history;
 pub mod maps;
 pub mod registry;

@@ -10,7 +10,7 @@ pub mod recorder;
 pub mod target;
 
 /// The history, its dumps and reports live in their own crate (shared with the allocator).
-pub use hotpin_history::{dump, events, history, report};
+pub use hotpin_history::{dump, events, export, history, report};
 
 pub use agent::{AgentConfig, AgentEvent, TracerAgent};
 pub use error::TracerError;

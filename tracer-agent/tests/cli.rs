@@ -325,3 +325,95 @@ fn a_tracer_killed_with_sigkill_leaves_its_last_checkpoint() {
         "the report says it is a checkpoint and how old: {text}"
     );
 }
+
+#[test]
+fn a_verbose_recording_exports_as_a_trace_a_json_parser_reads() {
+    common::require_root();
+    let standin = common::standin("cli-export");
+    let history = standin.dir.join("timeline.json");
+    let bench = common::bench(
+        &standin,
+        &[
+            "--mode",
+            "pinned",
+            "--hot",
+            "2",
+            "--cold",
+            "3",
+            "--size",
+            "64K",
+            "--transfers",
+            "10",
+        ],
+    );
+    let recorded = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "--verbose", "-o"])
+        .arg(&history)
+        .arg("--")
+        .arg(common::workload())
+        .args(&bench.args)
+        .envs(bench.env.iter().cloned())
+        .output()
+        .expect("run tracer record");
+    assert!(recorded.status.success(), "{recorded:?}");
+    let trace_path = standin.dir.join("timeline.trace.json");
+    let exported = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("export")
+        .arg(&history)
+        .output()
+        .expect("run tracer export");
+    assert!(exported.status.success(), "{exported:?}");
+
+    let saved = tracer_agent::dump::read(&history).expect("the history");
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trace_path).expect("the trace is written"))
+            .expect("the trace is JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    for event in events {
+        assert!(event["ph"].is_string() && event["pid"].is_u64(), "{event}");
+        if event["ph"] != "M" {
+            assert!(event["ts"].as_f64().is_some_and(|ts| ts >= 0.0), "{event}");
+            assert!(event["tid"].as_u64().is_some_and(|tid| tid > 0), "{event}");
+        }
+    }
+    // Every copy is on its allocation's track: the bytes add up to the history's.
+    let copied: u64 = events
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["name"].as_str().is_some_and(|n| n.starts_with("copy")))
+        .map(|e| e["args"]["bytes"].as_u64().expect("bytes"))
+        .sum();
+    let stats = saved.stats();
+    assert_eq!(copied, stats.h2d_bytes + stats.d2h_bytes, "{stats:?}");
+    assert_eq!(copied, 2 * (2 * 10 + 3) * 64 * 1024);
+    // A track per allocation with a timeline, each with one life slice.
+    let lives = events.iter().filter(|e| e["ph"] == "X").count();
+    let tracks = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .count();
+    assert_eq!(lives, tracks);
+    assert!(tracks >= 5, "the 5 pinned buffers at least: {tracks}");
+
+    // A summary history has no timelines: a clear error, no file.
+    let summary = standin.dir.join("summary.hotpin");
+    let recorded = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "-o"])
+        .arg(&summary)
+        .arg("--")
+        .arg(common::workload())
+        .args(&bench.args)
+        .envs(bench.env.iter().cloned())
+        .output()
+        .expect("run tracer record");
+    assert!(recorded.status.success(), "{recorded:?}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("export")
+        .arg(&summary)
+        .output()
+        .expect("run tracer export");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--verbose"),
+        "{stderr}"
+    );
+}

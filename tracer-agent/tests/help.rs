@@ -21,6 +21,7 @@ fn the_help_of_tracer_and_each_subcommand_reads_as_recorded() {
         ("tracer-record", &["record", "--help"]),
         ("tracer-probes", &["probes", "--help"]),
         ("tracer-report", &["report", "--help"]),
+        ("tracer-export", &["export", "--help"]),
     ] {
         insta::assert_snapshot!(name, help(args));
     }

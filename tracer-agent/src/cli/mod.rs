@@ -1,5 +1,6 @@
 //! The `tracer` command line.
 
+mod export;
 mod probes;
 mod record;
 mod report;
@@ -29,6 +30,20 @@ enum Command {
     Probes(ProbesArgs),
     /// Show the hot/cold report of a saved history.
     Report(ReportArgs),
+    /// Write a verbose history's timelines for ui.perfetto.dev or chrome://tracing.
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+struct ExportArgs {
+    /// A history written by `tracer record --verbose` (either format).
+    file: PathBuf,
+    /// The trace format: the Chrome JSON trace format, which Perfetto's UI opens.
+    #[arg(long, default_value = "chrome", value_parser = ["chrome"])]
+    format: String,
+    /// Where to write the trace (default: FILE with `.trace.json` in place of its extension).
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Default)]
@@ -167,6 +182,7 @@ pub fn main() -> ExitCode {
         Some(Command::Record(args)) => record::run(args),
         Some(Command::Probes(args)) => probes::run(args),
         Some(Command::Report(args)) => report::run(args),
+        Some(Command::Export(args)) => export::run(args),
         None if !cli.record.pids.is_empty() || !cli.record.command.is_empty() => {
             record::run(cli.record)
         }
