@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Output};
 
 #[test]
 fn record_a_command_then_report_on_its_history() {
@@ -26,17 +26,8 @@ fn record_a_command_then_report_on_its_history() {
             "20",
         ],
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
-        .args(["record", "-o"])
-        .arg(&history)
-        .arg("--")
-        .arg(common::workload())
-        .args(&bench.args)
-        .envs(bench.env.iter().cloned())
-        .output()
-        .expect("run tracer record");
+    let output = record_bench(&bench, &[], &history);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "tracer record failed: {stderr}");
     let summary: serde_json::Value =
         serde_json::from_slice(&output.stdout).expect("the command's own output passes through");
     assert_eq!(summary["copies"], 2 * (2 * 20 + 4));
@@ -155,6 +146,27 @@ fn sigterm_while_events_stream_leaves_a_whole_history() {
         leftovers.is_empty(),
         "no temporary dump left: {leftovers:?}"
     );
+}
+
+/// `tracer record FLAGS -o HISTORY -- transfer-bench ...`, which must succeed.
+fn record_bench(bench: &common::Bench, flags: &[&str], history: &std::path::Path) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("record")
+        .args(flags)
+        .arg("-o")
+        .arg(history)
+        .arg("--")
+        .arg(common::workload())
+        .args(&bench.args)
+        .envs(bench.env.iter().cloned())
+        .output()
+        .expect("run tracer record");
+    assert!(
+        output.status.success(),
+        "tracer record failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
 }
 
 /// Ends this test's long_bench, found by its stand-in directory (unique to the test) on its
@@ -346,16 +358,7 @@ fn a_verbose_recording_exports_as_a_trace_a_json_parser_reads() {
             "10",
         ],
     );
-    let recorded = Command::new(env!("CARGO_BIN_EXE_tracer"))
-        .args(["record", "--verbose", "-o"])
-        .arg(&history)
-        .arg("--")
-        .arg(common::workload())
-        .args(&bench.args)
-        .envs(bench.env.iter().cloned())
-        .output()
-        .expect("run tracer record");
-    assert!(recorded.status.success(), "{recorded:?}");
+    record_bench(&bench, &["--verbose"], &history);
     let trace_path = standin.dir.join("timeline.trace.json");
     let exported = Command::new(env!("CARGO_BIN_EXE_tracer"))
         .arg("export")
@@ -396,16 +399,7 @@ fn a_verbose_recording_exports_as_a_trace_a_json_parser_reads() {
 
     // A summary history has no timelines: a clear error, no file.
     let summary = standin.dir.join("summary.hotpin");
-    let recorded = Command::new(env!("CARGO_BIN_EXE_tracer"))
-        .args(["record", "-o"])
-        .arg(&summary)
-        .arg("--")
-        .arg(common::workload())
-        .args(&bench.args)
-        .envs(bench.env.iter().cloned())
-        .output()
-        .expect("run tracer record");
-    assert!(recorded.status.success(), "{recorded:?}");
+    record_bench(&bench, &[], &summary);
     let refused = Command::new(env!("CARGO_BIN_EXE_tracer"))
         .arg("export")
         .arg(&summary)
