@@ -94,9 +94,9 @@ pub struct TracerAgent {
     running: Option<Running>,
     probes: Vec<ProbeStatus>,
     /// After a stop: the kernel programs and their links, which emit nothing more (no target
-    /// is left in the kernel's filter). Released when the agent is dropped (or
-    /// [`Self::release`]): a perf-event link (tracepoints, and uprobes before Linux 6.6)
-    /// waits about 75 ms for the kernel, serialised, so a caller writes the history first.
+    /// is left in the kernel's filter). Released when the agent is dropped: a perf-event link
+    /// (tracepoints, and uprobes before Linux 6.6) waits about 75 ms for the kernel,
+    /// serialised, so a caller writes the history first.
     stopped: Option<crate::probes::Probes>,
 }
 
@@ -188,8 +188,7 @@ impl TracerAgent {
     }
 
     /// Stops the targets' events, drains the last ones into the history, detaches the
-    /// uprobes and keeps the history; the tracepoints go with the agent (or
-    /// [`Self::release`]).
+    /// uprobes and keeps the history; the tracepoints go with the agent.
     pub fn stop(&mut self) -> Result<(), TracerError> {
         self.stop_keeping_probes()?;
         self.detach_uprobes();
@@ -197,7 +196,7 @@ impl TracerAgent {
     }
 
     /// As [`Self::stop`], but every probe stays attached, emitting nothing (no target is left
-    /// in the kernel's filter), until [`Self::detach_uprobes`], [`Self::release`] or the drop:
+    /// in the kernel's filter), until [`Self::detach_uprobes`] or the drop:
     /// a caller writes the history first, as detaching waits for the kernel. Meanwhile a
     /// uretprobe still borrows the return address of every process calling its function.
     pub fn stop_keeping_probes(&mut self) -> Result<(), TracerError> {
@@ -217,11 +216,6 @@ impl TracerAgent {
         if let Some(probes) = &mut self.stopped {
             probes.detach_uprobes();
         }
-    }
-
-    /// Unloads the kernel programs of a stopped recording now (else when the agent drops).
-    pub fn release(&mut self) {
-        self.stopped = None;
     }
 
     pub fn is_running(&self) -> bool {

@@ -191,11 +191,17 @@ impl Recorder {
         // everything else they did.
         match probes.take_copy_runs() {
             Ok(runs) if !runs.is_empty() => {
-                let runs = runs
-                    .into_iter()
-                    .map(|run| (TraceEvent::Cuda(run), Vec::new()))
-                    .collect();
-                let _ = tx.send(runs).await;
+                let mut calls = Vec::new();
+                for run in &runs {
+                    match events::decode_event(run) {
+                        Ok(call) => calls.push((TraceEvent::Cuda(call), Vec::new())),
+                        Err(error) => {
+                            shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%error, "dropping a copy run that does not decode");
+                        }
+                    }
+                }
+                let _ = tx.send(calls).await;
             }
             Ok(_) => {}
             Err(error) => {

@@ -118,6 +118,16 @@ impl ProbeOptions {
     }
 }
 
+/// A call probe waiting to be attached with the others of its file (multi links).
+struct BatchedProbe {
+    offset: u64,
+    cookie: u64,
+    /// Its line in `attach_file`'s report.
+    report_index: usize,
+    /// Probed at return too (all but the driver's copies).
+    with_return: bool,
+}
+
 /// The loaded kernel programs and what they are attached to.
 pub struct Probes {
     ebpf: Ebpf,
@@ -238,86 +248,63 @@ impl Probes {
     /// The frames of user stack `id` as the kernel resolved them: the call site first, then
     /// its callers, as far as the walk went.
     pub fn stack_frames(&self, id: u32) -> Result<Vec<BuildIdFrame>, TracerError> {
-        let map = self
-            .ebpf
-            .map("CALLER_STACKS")
-            .expect("the object defines CALLER_STACKS");
-        let stacks = BpfHashMap::<_, u32, [BuildIdFrame; STACK_FRAMES]>::try_from(map).map_err(
-            |source| TracerError::Map {
-                map: "CALLER_STACKS",
-                source,
-            },
-        )?;
-        let frames = stacks.get(&id, 0).map_err(|source| TracerError::Map {
-            map: "CALLER_STACKS",
-            source,
-        })?;
+        const MAP: &str = "CALLER_STACKS";
+        let frames = self
+            .hash_map::<[BuildIdFrame; STACK_FRAMES]>(MAP)?
+            .get(&id, 0)
+            .map_err(|source| TracerError::Map { map: MAP, source })?;
         Ok(frames
             .into_iter()
             .take_while(|frame| frame.status != 0)
             .collect())
     }
 
-    /// Takes the runs of page faults the kernel side holds unsent (each thread's last), as
-    /// events to apply after everything else.
-    /// The threads' runs of identical driver copies not sent yet (each is sent before its
-    /// thread's next event; the last ones wait here for the end of the recording).
-    pub fn take_copy_runs(&mut self) -> Result<Vec<crate::events::CudaCall>, TracerError> {
-        let map = self
-            .ebpf
-            .map("COPY_RUNS")
-            .expect("the object defines COPY_RUNS");
-        let runs =
-            BpfHashMap::<_, u32, tracer_common::CopyRuns>::try_from(map).map_err(|source| {
-                TracerError::Map {
-                    map: "COPY_RUNS",
-                    source,
-                }
-            })?;
-        let mut calls = Vec::new();
-        for entry in runs.iter() {
-            let (_, runs) = entry.map_err(|source| TracerError::Map {
-                map: "COPY_RUNS",
-                source,
-            })?;
-            for run in runs.runs.iter().take(runs.used as usize) {
-                match crate::events::decode_event(run) {
-                    Ok(call) => calls.push(call),
-                    Err(error) => {
-                        tracing::warn!(%error, "dropping a copy run that does not decode")
-                    }
-                }
-            }
-        }
-        Ok(calls)
-    }
-
-    pub fn take_fault_runs(&mut self) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
-        let map = self
-            .ebpf
-            .map("FAULT_RUNS")
-            .expect("the object defines FAULT_RUNS");
-        let runs =
-            BpfHashMap::<_, u32, FaultRun>::try_from(map).map_err(|source| TracerError::Map {
-                map: "FAULT_RUNS",
-                source,
-            })?;
+    /// The threads' runs of identical driver copies not sent yet, as the events that stand
+    /// for them (each run is sent before its thread's next event; the last ones wait here for
+    /// the end of the recording).
+    pub fn take_copy_runs(&mut self) -> Result<Vec<tracer_common::Event>, TracerError> {
         let mut events = Vec::new();
-        for entry in runs.iter() {
-            let (_, run) = entry.map_err(|source| TracerError::Map {
-                map: "FAULT_RUNS",
-                source,
-            })?;
-            if run.pages > 0 {
-                events.push(crate::events::TraceEvent::PageFaults {
-                    pid: run.pid,
-                    ts_ns: run.ts_ns,
-                    addr: run.start,
-                    pages: run.pages,
-                });
-            }
+        for runs in self.hash_map_values::<tracer_common::CopyRuns>("COPY_RUNS")? {
+            events.extend(runs.runs.into_iter().take(runs.used as usize));
         }
         Ok(events)
+    }
+
+    /// Takes the runs of page faults the kernel side holds unsent (each thread's last), as
+    /// events to apply after everything else.
+    pub fn take_fault_runs(&mut self) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
+        Ok(self
+            .hash_map_values::<FaultRun>("FAULT_RUNS")?
+            .into_iter()
+            .filter(|run| run.pages > 0)
+            .map(|run| crate::events::TraceEvent::PageFaults {
+                pid: run.pid,
+                ts_ns: run.ts_ns,
+                addr: run.start,
+                pages: run.pages,
+            })
+            .collect())
+    }
+
+    /// The object's hash map `name`, keyed by thread or stack id.
+    fn hash_map<V: aya::Pod>(
+        &self,
+        name: &'static str,
+    ) -> Result<BpfHashMap<&MapData, u32, V>, TracerError> {
+        let map = self.ebpf.map(name).expect("the object defines its maps");
+        BpfHashMap::try_from(map).map_err(|source| TracerError::Map { map: name, source })
+    }
+
+    /// Every value of the hash map `name`.
+    fn hash_map_values<V: aya::Pod>(&self, name: &'static str) -> Result<Vec<V>, TracerError> {
+        self.hash_map::<V>(name)?
+            .iter()
+            .map(|entry| {
+                entry
+                    .map(|(_, value)| value)
+                    .map_err(|source| TracerError::Map { map: name, source })
+            })
+            .collect()
     }
 
     /// Attaches the registry's kprobes. A kernel without kprobes (ours) is detected, said once,
@@ -503,8 +490,7 @@ impl Probes {
         let mut report = Vec::new();
         // Aliases (libc's memalign and aligned_alloc are one function) are probed once.
         let mut probed: std::collections::HashMap<u64, &str> = std::collections::HashMap::new();
-        // With multi links: (offset, cookie, index in the report, return probe too), attached
-        // together below.
+        // With multi links: attached together below.
         let mut batch = Vec::new();
         for library in Library::ALL {
             if symbols.offset(library.marker()).is_none() {
@@ -528,7 +514,12 @@ impl Probes {
                         },
                         Some(offset) if self.multi => {
                             probed.insert(offset, symbol);
-                            batch.push((offset, probe.cookie().0, report.len(), !probe.at_entry()));
+                            batch.push(BatchedProbe {
+                                offset,
+                                cookie: probe.cookie().0,
+                                report_index: report.len(),
+                                with_return: !probe.at_entry(),
+                            });
                             ProbeState::Attached
                         }
                         Some(offset) => match self.attach_call(
@@ -568,15 +559,10 @@ impl Probes {
         Ok(report)
     }
 
-    /// Attaches the call programs to every (offset, cookie, _, with a return probe) of `batch`
-    /// in `path` with one multi link each; if the kernel refuses the whole, each offset alone,
-    /// to find which it refuses. Returns (report index, reason) for each offset left
-    /// unattached.
-    fn attach_batch(
-        &mut self,
-        path: &Path,
-        batch: &[(u64, u64, usize, bool)],
-    ) -> Vec<(usize, String)> {
+    /// Attaches the call programs to every probe of `batch` in `path` with one multi link
+    /// each; if the kernel refuses the whole, each offset alone, to find which it refuses.
+    /// Returns (report index, reason) for each offset left unattached.
+    fn attach_batch(&mut self, path: &Path, batch: &[BatchedProbe]) -> Vec<(usize, String)> {
         if batch.is_empty() {
             return Vec::new();
         }
@@ -588,7 +574,9 @@ impl Probes {
         for one in batch {
             match self.attach_multi(path, std::slice::from_ref(one)) {
                 Ok(links) => self.multi_links.extend(links),
-                Err(error) => refused.push((one.2, short_reason(&crate::error::chain(&error)))),
+                Err(error) => {
+                    refused.push((one.report_index, short_reason(&crate::error::chain(&error))))
+                }
             }
         }
         refused
@@ -599,14 +587,15 @@ impl Probes {
     fn attach_multi(
         &mut self,
         path: &Path,
-        batch: &[(u64, u64, usize, bool)],
+        batch: &[BatchedProbe],
     ) -> Result<Vec<std::os::fd::OwnedFd>, TracerError> {
         use std::os::fd::AsFd as _;
-        let mut link = |name: &'static str,
-                        ret: bool,
-                        probes: &mut dyn Iterator<Item = &(u64, u64, usize, bool)>|
-         -> Result<_, TracerError> {
-            let (offsets, cookies): (Vec<u64>, Vec<u64>) = probes.map(|b| (b.0, b.1)).unzip();
+        let mut link = |name: &'static str, ret: bool| -> Result<_, TracerError> {
+            let (offsets, cookies): (Vec<u64>, Vec<u64>) = batch
+                .iter()
+                .filter(|probe| !ret || probe.with_return)
+                .map(|probe| (probe.offset, probe.cookie))
+                .unzip();
             let program = program(&mut self.ebpf, name)?;
             let fd = program.fd().map_err(|source| TracerError::Program {
                 program: name,
@@ -619,14 +608,9 @@ impl Probes {
                 }
             })
         };
-        let entry = link(ENTRY_PROGRAM, false, &mut batch.iter())?;
-        let mut links = vec![entry];
-        if batch.iter().any(|b| b.3) {
-            links.push(link(
-                RETURN_PROGRAM,
-                true,
-                &mut batch.iter().filter(|b| b.3),
-            )?);
+        let mut links = vec![link(ENTRY_PROGRAM, false)?];
+        if batch.iter().any(|probe| probe.with_return) {
+            links.push(link(RETURN_PROGRAM, true)?);
         }
         Ok(links)
     }
