@@ -225,3 +225,85 @@ EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { (void)s
 
 EXPORT CUresult cuCtxSynchronize(void) { return check_device(); }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return check_device(); }
+
+/* The rest of the memory API the tracer probes. Device memory is host pages, as above. */
+static CUresult device_pages(CUdeviceptr *dptr, size_t bytes) {
+    CUresult r = check_device();
+    if (r) return r;
+    if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    void *p = alloc_pages(bytes, 0);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+/* Rows are padded to 512 bytes, as the real driver pads them to its pitch alignment. */
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int element) {
+    (void)element;
+    if (!pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t padded = (width + 511) & ~(size_t)511;
+    CUresult r = device_pages(dptr, padded * height);
+    if (r == CUDA_SUCCESS) *pitch = padded;
+    return r;
+}
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags) { (void)flags; return device_pages(dptr, bytes); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s) { (void)s; return device_pages(dptr, bytes); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s) { (void)s; return device_pages(dptr, bytes); }
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, void *pool, CUstream s) { (void)pool; (void)s; return device_pages(dptr, bytes); }
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, void *pool, CUstream s) { (void)pool; (void)s; return device_pages(dptr, bytes); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { (void)s; return cuMemFree_v2(dptr); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { (void)s; return cuMemFree_v2(dptr); }
+
+/* The virtual memory API: a reservation is address space no one may touch until mapped;
+ * physical memory is a handle with a size; mapping makes the range readable and writable. */
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+    (void)alignment; (void)flags;
+    CUresult r = check_device();
+    if (r) return r;
+    if (!ptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    void *p = mmap((void *)(uintptr_t)addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    CUresult r = check_device();
+    if (r) return r;
+    return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static atomic_ullong next_handle = 1;
+EXPORT CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *prop, unsigned long long flags) {
+    (void)prop; (void)flags;
+    CUresult r = check_device();
+    if (r) return r;
+    if (!handle || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    *handle = atomic_fetch_add(&next_handle, 1);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemRelease(unsigned long long handle) { (void)handle; return check_device(); }
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long flags) {
+    (void)offset; (void)handle; (void)flags;
+    CUresult r = check_device();
+    if (r) return r;
+    return mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    CUresult r = check_device();
+    if (r) return r;
+    return mprotect((void *)(uintptr_t)ptr, size, PROT_NONE) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Device-to-device copies, peer ones included (one "device" here). */
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, void *dctx, CUdeviceptr src, void *sctx, size_t n) { (void)dctx; (void)sctx; return copy(D(dst), D(src), n); }
+EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, void *dctx, CUdeviceptr src, void *sctx, size_t n) { (void)dctx; (void)sctx; return copy(D(dst), D(src), n); }
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dctx, CUdeviceptr src, void *sctx, size_t n, CUstream s) { (void)dctx; (void)sctx; (void)s; return copy(D(dst), D(src), n); }
+EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, void *dctx, CUdeviceptr src, void *sctx, size_t n, CUstream s) { (void)dctx; (void)sctx; (void)s; return copy(D(dst), D(src), n); }
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(D(dst), D(src), n); }
+EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(D(dst), D(src), n); }
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return copy(D(dst), D(src), n); }
+EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return copy(D(dst), D(src), n); }
+
+/* Prefetch: `location` is a CUmemLocation {type, id} passed by value (CUDA 12.2+ / 13). */
+typedef struct { int type; int id; } CUmemLocation;
+EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s) { (void)p; (void)n; (void)loc; (void)flags; (void)s; return check_device(); }
+EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s) { (void)p; (void)n; (void)loc; (void)flags; (void)s; return check_device(); }

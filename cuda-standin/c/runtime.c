@@ -20,6 +20,9 @@ enum cudaMemcpyKind {
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInsufficientDriver = 35,
        cudaErrorInvalidMemcpyDirection = 21 };
 
+/* cudaMemLocation / CUmemLocation, passed by value: {type, id}. */
+struct cuda_location { int type; int id; };
+
 static struct {
     CUresult (*init)(unsigned int);
     CUresult (*device_count)(int *);
@@ -40,6 +43,14 @@ static struct {
     CUresult (*copy_2d_async)(const CUDA_MEMCPY2D *, CUstream);
     CUresult (*ctx_sync)(void);
     CUresult (*stream_sync)(CUstream);
+    CUresult (*alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+    CUresult (*alloc_managed)(CUdeviceptr *, size_t, unsigned int);
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*alloc_from_pool)(CUdeviceptr *, size_t, void *, CUstream);
+    CUresult (*free_async)(CUdeviceptr, CUstream);
+    CUresult (*copy_peer)(CUdeviceptr, void *, CUdeviceptr, void *, size_t);
+    CUresult (*copy_peer_async)(CUdeviceptr, void *, CUdeviceptr, void *, size_t, CUstream);
+    CUresult (*prefetch)(CUdeviceptr, size_t, struct cuda_location, unsigned int, CUstream);
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static int drv_loaded;
@@ -59,6 +70,11 @@ static void load_driver(void) {
     LOAD(copy, "cuMemcpy") LOAD(copy_async, "cuMemcpyAsync")
     LOAD(copy_2d, "cuMemcpy2D_v2") LOAD(copy_2d_async, "cuMemcpy2DAsync_v2")
     LOAD(ctx_sync, "cuCtxSynchronize") LOAD(stream_sync, "cuStreamSynchronize")
+    LOAD(alloc_pitch, "cuMemAllocPitch_v2") LOAD(alloc_managed, "cuMemAllocManaged")
+    LOAD(alloc_async, "cuMemAllocAsync") LOAD(alloc_from_pool, "cuMemAllocFromPoolAsync")
+    LOAD(free_async, "cuMemFreeAsync")
+    LOAD(copy_peer, "cuMemcpyPeer") LOAD(copy_peer_async, "cuMemcpyPeerAsync")
+    LOAD(prefetch, "cuMemPrefetchAsync_v2")
     drv.init(0);
     drv_loaded = 1;
 }
@@ -150,3 +166,50 @@ EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_
 EXPORT cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind) { return memcpy_2d(dst, dpitch, src, spitch, width, height, kind); }
 EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { return memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, s); }
 EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { return memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, s); }
+
+/* The rest of the memory API, each over its driver call. */
+EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) { DRIVER(drv.alloc_pitch((CUdeviceptr *)devPtr, pitch, width, height, 4)); }
+EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) { DRIVER(drv.alloc_managed((CUdeviceptr *)devPtr, size, flags)); }
+EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t s) { DRIVER(drv.alloc_async((CUdeviceptr *)devPtr, size, s)); }
+EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t s) { DRIVER(drv.alloc_async((CUdeviceptr *)devPtr, size, s)); }
+EXPORT cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, void *pool, cudaStream_t s) { DRIVER(drv.alloc_from_pool((CUdeviceptr *)devPtr, size, pool, s)); }
+EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **devPtr, size_t size, void *pool, cudaStream_t s) { DRIVER(drv.alloc_from_pool((CUdeviceptr *)devPtr, size, pool, s)); }
+EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s) { DRIVER(drv.free_async(P(devPtr), s)); }
+EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t s) { DRIVER(drv.free_async(P(devPtr), s)); }
+EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n) { (void)dd; (void)sd; DRIVER(drv.copy_peer(P(dst), 0, P(src), 0, n)); }
+EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n, cudaStream_t s) { (void)dd; (void)sd; DRIVER(drv.copy_peer_async(P(dst), 0, P(src), 0, n, s)); }
+
+/* A symbol's host shadow stands for its device memory: here they are one. */
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t n, size_t offset, enum cudaMemcpyKind kind) {
+    return memcpy_sync((char *)symbol + offset, src, n, kind);
+}
+static cudaError_t from_symbol(void *dst, const void *symbol, size_t n, size_t offset, enum cudaMemcpyKind kind) {
+    return memcpy_sync(dst, (const char *)symbol + offset, n, kind);
+}
+EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t n, size_t offset, enum cudaMemcpyKind kind) { return to_symbol(symbol, src, n, offset, kind); }
+EXPORT cudaError_t cudaMemcpyToSymbol_ptds(const void *symbol, const void *src, size_t n, size_t offset, enum cudaMemcpyKind kind) { return to_symbol(symbol, src, n, offset, kind); }
+EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t n, size_t offset, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return to_symbol(symbol, src, n, offset, kind); }
+EXPORT cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void *symbol, const void *src, size_t n, size_t offset, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return to_symbol(symbol, src, n, offset, kind); }
+EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t n, size_t offset, enum cudaMemcpyKind kind) { return from_symbol(dst, symbol, n, offset, kind); }
+EXPORT cudaError_t cudaMemcpyFromSymbol_ptds(void *dst, const void *symbol, size_t n, size_t offset, enum cudaMemcpyKind kind) { return from_symbol(dst, symbol, n, offset, kind); }
+EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t n, size_t offset, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return from_symbol(dst, symbol, n, offset, kind); }
+EXPORT cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void *dst, const void *symbol, size_t n, size_t offset, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return from_symbol(dst, symbol, n, offset, kind); }
+
+/* A CUDA array is a device buffer with rows of `width` bytes here; offsets are in bytes/rows. */
+static cudaError_t to_array(void *array, size_t w, size_t h, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind) {
+    return memcpy_2d((char *)array + h * width + w, width, src, spitch, width, height, kind);
+}
+static cudaError_t from_array(void *dst, size_t dpitch, const void *array, size_t w, size_t h, size_t width, size_t height, enum cudaMemcpyKind kind) {
+    return memcpy_2d(dst, dpitch, (const char *)array + h * width + w, width, width, height, kind);
+}
+EXPORT cudaError_t cudaMemcpy2DToArray(void *a, size_t w, size_t h, const void *src, size_t sp, size_t width, size_t height, enum cudaMemcpyKind kind) { return to_array(a, w, h, src, sp, width, height, kind); }
+EXPORT cudaError_t cudaMemcpy2DToArray_ptds(void *a, size_t w, size_t h, const void *src, size_t sp, size_t width, size_t height, enum cudaMemcpyKind kind) { return to_array(a, w, h, src, sp, width, height, kind); }
+EXPORT cudaError_t cudaMemcpy2DToArrayAsync(void *a, size_t w, size_t h, const void *src, size_t sp, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return to_array(a, w, h, src, sp, width, height, kind); }
+EXPORT cudaError_t cudaMemcpy2DToArrayAsync_ptsz(void *a, size_t w, size_t h, const void *src, size_t sp, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return to_array(a, w, h, src, sp, width, height, kind); }
+EXPORT cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dp, const void *a, size_t w, size_t h, size_t width, size_t height, enum cudaMemcpyKind kind) { return from_array(dst, dp, a, w, h, width, height, kind); }
+EXPORT cudaError_t cudaMemcpy2DFromArray_ptds(void *dst, size_t dp, const void *a, size_t w, size_t h, size_t width, size_t height, enum cudaMemcpyKind kind) { return from_array(dst, dp, a, w, h, width, height, kind); }
+EXPORT cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dp, const void *a, size_t w, size_t h, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return from_array(dst, dp, a, w, h, width, height, kind); }
+EXPORT cudaError_t cudaMemcpy2DFromArrayAsync_ptsz(void *dst, size_t dp, const void *a, size_t w, size_t h, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { (void)s; return from_array(dst, dp, a, w, h, width, height, kind); }
+
+EXPORT cudaError_t cudaMemPrefetchAsync(const void *p, size_t n, struct cuda_location loc, unsigned int flags, cudaStream_t s) { DRIVER(drv.prefetch(P(p), n, loc, flags, s)); }
+EXPORT cudaError_t cudaMemPrefetchAsync_ptsz(const void *p, size_t n, struct cuda_location loc, unsigned int flags, cudaStream_t s) { DRIVER(drv.prefetch(P(p), n, loc, flags, s)); }

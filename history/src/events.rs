@@ -44,6 +44,14 @@ pub enum Op {
         bytes: u64,
         direction: CopyDirection,
     },
+    /// Managed memory at `addr` migrated to the device (or to the host).
+    Prefetch {
+        addr: u64,
+        bytes: u64,
+        to_device: bool,
+    },
+    /// A call with no effect on tracked memory (cuMemCreate, cuMemRelease): counted only.
+    Counted,
 }
 
 /// A call site as the kernel resolved it.
@@ -280,6 +288,8 @@ fn bytes_of(args: &[u64; tracer_common::MAX_ARGS], from: BytesFrom) -> u64 {
     match from {
         BytesFrom::Arg(index) => args[index],
         BytesFrom::Rect { width, height } => args[width].saturating_mul(args[height]),
+        // The kernel side replaced the pitch's pointer with the pitch.
+        BytesFrom::PitchRows { pitch, height } => args[pitch].saturating_mul(args[height]),
     }
 }
 
@@ -295,6 +305,7 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
                 PtrFrom::Ret => event.ret,
                 PtrFrom::Out(_) if event.header.flags & FLAG_OUT_UNREADABLE != 0 => 0,
                 PtrFrom::Out(_) => event.out,
+                PtrFrom::Arg(index) => args[index as usize],
             },
             size: bytes_of(args, size),
             space,
@@ -313,6 +324,16 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             size: args[size],
         },
         Semantics::Unregister { ptr } => Op::Unregister { addr: args[ptr] },
+        Semantics::Prefetch {
+            ptr,
+            bytes,
+            location,
+        } => Op::Prefetch {
+            addr: args[ptr],
+            bytes: args[bytes],
+            to_device: crate::registry::prefetch_to_device(args[location]),
+        },
+        Semantics::Counted => Op::Counted,
         Semantics::MarkPinned { ptr } => Op::MarkPinned { addr: args[ptr] },
         Semantics::Copy {
             dst,

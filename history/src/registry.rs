@@ -81,6 +81,10 @@ pub enum AllocSpace {
     Host,
     /// Pinned host memory from cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc.
     PinnedHost,
+    /// Managed (unified) memory: cudaMallocManaged / cuMemAllocManaged.
+    Managed,
+    /// A device address range reserved with cuMemAddressReserve, backed later by cuMemMap.
+    DeviceReserve,
 }
 
 /// Where a copy's direction comes from.
@@ -120,7 +124,7 @@ impl CopyDirection {
     }
 }
 
-/// How many bytes a copy moves.
+/// How many bytes a copy moves (or an allocation holds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BytesFrom {
     Arg(usize),
@@ -129,6 +133,32 @@ pub enum BytesFrom {
         width: usize,
         height: usize,
     },
+    /// `*pitch * height`, where `pitch` is an out-parameter the kernel side reads at return
+    /// (`cudaMallocPitch`, `cuMemAllocPitch`): rows are pitch bytes apart, not width.
+    PitchRows {
+        pitch: usize,
+        height: usize,
+    },
+}
+
+impl BytesFrom {
+    /// The highest argument index read.
+    pub const fn max_arg(self) -> usize {
+        match self {
+            BytesFrom::Arg(i) => i,
+            BytesFrom::Rect { width, height }
+            | BytesFrom::PitchRows {
+                pitch: width,
+                height,
+            } => {
+                if width > height {
+                    width
+                } else {
+                    height
+                }
+            }
+        }
+    }
 }
 
 /// Where an allocation function puts the new pointer.
@@ -138,6 +168,8 @@ pub enum PtrFrom {
     Out(u8),
     /// Returned (`hotpin_malloc(size)`).
     Ret,
+    /// Passed in, at this argument index (`cuMemMap(ptr, size, ...)` backs a reserved range).
+    Arg(u8),
 }
 
 /// What a call does, with the argument indexes to read it from.
@@ -176,6 +208,25 @@ pub enum Semantics {
         bytes: BytesFrom,
         direction: DirectionFrom,
     },
+    /// Managed memory at `ptr` migrated ahead of use (`cudaMemPrefetchAsync`): `bytes` bytes
+    /// to the place the `location` argument names.
+    Prefetch {
+        ptr: usize,
+        bytes: usize,
+        location: usize,
+    },
+    /// A call that changes no host or device memory the history tracks (cuMemCreate makes a
+    /// handle that cuMemMap then maps; cuMemRelease drops it): counted, nothing more.
+    Counted,
+}
+
+/// Where a prefetch sends memory, from a `cudaMemLocation` passed by value (CUDA 12.2+ and
+/// 13: `{type, id}` in one register, type 1 a device, 2-4 the host) or the older `int
+/// dstDevice` (`cudaCpuDeviceId`, -1, for the host). Both fit one reading: the low 32 bits
+/// are -1 or 2-4 for the host, anything else a device. (With the old signature, devices 2-4
+/// would read as the host; the CUDA 13 libraries have the new one.)
+pub fn prefetch_to_device(location: u64) -> bool {
+    !matches!(location as u32 as i32, -1 | 2..=4)
 }
 
 /// One probed function: a uprobe at its entry and a uretprobe at its return.
@@ -207,10 +258,18 @@ impl CallProbe {
             self.semantics,
             Semantics::Alloc { .. } | Semantics::Register { .. } | Semantics::Realloc { .. }
         );
+        let second_out = match self.semantics {
+            Semantics::Alloc {
+                size: BytesFrom::PitchRows { pitch, .. },
+                ..
+            } => Some(pitch as u8),
+            _ => None,
+        };
         let (size, count) = match self.semantics {
             Semantics::Alloc { size, .. } => match size {
                 BytesFrom::Arg(i) => (Some(i as u8), None),
                 BytesFrom::Rect { width, height } => (Some(width as u8), Some(height as u8)),
+                BytesFrom::PitchRows { .. } => (None, None),
             },
             Semantics::Realloc { size, .. } => (Some(size as u8), None),
             _ => (None, None),
@@ -222,7 +281,8 @@ impl CallProbe {
             self.stack_args,
             want_site,
         )
-        .with_size_args(size, count);
+        .with_size_args(size, count)
+        .with_second_out(second_out);
         if self.at_entry() {
             cookie.at_entry()
         } else {
@@ -239,8 +299,8 @@ impl CallProbe {
     }
 }
 
-use AllocSpace::{Device, Host, PinnedHost};
-use CopyDirection::{DeviceToHost, HostToDevice};
+use AllocSpace::{Device, DeviceReserve, Host, Managed, PinnedHost};
+use CopyDirection::{DeviceToDevice, DeviceToHost, HostToDevice};
 use Library::{CudaDriver, CudaRuntime, Hotpin, Libc};
 use PtrFrom::{Out, Ret};
 
@@ -305,6 +365,37 @@ const fn copy(dst: usize, src: usize, bytes: usize, direction: DirectionFrom) ->
         src,
         bytes: BytesFrom::Arg(bytes),
         direction,
+    }
+}
+
+const fn alloc(ptr: PtrFrom, size: BytesFrom, space: AllocSpace) -> Semantics {
+    Semantics::Alloc { ptr, size, space }
+}
+
+/// A 2D copy to or from a CUDA array (`dst` and `src` are the array handle and the pointer,
+/// whichever way it goes); width (the 6th argument), height (the 7th, on the stack) and kind
+/// (the 8th) are at the same places both ways.
+const fn array_copy(
+    kind: EventKind,
+    symbols: &'static [&'static str],
+    (dst, src): (usize, usize),
+) -> CallProbe {
+    CallProbe {
+        stack_args: 2,
+        ..call(
+            kind,
+            CudaRuntime,
+            symbols,
+            Semantics::Copy {
+                dst,
+                src,
+                bytes: BytesFrom::Rect {
+                    width: 5,
+                    height: 6,
+                },
+                direction: DirectionFrom::KindArg(7),
+            },
+        )
     }
 }
 
@@ -592,6 +683,247 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
         copy(0, 1, 2, DirectionFrom::Pointers),
     ),
+    // The rest of the runtime's memory API.
+    call(
+        EventKind::CudaMallocPitch,
+        CudaRuntime,
+        &["cudaMallocPitch"],
+        alloc(
+            Out(0),
+            BytesFrom::PitchRows {
+                pitch: 1,
+                height: 3,
+            },
+            Device,
+        ),
+    ),
+    call(
+        EventKind::CudaMallocManaged,
+        CudaRuntime,
+        &["cudaMallocManaged"],
+        alloc(Out(0), BytesFrom::Arg(1), Managed),
+    ),
+    call(
+        EventKind::CudaMallocAsync,
+        CudaRuntime,
+        &["cudaMallocAsync", "cudaMallocAsync_ptsz"],
+        alloc(Out(0), BytesFrom::Arg(1), Device),
+    ),
+    call(
+        EventKind::CudaFreeAsync,
+        CudaRuntime,
+        &["cudaFreeAsync", "cudaFreeAsync_ptsz"],
+        Semantics::Free {
+            ptr: 0,
+            space: Device,
+        },
+    ),
+    call(
+        EventKind::CudaMallocFromPoolAsync,
+        CudaRuntime,
+        &["cudaMallocFromPoolAsync", "cudaMallocFromPoolAsync_ptsz"],
+        alloc(Out(0), BytesFrom::Arg(1), Device),
+    ),
+    // cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count[, stream]).
+    call(
+        EventKind::CudaMemcpyPeer,
+        CudaRuntime,
+        &["cudaMemcpyPeer"],
+        copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+    ),
+    call(
+        EventKind::CudaMemcpyPeerAsync,
+        CudaRuntime,
+        &["cudaMemcpyPeerAsync"],
+        copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+    ),
+    // cudaMemcpyToSymbol(symbol, src, count, offset, kind[, stream]): the symbol is device
+    // memory named by its host shadow; the kind gives the direction.
+    call(
+        EventKind::CudaMemcpyToSymbol,
+        CudaRuntime,
+        &["cudaMemcpyToSymbol", "cudaMemcpyToSymbol_ptds"],
+        copy(0, 1, 2, DirectionFrom::KindArg(4)),
+    ),
+    call(
+        EventKind::CudaMemcpyToSymbolAsync,
+        CudaRuntime,
+        &["cudaMemcpyToSymbolAsync", "cudaMemcpyToSymbolAsync_ptsz"],
+        copy(0, 1, 2, DirectionFrom::KindArg(4)),
+    ),
+    // cudaMemcpyFromSymbol(dst, symbol, count, offset, kind[, stream]).
+    call(
+        EventKind::CudaMemcpyFromSymbol,
+        CudaRuntime,
+        &["cudaMemcpyFromSymbol", "cudaMemcpyFromSymbol_ptds"],
+        copy(0, 1, 2, DirectionFrom::KindArg(4)),
+    ),
+    call(
+        EventKind::CudaMemcpyFromSymbolAsync,
+        CudaRuntime,
+        &[
+            "cudaMemcpyFromSymbolAsync",
+            "cudaMemcpyFromSymbolAsync_ptsz",
+        ],
+        copy(0, 1, 2, DirectionFrom::KindArg(4)),
+    ),
+    // cudaMemcpy2DToArray(dst, wOffset, hOffset, src, spitch, width, height, kind[, stream]):
+    // height and kind on the stack.
+    array_copy(
+        EventKind::CudaMemcpy2DToArray,
+        &["cudaMemcpy2DToArray", "cudaMemcpy2DToArray_ptds"],
+        (0, 3),
+    ),
+    array_copy(
+        EventKind::CudaMemcpy2DToArrayAsync,
+        &["cudaMemcpy2DToArrayAsync", "cudaMemcpy2DToArrayAsync_ptsz"],
+        (0, 3),
+    ),
+    // cudaMemcpy2DFromArray(dst, dpitch, src, wOffset, hOffset, width, height, kind[, stream]).
+    array_copy(
+        EventKind::CudaMemcpy2DFromArray,
+        &["cudaMemcpy2DFromArray", "cudaMemcpy2DFromArray_ptds"],
+        (0, 2),
+    ),
+    array_copy(
+        EventKind::CudaMemcpy2DFromArrayAsync,
+        &[
+            "cudaMemcpy2DFromArrayAsync",
+            "cudaMemcpy2DFromArrayAsync_ptsz",
+        ],
+        (0, 2),
+    ),
+    // cudaMemPrefetchAsync(ptr, count, location, flags, stream) (CUDA 13).
+    call(
+        EventKind::CudaMemPrefetchAsync,
+        CudaRuntime,
+        &["cudaMemPrefetchAsync", "cudaMemPrefetchAsync_ptsz"],
+        Semantics::Prefetch {
+            ptr: 0,
+            bytes: 1,
+            location: 2,
+        },
+    ),
+    // The rest of the driver's.
+    call(
+        EventKind::CuMemAllocPitch,
+        CudaDriver,
+        &["cuMemAllocPitch_v2"],
+        alloc(
+            Out(0),
+            BytesFrom::PitchRows {
+                pitch: 1,
+                height: 3,
+            },
+            Device,
+        ),
+    ),
+    call(
+        EventKind::CuMemAllocManaged,
+        CudaDriver,
+        &["cuMemAllocManaged"],
+        alloc(Out(0), BytesFrom::Arg(1), Managed),
+    ),
+    call(
+        EventKind::CuMemAllocAsync,
+        CudaDriver,
+        &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"],
+        alloc(Out(0), BytesFrom::Arg(1), Device),
+    ),
+    call(
+        EventKind::CuMemFreeAsync,
+        CudaDriver,
+        &["cuMemFreeAsync", "cuMemFreeAsync_ptsz"],
+        Semantics::Free {
+            ptr: 0,
+            space: Device,
+        },
+    ),
+    call(
+        EventKind::CuMemAllocFromPoolAsync,
+        CudaDriver,
+        &["cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"],
+        alloc(Out(0), BytesFrom::Arg(1), Device),
+    ),
+    // cuMemAddressReserve(&ptr, size, alignment, addr, flags).
+    call(
+        EventKind::CuMemAddressReserve,
+        CudaDriver,
+        &["cuMemAddressReserve"],
+        alloc(Out(0), BytesFrom::Arg(1), DeviceReserve),
+    ),
+    call(
+        EventKind::CuMemAddressFree,
+        CudaDriver,
+        &["cuMemAddressFree"],
+        Semantics::Free {
+            ptr: 0,
+            space: DeviceReserve,
+        },
+    ),
+    call(
+        EventKind::CuMemCreate,
+        CudaDriver,
+        &["cuMemCreate"],
+        Semantics::Counted,
+    ),
+    call(
+        EventKind::CuMemRelease,
+        CudaDriver,
+        &["cuMemRelease"],
+        Semantics::Counted,
+    ),
+    // cuMemMap(ptr, size, offset, handle, flags): device memory at ptr from now on.
+    call(
+        EventKind::CuMemMap,
+        CudaDriver,
+        &["cuMemMap"],
+        alloc(PtrFrom::Arg(0), BytesFrom::Arg(1), Device),
+    ),
+    call(
+        EventKind::CuMemUnmap,
+        CudaDriver,
+        &["cuMemUnmap"],
+        Semantics::Free {
+            ptr: 0,
+            space: Device,
+        },
+    ),
+    // cuMemcpyPeer(dst, dstContext, src, srcContext, count[, stream]).
+    call(
+        EventKind::CuMemcpyPeer,
+        CudaDriver,
+        &["cuMemcpyPeer", "cuMemcpyPeer_ptds"],
+        copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+    ),
+    call(
+        EventKind::CuMemcpyPeerAsync,
+        CudaDriver,
+        &["cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"],
+        copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+    ),
+    call(
+        EventKind::CuMemcpyDtoD,
+        CudaDriver,
+        &["cuMemcpyDtoD_v2", "cuMemcpyDtoD_v2_ptds"],
+        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToDevice)),
+    ),
+    call(
+        EventKind::CuMemcpyDtoDAsync,
+        CudaDriver,
+        &["cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync_v2_ptsz"],
+        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToDevice)),
+    ),
+    call(
+        EventKind::CuMemPrefetchAsync,
+        CudaDriver,
+        &["cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz"],
+        Semantics::Prefetch {
+            ptr: 0,
+            bytes: 1,
+            location: 2,
+        },
+    ),
 ];
 
 /// A kernel tracepoint the tracer attaches one program to.
@@ -797,15 +1129,18 @@ mod tests {
         for probe in CALL_PROBES {
             let max = match probe.semantics {
                 Semantics::Alloc { ptr, size, .. } => {
-                    let size = match size {
-                        BytesFrom::Arg(i) => i,
-                        BytesFrom::Rect { width, height } => width.max(height),
-                    };
+                    let size = size.max_arg();
                     match ptr {
-                        PtrFrom::Out(index) => (index as usize).max(size),
+                        PtrFrom::Out(index) | PtrFrom::Arg(index) => (index as usize).max(size),
                         PtrFrom::Ret => size,
                     }
                 }
+                Semantics::Prefetch {
+                    ptr,
+                    bytes,
+                    location,
+                } => ptr.max(bytes).max(location),
+                Semantics::Counted => 0,
                 Semantics::Realloc { ptr, size } => ptr.max(size),
                 Semantics::Free { ptr, .. }
                 | Semantics::Unregister { ptr }
@@ -817,10 +1152,7 @@ mod tests {
                     bytes,
                     direction,
                 } => {
-                    let bytes = match bytes {
-                        BytesFrom::Arg(i) => i,
-                        BytesFrom::Rect { width, height } => width.max(height),
-                    };
+                    let bytes = bytes.max_arg();
                     let kind = match direction {
                         DirectionFrom::KindArg(i) => i,
                         _ => 0,

@@ -243,11 +243,44 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
     assert_eq!(stats.partial_calls, 0);
     assert_eq!(stats.lost_events(), 0);
     // Each copy counted once, runtime calls over their driver calls included.
-    let h2d = [101, 102, 103, 104, 110, 130, 201, 202, 205, 206, 209, 211];
-    let d2h = [120, 140, 203, 204, 207, 208, 210, 212];
+    let h2d = [
+        101, 102, 103, 104, 110, 130, 201, 202, 205, 206, 209, 211, 213, 121, 122, 123, 124, 143,
+        144, 145, 146,
+    ];
+    let d2h = [
+        120, 140, 203, 204, 207, 208, 210, 212, 125, 126, 127, 128, 147, 148, 149, 150,
+    ];
     assert_eq!(stats.transfers, (h2d.len() + d2h.len()) as u64, "{stats:?}");
     assert_eq!(stats.h2d_bytes, h2d.iter().sum::<u64>());
     assert_eq!(stats.d2h_bytes, d2h.iter().sum::<u64>());
+    assert_eq!(stats.unresolved_copies, 0, "{stats:?}");
+    // Device-to-device copies, peer ones included, each once: apart from transfers.
+    assert_eq!(stats.device_copies, 10, "{stats:?}");
+    assert_eq!(stats.device_copy_bytes, (301..=310).sum::<u64>());
+    // Prefetches by where the location argument sends them.
+    assert_eq!(
+        (stats.prefetches_to_device, stats.prefetch_to_device_bytes),
+        (2, 4000 + 4002)
+    );
+    assert_eq!(
+        (stats.prefetches_to_host, stats.prefetch_to_host_bytes),
+        (2, 4001 + 4003)
+    );
+    // Device memory: everything was live at once with cuMemAlloc's 2048 bytes, and all freed.
+    let new_device: u64 = [1536, 3000, 3001, 3002, 3003, 5120, 3004, 3005, 3006, 3007]
+        .iter()
+        .sum();
+    let memory = stats
+        .device_memory
+        .values()
+        .next()
+        .expect("device memory of the process");
+    assert_eq!(memory.live_bytes, 0, "{memory:?}");
+    assert_eq!(
+        memory.peak_bytes,
+        (1 << 20) + 2048 + new_device + 8192 + 12288 + (1 << 16),
+        "{memory:?}"
+    );
     // Allocations with the sizes passed, read from arguments and out-parameters.
     let sizes = |kind: AllocKind| -> BTreeSet<u64> {
         history
@@ -257,7 +290,26 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
             .map(|a| a.size)
             .collect()
     };
-    assert_eq!(sizes(AllocKind::Device), BTreeSet::from([1 << 20, 2048]));
+    assert_eq!(
+        sizes(AllocKind::Device),
+        BTreeSet::from([
+            1 << 20,
+            2048,
+            1536,
+            3000,
+            3001,
+            3002,
+            3003,
+            5120,
+            3004,
+            3005,
+            3006,
+            3007,
+            1 << 16
+        ])
+    );
+    assert_eq!(sizes(AllocKind::Managed), BTreeSet::from([8192, 12288]));
+    assert_eq!(sizes(AllocKind::DeviceReserved), BTreeSet::from([1 << 20]));
     assert_eq!(
         sizes(AllocKind::Pinned),
         BTreeSet::from([3 * 4096, 5 * 4096, 4096, 8192])
@@ -280,7 +332,15 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
     let live: Vec<_> = history
         .allocations()
         .iter()
-        .filter(|a| matches!(a.kind, AllocKind::Device | AllocKind::Pinned) && a.is_live())
+        .filter(|a| {
+            matches!(
+                a.kind,
+                AllocKind::Device
+                    | AllocKind::Managed
+                    | AllocKind::DeviceReserved
+                    | AllocKind::Pinned
+            ) && a.is_live()
+        })
         .collect();
     assert!(
         live.is_empty(),
@@ -292,7 +352,8 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
         .find(|a| a.size == 3 * 4096 && a.kind == AllocKind::Pinned)
         .expect("h");
     assert_eq!(
-        pinned.stats.transfers, 20,
+        pinned.stats.transfers,
+        (h2d.len() + d2h.len()) as u64,
         "every copy went through h, the first pinned buffer"
     );
 }

@@ -204,6 +204,22 @@ event_kinds! {
     CudaMemcpyAsync = 9,
     CudaMemcpy2D = 10,
     CudaMemcpy2DAsync = 11,
+    CudaMallocPitch = 12,
+    CudaMallocManaged = 13,
+    CudaMallocAsync = 14,
+    CudaFreeAsync = 15,
+    CudaMallocFromPoolAsync = 16,
+    CudaMemcpyPeer = 17,
+    CudaMemcpyPeerAsync = 18,
+    CudaMemcpyToSymbol = 19,
+    CudaMemcpyToSymbolAsync = 20,
+    CudaMemcpyFromSymbol = 21,
+    CudaMemcpyFromSymbolAsync = 22,
+    CudaMemcpy2DToArray = 23,
+    CudaMemcpy2DToArrayAsync = 24,
+    CudaMemcpy2DFromArray = 25,
+    CudaMemcpy2DFromArrayAsync = 26,
+    CudaMemPrefetchAsync = 27,
 
     CuMemAlloc = 100,
     CuMemFree = 101,
@@ -218,6 +234,24 @@ event_kinds! {
     CuMemcpyDtoHAsync = 110,
     CuMemcpy = 111,
     CuMemcpyAsync = 112,
+    CuMemAllocPitch = 113,
+    CuMemAllocManaged = 114,
+    CuMemAllocAsync = 115,
+    CuMemFreeAsync = 116,
+    CuMemAllocFromPoolAsync = 117,
+    /// The virtual memory API (PyTorch's expandable segments): address ranges reserved, physical
+    /// memory created, mapped into them and unmapped.
+    CuMemAddressReserve = 118,
+    CuMemAddressFree = 119,
+    CuMemCreate = 120,
+    CuMemRelease = 121,
+    CuMemMap = 122,
+    CuMemUnmap = 123,
+    CuMemcpyPeer = 124,
+    CuMemcpyPeerAsync = 125,
+    CuMemcpyDtoD = 126,
+    CuMemcpyDtoDAsync = 127,
+    CuMemPrefetchAsync = 128,
 
     /// hotpin's allocator (`hotpin_malloc`, `hotpin_free`): the allocations it hands out, with
     /// the caller's call site.
@@ -321,8 +355,10 @@ pub enum Layer {
 ///
 /// Bits 0-15: the [`EventKind`]; 16-19: index of the out-parameter plus one (0: none);
 /// 20-21: the [`Layer`]; 24-27: how many arguments to read from the stack; 28: resolve the
-/// call site in the kernel; 29: no return probe, the event is sent at entry; 32-35: index of the size argument plus one, 36-39: of an argument
-/// it is multiplied by (calloc), for the kernel's size floor (0: none).
+/// call site in the kernel; 29: no return probe, the event is sent at entry; 32-35: index of
+/// the size argument plus one, 36-39: of an argument it is multiplied by (calloc), for the
+/// kernel's size floor (0: none); 40-43: index of a second out-parameter plus one (the pitch of
+/// `cudaMallocPitch`): at return the value it points at replaces the pointer in `args`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie(pub u64);
 
@@ -356,6 +392,21 @@ impl ProbeCookie {
             }
         }
         Self(self.0 | (field(size) << 32) | (field(count) << 36))
+    }
+
+    /// With a second out-parameter, read at return into its own argument slot.
+    pub const fn with_second_out(self, index: Option<u8>) -> Self {
+        match index {
+            Some(i) => Self(self.0 | (((i as u64 & 0x7) + 1) << 40)),
+            None => self,
+        }
+    }
+
+    pub const fn second_out_arg(self) -> Option<usize> {
+        match (self.0 >> 40) & 0xf {
+            0 => None,
+            n => Some(n as usize - 1),
+        }
     }
 
     pub const fn size_arg(self) -> Option<usize> {

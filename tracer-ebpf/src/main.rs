@@ -7,8 +7,29 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+// One module per probe family; `shared` holds the maps and helpers they all use.
 #[cfg(target_arch = "bpf")]
-mod programs;
+mod calls;
+#[cfg(target_arch = "bpf")]
+mod copy_runs;
+#[cfg(target_arch = "bpf")]
+mod driver_pages;
+#[cfg(target_arch = "bpf")]
+mod host_memory;
+#[cfg(target_arch = "bpf")]
+mod ioctls;
+#[cfg(target_arch = "bpf")]
+mod libc_blocks;
+#[cfg(target_arch = "bpf")]
+mod library_open;
+#[cfg(target_arch = "bpf")]
+mod page_faults;
+#[cfg(target_arch = "bpf")]
+mod process_fork;
+#[cfg(target_arch = "bpf")]
+mod shared;
+#[cfg(target_arch = "bpf")]
+mod stacks;
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {}

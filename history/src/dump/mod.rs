@@ -17,7 +17,7 @@ use crate::history::{HistoryData, InvalidHistory, MemHistory};
 pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
 /// Versions 1 (no host memory counters) and 2 (no checkpoint time) are still read.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
 /// Largest history file read, compressed or not (a history of 1M allocations is far below).
@@ -398,6 +398,9 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
     } else if version == 2 {
         let (old, used) = decode_body::<v2::HistoryData>(&body).map_err(corrupted)?;
         (old.into(), used)
+    } else if version == 3 {
+        let (old, used) = decode_body::<v3::HistoryData>(&body).map_err(corrupted)?;
+        (old.into(), used)
     } else {
         decode_body::<HistoryData>(&body).map_err(corrupted)?
     };
@@ -441,10 +444,10 @@ mod v1 {
 
     use serde::Deserialize;
 
-    use super::v2::RecordingMeta;
+    use super::{v2::RecordingMeta, v3::Allocation};
     use crate::{
         history::KernelCounters,
-        history::{self, Allocation, CallSite},
+        history::{self, CallSite},
     };
 
     #[derive(Deserialize)]
@@ -487,7 +490,7 @@ mod v1 {
             history::HistoryData {
                 meta: old.meta.into(),
                 call_sites: old.call_sites,
-                allocations: old.allocations,
+                allocations: old.allocations.into_iter().map(Into::into).collect(),
                 stats: history::HistoryStats {
                     calls_by_function: s.calls_by_function,
                     failed_by_function: s.failed_by_function,
@@ -522,7 +525,8 @@ mod v1 {
 mod v2 {
     use serde::Deserialize;
 
-    use crate::history::{self, AllocId, Allocation, CallSite, CallSiteId, HistoryStats};
+    use super::v3::{Allocation, HistoryStats};
+    use crate::history::{self, AllocId, CallSite, CallSiteId};
 
     #[derive(Deserialize)]
     pub struct RecordingMeta {
@@ -558,8 +562,130 @@ mod v2 {
             history::HistoryData {
                 meta: old.meta.into(),
                 call_sites: old.call_sites,
-                allocations: old.allocations,
-                stats: old.stats,
+                allocations: old.allocations.into_iter().map(Into::into).collect(),
+                stats: old.stats.into(),
+                callers: old.callers.into_iter().collect(),
+            }
+        }
+    }
+}
+
+/// Format 3, read and converted: no copy-direction, prefetch or device-memory counters and no
+/// pre-existing allocations (those read as zero and false).
+mod v3 {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use crate::history::{
+        self, AllocEvent, AllocId, AllocKind, CallSite, CallSiteId, KernelCounters, RecordingMeta,
+        TransferStats,
+    };
+
+    // Formats 1 and 2 hold allocations and (2) statistics of this shape too.
+
+    #[derive(Deserialize)]
+    pub struct HistoryData {
+        meta: RecordingMeta,
+        call_sites: Vec<CallSite>,
+        allocations: Vec<Allocation>,
+        stats: HistoryStats,
+        callers: Vec<(AllocId, Vec<CallSiteId>)>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Allocation {
+        id: AllocId,
+        pid: u32,
+        start: u64,
+        size: u64,
+        kind: AllocKind,
+        call_site: Option<CallSiteId>,
+        ordinal: u32,
+        alloc_ns: u64,
+        free_ns: Option<u64>,
+        stats: TransferStats,
+        events: Vec<AllocEvent>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct HistoryStats {
+        calls_by_function: BTreeMap<String, u64>,
+        failed_by_function: BTreeMap<String, (u64, i32)>,
+        calls: u64,
+        transfers: u64,
+        h2d_bytes: u64,
+        d2h_bytes: u64,
+        other_copies: u64,
+        nested_calls: u64,
+        failed_calls: u64,
+        partial_calls: u64,
+        untracked_transfers: u64,
+        unmatched_frees: u64,
+        driver_locked_pages: u64,
+        driver_unlocked_pages: u64,
+        page_faults: u64,
+        untracked_page_faults: u64,
+        host_memory_calls: BTreeMap<String, u64>,
+        nvidia_ioctls: BTreeMap<String, u64>,
+        kernel: KernelCounters,
+        decode_errors: u64,
+    }
+
+    impl From<Allocation> for history::Allocation {
+        fn from(a: Allocation) -> Self {
+            history::Allocation {
+                id: a.id,
+                pid: a.pid,
+                start: a.start,
+                size: a.size,
+                kind: a.kind,
+                call_site: a.call_site,
+                ordinal: a.ordinal,
+                alloc_ns: a.alloc_ns,
+                free_ns: a.free_ns,
+                stats: a.stats,
+                events: a.events,
+                pre_existing: false,
+            }
+        }
+    }
+
+    impl From<HistoryStats> for history::HistoryStats {
+        fn from(s: HistoryStats) -> Self {
+            history::HistoryStats {
+                calls_by_function: s.calls_by_function,
+                failed_by_function: s.failed_by_function,
+                calls: s.calls,
+                transfers: s.transfers,
+                h2d_bytes: s.h2d_bytes,
+                d2h_bytes: s.d2h_bytes,
+                other_copies: s.other_copies,
+                nested_calls: s.nested_calls,
+                failed_calls: s.failed_calls,
+                partial_calls: s.partial_calls,
+                untracked_transfers: s.untracked_transfers,
+                unmatched_frees: s.unmatched_frees,
+                driver_locked_pages: s.driver_locked_pages,
+                driver_unlocked_pages: s.driver_unlocked_pages,
+                page_faults: s.page_faults,
+                untracked_page_faults: s.untracked_page_faults,
+                host_memory_calls: s.host_memory_calls,
+                nvidia_ioctls: s.nvidia_ioctls,
+                kernel: s.kernel,
+                decode_errors: s.decode_errors,
+                ..Default::default()
+            }
+        }
+    }
+
+    impl From<HistoryData> for history::HistoryData {
+        fn from(old: HistoryData) -> Self {
+            history::HistoryData {
+                meta: old.meta,
+                call_sites: old.call_sites,
+                allocations: old.allocations.into_iter().map(Into::into).collect(),
+                stats: old.stats.into(),
                 callers: old.callers.into_iter().collect(),
             }
         }

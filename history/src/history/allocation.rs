@@ -40,6 +40,12 @@ pub enum AllocKind {
     Untracked,
     /// The process's brk heap (malloc's arena): one region that grows and shrinks.
     Heap,
+    /// Managed (unified) memory, cudaMallocManaged / cuMemAllocManaged: device memory the host
+    /// may touch; prefetches move it.
+    Managed,
+    /// A device address range reserved with cuMemAddressReserve; the device memory mapped
+    /// into it (cuMemMap) is a [`AllocKind::Device`] allocation inside it.
+    DeviceReserved,
 }
 
 impl AllocKind {
@@ -49,13 +55,29 @@ impl AllocKind {
     }
 
     pub fn is_host(self) -> bool {
-        self != AllocKind::Device
+        !self.is_device()
     }
 
-    /// Mapped memory that holds allocations (an anonymous mmap, the heap): addresses are
-    /// credited to it only when no allocation inside contains them.
+    /// Device memory, or a device range: the device side of a copy.
+    pub fn is_device(self) -> bool {
+        matches!(
+            self,
+            AllocKind::Device | AllocKind::Managed | AllocKind::DeviceReserved
+        )
+    }
+
+    /// Device memory that takes room on the GPU (a reservation takes none until mapped).
+    pub fn takes_device_memory(self) -> bool {
+        matches!(self, AllocKind::Device | AllocKind::Managed)
+    }
+
+    /// Memory that holds allocations (an anonymous mmap, the heap, a reserved device range):
+    /// addresses are credited to it only when no allocation inside contains them.
     pub fn is_region(self) -> bool {
-        matches!(self, AllocKind::Mmap | AllocKind::Heap)
+        matches!(
+            self,
+            AllocKind::Mmap | AllocKind::Heap | AllocKind::DeviceReserved
+        )
     }
 }
 
@@ -135,6 +157,10 @@ pub struct Allocation {
     pub stats: TransferStats,
     /// The timeline, ordered by timestamp; empty in summary dumps.
     pub events: Vec<AllocEvent>,
+    /// It existed before the tracer attached (`--pid`): seeded from the process's memory map,
+    /// so its call site and allocation time are unknown (`alloc_ns` is the attach).
+    #[serde(default)]
+    pub pre_existing: bool,
 }
 
 impl Allocation {

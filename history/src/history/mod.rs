@@ -79,6 +79,35 @@ pub struct HistoryStats {
     pub kernel: KernelCounters,
     /// Ring-buffer records that did not decode.
     pub decode_errors: u64,
+    /// Copies whose direction could not be known (unified addressing, with neither pointer in
+    /// a known allocation nor in the process's address space when the copy was read). Counted
+    /// in `transfers`, in neither direction's bytes.
+    #[serde(default)]
+    pub unresolved_copies: u64,
+    /// Device-to-device copies (peer copies included), also counted in `other_copies`.
+    #[serde(default)]
+    pub device_copies: u64,
+    #[serde(default)]
+    pub device_copy_bytes: u64,
+    /// Managed memory prefetched (cudaMemPrefetchAsync), by direction: migrations, not copies.
+    #[serde(default)]
+    pub prefetches_to_device: u64,
+    #[serde(default)]
+    pub prefetch_to_device_bytes: u64,
+    #[serde(default)]
+    pub prefetches_to_host: u64,
+    #[serde(default)]
+    pub prefetch_to_host_bytes: u64,
+    /// Device memory (device and managed allocations, mapped ranges) by process.
+    #[serde(default, with = "pairs")]
+    pub device_memory: BTreeMap<u32, DeviceMemory>,
+}
+
+/// A process's device memory, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceMemory {
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
 }
 
 impl HistoryStats {
@@ -464,8 +493,14 @@ impl MemHistory {
             free_ns: None,
             stats: TransferStats::default(),
             events: Vec::new(),
+            pre_existing: false,
         };
         allocation.push_event(AllocEvent::Alloc { ts_ns });
+        if kind.takes_device_memory() {
+            let memory = self.data.stats.device_memory.entry(pid).or_default();
+            memory.live_bytes = memory.live_bytes.saturating_add(size);
+            memory.peak_bytes = memory.peak_bytes.max(memory.live_bytes);
+        }
         self.data.allocations.push(allocation);
         if kind.is_region() {
             if let Some(previous) = self.regions.insert((pid, start), id) {
@@ -487,6 +522,55 @@ impl MemHistory {
         let allocation = &mut self.data.allocations[id as usize];
         allocation.free_ns = Some(ts_ns);
         allocation.push_event(AllocEvent::Free { ts_ns });
+        if allocation.kind.takes_device_memory()
+            && let Some(memory) = self.data.stats.device_memory.get_mut(&allocation.pid)
+        {
+            memory.live_bytes = memory.live_bytes.saturating_sub(allocation.size);
+        }
+    }
+
+    /// Records the end of the region (a reserved device range) starting at `addr`.
+    pub fn free_region(&mut self, pid: u32, addr: u64, ts_ns: u64) -> Option<AllocId> {
+        let Some(id) = self.regions.remove(&(pid, addr)) else {
+            self.data.stats.unmatched_frees += 1;
+            return None;
+        };
+        self.close(id, ts_ns);
+        Some(id)
+    }
+
+    /// Records memory that existed before the tracer attached, as the process's memory map
+    /// showed it (`--pid`): a region (anonymous mapping, stack, heap) or an allocation whose
+    /// kind the mapping tells (pinned, managed). Marked [`Allocation::pre_existing`].
+    pub fn seed(&mut self, pid: u32, start: u64, size: u64, kind: AllocKind, ts_ns: u64) {
+        if self
+            .find(pid, start)
+            .is_some_and(|a| a.start == start && a.kind == kind)
+        {
+            return;
+        }
+        let id = if kind == AllocKind::Heap {
+            self.set_break(pid, Some(start), start.saturating_add(size), ts_ns);
+            match self.heaps.get(&pid) {
+                Some(&id) => id,
+                None => return,
+            }
+        } else {
+            self.alloc(pid, start, size, kind, None, ts_ns)
+        };
+        self.data.allocations[id as usize].pre_existing = true;
+    }
+
+    /// The direction of a unified-addressing copy from the allocations known: a pointer in
+    /// device memory (or a reserved device range) is the device side.
+    pub fn resolve_direction(&self, pid: u32, dst: u64, src: u64) -> CopyDirection {
+        let is_device = |addr: u64| self.find(pid, addr).is_some_and(|a| a.kind.is_device());
+        match (is_device(dst), is_device(src)) {
+            (true, false) => CopyDirection::HostToDevice,
+            (false, true) => CopyDirection::DeviceToHost,
+            (true, true) => CopyDirection::DeviceToDevice,
+            (false, false) => CopyDirection::Unresolved,
+        }
     }
 
     /// Records the free of the allocation starting at `addr`.
@@ -564,30 +648,27 @@ impl MemHistory {
         count: u64,
     ) -> Option<AllocId> {
         let total = bytes.saturating_mul(count);
-        let is_device = |history: &Self, addr: u64| {
-            history
-                .find(pid, addr)
-                .is_some_and(|a| a.kind == AllocKind::Device)
-        };
         let direction = match direction {
-            CopyDirection::Unresolved => match (is_device(self, dst), is_device(self, src)) {
-                (true, false) => CopyDirection::HostToDevice,
-                (false, true) => CopyDirection::DeviceToHost,
-                (true, true) => CopyDirection::DeviceToDevice,
-                (false, false) => CopyDirection::Unresolved,
-            },
+            CopyDirection::Unresolved => self.resolve_direction(pid, dst, src),
             known => known,
         };
         let host = match direction {
             CopyDirection::HostToDevice => src,
             CopyDirection::DeviceToHost => dst,
             CopyDirection::DeviceToDevice | CopyDirection::HostToHost => {
-                self.data.stats.other_copies = self.data.stats.other_copies.saturating_add(count);
+                let stats = &mut self.data.stats;
+                stats.other_copies = stats.other_copies.saturating_add(count);
+                if direction == CopyDirection::DeviceToDevice {
+                    stats.device_copies = stats.device_copies.saturating_add(count);
+                    stats.device_copy_bytes = stats.device_copy_bytes.saturating_add(total);
+                }
                 return None;
             }
             // Neither side is a known device allocation: the side in a known host allocation
             // is the host, else the source.
             CopyDirection::Unresolved => {
+                self.data.stats.unresolved_copies =
+                    self.data.stats.unresolved_copies.saturating_add(count);
                 if self.find(pid, dst).is_some() && self.find(pid, src).is_none() {
                     dst
                 } else {
@@ -723,7 +804,9 @@ impl MemHistory {
                 (a.kind, a.size)
             };
             let region_end = start.saturating_add(size);
-            if region_end <= addr || start >= end {
+            // A reserved device range ends with cuMemAddressFree, not with the host munmap
+            // the driver may make inside it.
+            if region_end <= addr || start >= end || kind == AllocKind::DeviceReserved {
                 continue;
             }
             if start < addr {
@@ -914,6 +997,8 @@ impl MemHistory {
             Op::Alloc { addr, size, space } => {
                 let kind = match space {
                     AllocSpace::Device => AllocKind::Device,
+                    AllocSpace::Managed => AllocKind::Managed,
+                    AllocSpace::DeviceReserve => AllocKind::DeviceReserved,
                     AllocSpace::PinnedHost => AllocKind::Pinned,
                     AllocSpace::Host if self.pinned_marks.remove(&(pid, addr)) => AllocKind::Pinned,
                     AllocSpace::Host => AllocKind::Pageable,
@@ -929,6 +1014,12 @@ impl MemHistory {
                 }
             }
             Op::Free { addr: 0, .. } => {}
+            Op::Free {
+                addr,
+                space: AllocSpace::DeviceReserve,
+            } => {
+                self.free_region(pid, addr, ts);
+            }
             Op::Free { addr, .. } => {
                 self.free(pid, addr, ts);
             }
@@ -949,6 +1040,20 @@ impl MemHistory {
             } => {
                 self.transfers(pid, dst, src, bytes, direction, ts, repeat);
             }
+            Op::Prefetch {
+                bytes, to_device, ..
+            } => {
+                let stats = &mut self.data.stats;
+                let total = bytes.saturating_mul(repeat);
+                if to_device {
+                    stats.prefetches_to_device += repeat;
+                    stats.prefetch_to_device_bytes += total;
+                } else {
+                    stats.prefetches_to_host += repeat;
+                    stats.prefetch_to_host_bytes += total;
+                }
+            }
+            Op::Counted => {}
         }
     }
 }

@@ -34,8 +34,8 @@ use crate::error::TracerError;
 /// The compiled `tracer-ebpf` object, embedded at build time.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
 
-const ENTRY_PROGRAM: &str = "cuda_call_uprobe";
-const RETURN_PROGRAM: &str = "cuda_call_uretprobe";
+const ENTRY_PROGRAM: &str = "api_call_entry";
+const RETURN_PROGRAM: &str = "api_call_return";
 
 /// Whether a probe is in place, and if not, why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -5,6 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* cudaMemLocation / CUmemLocation, passed by value. */
+struct location { int type; int id; };
+static const struct location to_device = {1, 0}, to_host = {2, 0};
+
 typedef int (*fn)();
 static void *rt, *drv;
 static fn get(void *lib, const char *name) {
@@ -30,6 +34,27 @@ int main(int argc, char **argv) {
     R("cudaMallocHost", &h, (size_t)3 * 4096);
     R("cudaHostAlloc", &h2, (size_t)5 * 4096, 0u);
     R("cudaHostRegister", reg, (size_t)7 * 4096, 0u);
+    /* The rest of the memory API: device memory live at once with d (its sizes distinct). */
+    void *pd, *m, *a[4];
+    unsigned long long dp2, m2, b[4], va, handle;
+    size_t pitch, pitch2;
+    R("cudaMallocPitch", &pd, &pitch, (size_t)100, (size_t)3);          /* 512 x 3 */
+    R("cudaMallocManaged", &m, (size_t)8192, 1u);
+    R("cudaMallocAsync", &a[0], (size_t)3000, (void *)0);
+    R("cudaMallocAsync_ptsz", &a[1], (size_t)3001, (void *)0);
+    R("cudaMallocFromPoolAsync", &a[2], (size_t)3002, (void *)0, (void *)0);
+    R("cudaMallocFromPoolAsync_ptsz", &a[3], (size_t)3003, (void *)0, (void *)0);
+    D("cuMemAllocPitch_v2", &dp2, &pitch2, (size_t)600, (size_t)5, 4u); /* 1024 x 5 */
+    D("cuMemAllocManaged", &m2, (size_t)12288, 1u);
+    D("cuMemAllocAsync", &b[0], (size_t)3004, (void *)0);
+    D("cuMemAllocAsync_ptsz", &b[1], (size_t)3005, (void *)0);
+    D("cuMemAllocFromPoolAsync", &b[2], (size_t)3006, (void *)0, (void *)0);
+    D("cuMemAllocFromPoolAsync_ptsz", &b[3], (size_t)3007, (void *)0, (void *)0);
+    if (pitch != 512 || pitch2 != 1024) return 5;
+    /* Virtual memory: 64 KiB mapped into a 1 MiB reservation. */
+    D("cuMemAddressReserve", &va, (size_t)1 << 20, (size_t)0, 0ull, 0ull);
+    D("cuMemCreate", &handle, (size_t)1 << 16, (void *)0, 0ull);
+    D("cuMemMap", va, (size_t)1 << 16, (size_t)0, handle, 0ull);
     /* Runtime copies: host-to-device from h unless noted. */
     R("cudaMemcpy", d, h, (size_t)101, 1);
     R("cudaMemcpy_ptds", d, h, (size_t)102, 1);
@@ -52,6 +77,40 @@ int main(int argc, char **argv) {
     D("cuMemcpy_ptds", h, d, (size_t)210);
     D("cuMemcpyAsync", d, h, (size_t)211, (void *)0);
     D("cuMemcpyAsync_ptsz", h, d, (size_t)212, (void *)0);
+    D("cuMemcpy", va + 4096, h, (size_t)213);    /* into mapped memory: to the GPU */
+    /* Symbol copies (the symbol is d here) and copies to and from arrays (d again). */
+    R("cudaMemcpyToSymbol", d, h, (size_t)121, (size_t)0, 1);
+    R("cudaMemcpyToSymbol_ptds", d, h, (size_t)122, (size_t)0, 1);
+    R("cudaMemcpyToSymbolAsync", d, h, (size_t)123, (size_t)0, 1, (void *)0);
+    R("cudaMemcpyToSymbolAsync_ptsz", d, h, (size_t)124, (size_t)0, 1, (void *)0);
+    R("cudaMemcpyFromSymbol", h, d, (size_t)125, (size_t)0, 2);
+    R("cudaMemcpyFromSymbol_ptds", h, d, (size_t)126, (size_t)0, 2);
+    R("cudaMemcpyFromSymbolAsync", h, d, (size_t)127, (size_t)0, 2, (void *)0);
+    R("cudaMemcpyFromSymbolAsync_ptsz", h, d, (size_t)128, (size_t)0, 2, (void *)0);
+    R("cudaMemcpy2DToArray", d, (size_t)0, (size_t)0, h, (size_t)64, (size_t)13, (size_t)11, 1);          /* 143 */
+    R("cudaMemcpy2DToArray_ptds", d, (size_t)0, (size_t)0, h, (size_t)64, (size_t)12, (size_t)12, 1);     /* 144 */
+    R("cudaMemcpy2DToArrayAsync", d, (size_t)0, (size_t)0, h, (size_t)64, (size_t)29, (size_t)5, 1, (void *)0);       /* 145 */
+    R("cudaMemcpy2DToArrayAsync_ptsz", d, (size_t)0, (size_t)0, h, (size_t)64, (size_t)2, (size_t)73, 1, (void *)0);  /* 146 */
+    R("cudaMemcpy2DFromArray", h, (size_t)64, d, (size_t)0, (size_t)0, (size_t)21, (size_t)7, 2);         /* 147 */
+    R("cudaMemcpy2DFromArray_ptds", h, (size_t)64, d, (size_t)0, (size_t)0, (size_t)37, (size_t)4, 2);    /* 148 */
+    R("cudaMemcpy2DFromArrayAsync", h, (size_t)64, d, (size_t)0, (size_t)0, (size_t)1, (size_t)149, 2, (void *)0);   /* 149 */
+    R("cudaMemcpy2DFromArrayAsync_ptsz", h, (size_t)64, d, (size_t)0, (size_t)0, (size_t)15, (size_t)10, 2, (void *)0); /* 150 */
+    /* Device to device, peer copies included: counted apart from transfers. */
+    R("cudaMemcpyPeer", d, 0, pd, 0, (size_t)301);
+    R("cudaMemcpyPeerAsync", d, 0, pd, 0, (size_t)302, (void *)0);
+    D("cuMemcpyPeer", d, (void *)0, pd, (void *)0, (size_t)303);
+    D("cuMemcpyPeer_ptds", d, (void *)0, pd, (void *)0, (size_t)304);
+    D("cuMemcpyPeerAsync", d, (void *)0, pd, (void *)0, (size_t)305, (void *)0);
+    D("cuMemcpyPeerAsync_ptsz", d, (void *)0, pd, (void *)0, (size_t)306, (void *)0);
+    D("cuMemcpyDtoD_v2", d, pd, (size_t)307);
+    D("cuMemcpyDtoD_v2_ptds", d, pd, (size_t)308);
+    D("cuMemcpyDtoDAsync_v2", d, pd, (size_t)309, (void *)0);
+    D("cuMemcpyDtoDAsync_v2_ptsz", d, pd, (size_t)310, (void *)0);
+    /* Managed memory prefetched: to the device twice, to the host twice. */
+    R("cudaMemPrefetchAsync", m, (size_t)4000, to_device, 0u, (void *)0);
+    R("cudaMemPrefetchAsync_ptsz", m, (size_t)4001, to_host, 0u, (void *)0);
+    D("cuMemPrefetchAsync_v2", m2, (size_t)4002, to_device, 0u, (void *)0);
+    D("cuMemPrefetchAsync_v2_ptsz", m2, (size_t)4003, to_host, 0u, (void *)0);
     /* Driver allocations. */
     D("cuMemAlloc_v2", &dd, (size_t)2048);
     D("cuMemAllocHost_v2", &hh, (size_t)4096);
@@ -63,6 +122,21 @@ int main(int argc, char **argv) {
     D("cuMemFree_v2", dd);
     /* A failing call: an invalid copy direction (cudaErrorInvalidMemcpyDirection, 21). */
     if (get(rt, "cudaMemcpy")(d, h, (size_t)5, 99) != 21) return 4;
+    D("cuMemUnmap", va, (size_t)1 << 16);
+    D("cuMemRelease", handle);
+    D("cuMemAddressFree", va, (size_t)1 << 20);
+    R("cudaFree", pd);
+    R("cudaFree", m);
+    R("cudaFreeAsync", a[0], (void *)0);
+    R("cudaFreeAsync_ptsz", a[1], (void *)0);
+    R("cudaFreeAsync", a[2], (void *)0);
+    R("cudaFreeAsync", a[3], (void *)0);
+    D("cuMemFree_v2", dp2);
+    D("cuMemFree_v2", m2);
+    D("cuMemFreeAsync", b[0], (void *)0);
+    D("cuMemFreeAsync_ptsz", b[1], (void *)0);
+    D("cuMemFreeAsync", b[2], (void *)0);
+    D("cuMemFreeAsync", b[3], (void *)0);
     R("cudaHostUnregister", reg);
     R("cudaFreeHost", h);
     R("cudaFreeHost", h2);

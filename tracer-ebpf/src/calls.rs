@@ -1,0 +1,221 @@
+//! One entry program and one return program serve every uprobe in the agent's registry
+//! (CUDA runtime and driver, hotpin, libc): the attach cookie ([`ProbeCookie`]) tells them which
+//! function they sit on, where its out-parameter is and which API layer it belongs to. The
+//! entry saves the arguments per thread; the return completes them into one [`Event`] in the
+//! ring buffer. Calls probed at entry only (driver copies) go to [`crate::copy_runs`].
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_attach_cookie, bpf_ktime_get_ns, bpf_probe_read_user},
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext, tracing::StackIdContext as _},
+};
+use tracer_common::{
+    CallSiteRaw, Event, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE, Layer, MAX_ARGS,
+    ProbeCookie, SITE_IP, counter,
+};
+
+use crate::{
+    copy_runs::{send_at_entry, send_copy_run},
+    libc_blocks::{libc_call_wanted, track_libc_block},
+    page_faults::send_fault_run,
+    shared::{
+        DEPTH, EVENTS, PENDING, Pending, PendingKey, WAKEUP_BYTES, bump, depth_of, header,
+        traced_thread,
+    },
+    stacks::{STACKS, call_site, keep_stack_frames, return_address, stack_pointer},
+};
+
+#[uprobe]
+pub fn api_call_entry(ctx: ProbeContext) -> u32 {
+    match try_api_call_entry(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+#[uretprobe]
+pub fn api_call_return(ctx: RetProbeContext) -> u32 {
+    match try_api_call_return(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: the helper only reads the program's context.
+    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let mut pending = Pending {
+        // SAFETY: no preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        args: [0; MAX_ARGS],
+    };
+    for (index, slot) in pending.args.iter_mut().take(6).enumerate() {
+        *slot = ctx.arg::<u64>(index).unwrap_or(0);
+    }
+    // Arguments past the sixth sit above the return address.
+    let sp = stack_pointer(ctx);
+    for index in 0..cookie.stack_args() {
+        let at = sp + 8 * (index as u64 + 1);
+        // SAFETY: a user read; failure leaves the argument 0.
+        pending.args[6 + index] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
+    }
+    // libc's allocator: the floor is applied here, before anything is kept or sent.
+    if cookie.layer() == Layer::Libc as u8 && !libc_call_wanted(tgid, cookie, &pending.args) {
+        return Ok(());
+    }
+    if cookie.is_at_entry() {
+        send_at_entry(cookie, tgid, tid, &pending, stack_pointer(ctx));
+        return Ok(());
+    }
+    let key = PendingKey {
+        tid,
+        kind: cookie.kind() as u32,
+    };
+    if PENDING.insert(key, pending, 0).is_err() {
+        bump(counter::PENDING_FULL);
+    }
+    if let Some(depth) = depth_of(tid) {
+        // SAFETY: the entry belongs to this thread, which is running this program.
+        let depth = unsafe { &mut *depth };
+        if cookie.layer() == Layer::Allocator as u8 {
+            depth.allocator += 1;
+        } else if cookie.layer() == Layer::Runtime as u8 {
+            depth.runtime += 1;
+        }
+    }
+    Ok(())
+}
+
+fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the helper only reads the program's context.
+    let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let key = PendingKey {
+        tid,
+        kind: cookie.kind() as u32,
+    };
+    let pending = PENDING.get_ptr(key);
+    // A libc call under the floor was dropped at entry.
+    if pending.is_none() && cookie.layer() == Layer::Libc as u8 {
+        return Ok(());
+    }
+    // This thread's copies and page faults not sent yet go out before this call's event.
+    send_copy_run(tid);
+    send_fault_run(tid);
+    // The event is filled in place in the ring buffer: built on the BPF stack (160 bytes, with
+    // the entry's arguments copied there too) it took the return program over the 512-byte
+    // stack limit that kernels before 6.x enforce across calls (Debian 6.1 refused it).
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        let _ = PENDING.remove(key);
+        bump(counter::RINGBUF_FULL);
+        return Ok(());
+    };
+    let event = entry.as_mut_ptr();
+    let mut flags = 0u16;
+    // SAFETY: `event` points at the reserved record, ours until it is submitted; `pending`
+    // points at this thread's entry, which only this thread changes, read before removal.
+    unsafe {
+        match pending {
+            Some(p) => {
+                (*event).args = (*p).args;
+                (*event).duration_ns = now.saturating_sub((*p).ts_ns);
+            }
+            None => {
+                flags |= FLAG_NO_ENTRY;
+                (*event).args = [0; MAX_ARGS];
+                (*event).duration_ns = 0;
+            }
+        }
+    }
+    let _ = PENDING.remove(key);
+
+    if let Some(depth) = DEPTH.get_ptr_mut(tid) {
+        // SAFETY: the entry belongs to this thread, which is running this program.
+        let depth = unsafe { &mut *depth };
+        let layer = cookie.layer();
+        if layer == Layer::Allocator as u8 {
+            depth.allocator = depth.allocator.saturating_sub(1);
+        } else if layer == Layer::Runtime as u8 {
+            depth.runtime = depth.runtime.saturating_sub(1);
+            if depth.allocator > 0 {
+                flags |= FLAG_NESTED;
+            }
+        } else if depth.runtime > 0 || depth.allocator > 0 {
+            flags |= FLAG_NESTED;
+        }
+    }
+
+    // SAFETY: as above: the reserved record.
+    let args = unsafe { &(*event).args };
+    let mut out = 0;
+    if let Some(index) = cookie.out_arg()
+        && let Some(&at) = args.get(index)
+        && at != 0
+    {
+        // SAFETY: a user read of the out-parameter the callee just wrote.
+        match unsafe { bpf_probe_read_user(at as *const u64) } {
+            Ok(value) => out = value,
+            Err(_) => flags |= FLAG_OUT_UNREADABLE,
+        }
+    }
+
+    // A second out-parameter (a pitch): its value replaces its pointer among the arguments.
+    if let Some(index) = cookie.second_out_arg()
+        && index < MAX_ARGS
+    {
+        // SAFETY: as above: the reserved record.
+        let slot = unsafe { &mut (*event).args[index] };
+        if *slot != 0 {
+            // SAFETY: a user read of the out-parameter the callee just wrote.
+            match unsafe { bpf_probe_read_user(*slot as *const u64) } {
+                Ok(value) => *slot = value,
+                Err(_) => flags |= FLAG_OUT_UNREADABLE,
+            }
+        }
+    }
+    // SAFETY: as above: the reserved record.
+    let args = unsafe { &(*event).args };
+
+    if cookie.layer() == Layer::Libc as u8 {
+        track_libc_block(tgid, cookie, args, ctx.ret::<u64>(), out);
+    }
+
+    let site = if cookie.want_site() {
+        let mut site = call_site(ctx);
+        // The same stack gets the same id, so a loop allocating from one place costs one
+        // entry; a full map (or a hash collision) just leaves the stack out.
+        if let Ok(id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK.into()) {
+            keep_stack_frames(ctx, id as u32);
+            site.stack = id as u32 + 1;
+        }
+        site
+    } else {
+        CallSiteRaw::default()
+    };
+
+    // SAFETY: as above: the reserved record; every field is written before the submit.
+    unsafe {
+        (*event).header = header(cookie.kind(), flags, tgid, tid, now);
+        (*event).ret = ctx.ret::<u64>();
+        (*event).out = out;
+        (*event).caller = return_address(ctx);
+        (*event).site = site;
+    }
+    // A call site the kernel could only give as an address must be resolved from the
+    // process's memory map while it exists: wake the reader now.
+    let wakeup = if site.status == SITE_IP || EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES
+    {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup.into());
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! A target opening a CUDA library or hotpin: the agent attaches to it (stopping the target
+//! for that moment where asked).
+
+use aya_ebpf::{
+    bindings::BPF_RB_FORCE_WAKEUP,
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_user_str_bytes, bpf_send_signal},
+    macros::{map, tracepoint},
+    maps::{LruHashMap, PerCpuArray},
+    programs::TracePointContext,
+};
+use tracer_common::{
+    CUDA_LIBRARY_PREFIX, Event, EventKind, HOTPIN_LIBRARY_PREFIX, PATH_BYTES, config, counter,
+    field,
+};
+
+use crate::shared::{CONFIG, EVENTS, bump, header, read_field, traced_thread};
+
+/// Threads inside an openat of a CUDA library or hotpin.
+#[map]
+static OPENING: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
+
+/// Room to read a path into (too large for the BPF stack).
+#[map]
+static PATH_SCRATCH: PerCpuArray<[u8; PATH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
+
+const SIGSTOP: u32 = 19;
+
+#[tracepoint]
+pub fn library_open_sys_enter_openat(ctx: TracePointContext) -> u32 {
+    match try_library_open_enter(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+#[tracepoint]
+pub fn library_open_sys_exit_openat(ctx: TracePointContext) -> u32 {
+    match try_library_open_exit(&ctx) {
+        Ok(()) | Err(_) => 0,
+    }
+}
+
+/// Whether the path names a file starting with "libcud" or "libhotpin": it starts so, or
+/// contains "/" and then the prefix. A few comparisons per position and nothing carried between
+/// iterations, so the verifier's work stays linear in the path length. A directory with such a
+/// name also matches; the agent looks at the file and lets the process go on.
+fn is_probed_library(path: &[u8; PATH_BYTES], len: usize) -> bool {
+    // Reads through `get`, never indexing, so no bounds-check panic reaches the verifier.
+    let byte = |at: usize| path.get(at).copied().unwrap_or(0);
+    let cuda = CUDA_LIBRARY_PREFIX;
+    let hotpin = HOTPIN_LIBRARY_PREFIX;
+    // Both prefixes start with "libcud"[..3] == "lib"; then "cud" or "hotpin".
+    let matches_at = |at: usize| {
+        byte(at) == cuda[0]
+            && byte(at + 1) == cuda[1]
+            && byte(at + 2) == cuda[2]
+            && ((byte(at + 3) == cuda[3] && byte(at + 4) == cuda[4] && byte(at + 5) == cuda[5])
+                || (byte(at + 3) == hotpin[3]
+                    && byte(at + 4) == hotpin[4]
+                    && byte(at + 5) == hotpin[5]
+                    && byte(at + 6) == hotpin[6]
+                    && byte(at + 7) == hotpin[7]
+                    && byte(at + 8) == hotpin[8]))
+    };
+    if len >= cuda.len() && matches_at(0) {
+        return true;
+    }
+    let mut i = 0;
+    while i + cuda.len() < PATH_BYTES {
+        if i + cuda.len() >= len {
+            return false;
+        }
+        if byte(i) == b'/' && matches_at(i + 1) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+fn try_library_open_enter(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((_, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    let filename: u64 = read_field(ctx, field::OPENAT_FILENAME)?;
+    let scratch = PATH_SCRATCH.get_ptr_mut(0).ok_or(0i64)?;
+    // SAFETY: per-CPU scratch, used by this program alone while it runs.
+    let buffer = unsafe { &mut *scratch };
+    // SAFETY: a user read of the path the process passed; the helper bounds it to the buffer.
+    let len = unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, buffer) }
+        .map_err(i64::from)?
+        .len();
+    if is_probed_library(buffer, len) {
+        OPENING.insert(tid, 1, 0)?;
+    }
+    Ok(())
+}
+
+fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
+    let Some((tgid, tid)) = traced_thread() else {
+        return Ok(());
+    };
+    // SAFETY: only tested for presence.
+    if unsafe { OPENING.get(tid) }.is_none() {
+        return Ok(());
+    }
+    let _ = OPENING.remove(tid);
+    let fd: i64 = read_field(ctx, field::SYSCALL_RET)?;
+    if fd < 0 {
+        return Ok(());
+    }
+    let mut event = Event {
+        // SAFETY: bpf_ktime_get_ns has no preconditions.
+        header: header(EventKind::LibraryOpen as u16, 0, tgid, tid, unsafe {
+            bpf_ktime_get_ns()
+        }),
+        ..Event::default()
+    };
+    event.args[0] = fd as u64;
+    // Reserve first: a process must never be stopped without the agent being told.
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        bump(counter::RINGBUF_FULL);
+        return Ok(());
+    };
+    entry.write(event);
+    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP.
+    if CONFIG
+        .get(config::STOP_ON_LIBRARY_OPEN)
+        .is_some_and(|&stop| stop != 0)
+    {
+        // SAFETY: signals the current process, which is a target.
+        unsafe { bpf_send_signal(SIGSTOP) };
+    }
+    entry.submit(BPF_RB_FORCE_WAKEUP.into());
+    Ok(())
+}
