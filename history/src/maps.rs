@@ -84,3 +84,138 @@ impl ProcessMaps {
             .filter(move |p| seen.insert(*p))
     }
 }
+
+/// One line of `/proc/PID/maps`, file-backed or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapLine {
+    pub start: u64,
+    pub end: u64,
+    pub readable: bool,
+    pub writable: bool,
+    pub shared: bool,
+    /// The path or pseudo-path (`[heap]`, `[stack]`, `[anon:...]`); empty for an anonymous
+    /// mapping.
+    pub path: String,
+}
+
+/// Parses every line of `/proc/PID/maps`; lines that do not parse are skipped.
+pub fn parse_map_lines(text: &str) -> Vec<MapLine> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            let perms = fields.next()?.as_bytes();
+            let path = line
+                .splitn(6, |c: char| c.is_ascii_whitespace())
+                .nth(5)
+                .unwrap_or("")
+                .trim_start();
+            Some(MapLine {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                readable: perms.first() == Some(&b'r'),
+                writable: perms.get(1) == Some(&b'w'),
+                shared: perms.get(3) == Some(&b's'),
+                path: path.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// What a mapping that existed before the tracer attached holds, as the history records it
+/// (`MemHistory::seed`), if it may hold host buffers or CUDA memory:
+/// - the heap, and private writable anonymous mappings (malloc's large blocks and arenas,
+///   Python's and the frameworks' own buffers, thread stacks, the main stack): regions;
+/// - a shared writable mapping of `/dev/zero` (what cudaHostAlloc / cudaMallocHost make with
+///   the driver on the GPU machine, platform.md): pinned. A program's own
+///   `MAP_SHARED|MAP_ANONYMOUS` memory looks the same and is taken as pinned too;
+/// - a mapping of `/dev/nvidia-uvm`: managed memory.
+///
+/// The driver's own small mappings of `/dev/nvidiactl` and `/dev/nvidia0`, `PROT_NONE`
+/// reservations (device address ranges, guard pages) and files are not seeded.
+pub fn seed_kind(line: &MapLine) -> Option<crate::history::AllocKind> {
+    use crate::history::AllocKind;
+    if !line.readable || !line.writable || line.end <= line.start {
+        return None;
+    }
+    let path = line.path.as_str();
+    match path {
+        "[heap]" => Some(AllocKind::Heap),
+        "" | "[stack]" if !line.shared => Some(AllocKind::Mmap),
+        _ if path.starts_with("[anon") && !line.shared => Some(AllocKind::Mmap),
+        _ if path.starts_with("/dev/zero") && line.shared => Some(AllocKind::Pinned),
+        _ if path.starts_with("/dev/nvidia-uvm") => Some(AllocKind::Managed),
+        _ => None,
+    }
+}
+
+/// Which side of a copy an address is on, from the process's memory map alone: host memory
+/// is readable by the process; a device address (unified addressing) lies in a range the
+/// driver reserved with no access (`---p`), in a `/dev/nvidia-uvm` mapping, or outside every
+/// mapping. `None` when the map shows a readable mapping of the driver's own device files.
+pub fn is_device_address(lines: &[MapLine], addr: u64) -> Option<bool> {
+    let index = lines.partition_point(|l| l.start <= addr).checked_sub(1);
+    let Some(line) = index.map(|i| &lines[i]).filter(|l| addr < l.end) else {
+        return Some(true);
+    };
+    if line.path.starts_with("/dev/nvidia-uvm") {
+        return Some(true);
+    }
+    if line.path.starts_with("/dev/nvidia") {
+        return None;
+    }
+    Some(!line.readable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::AllocKind;
+
+    // Lines as /proc/PID/maps shows them for a CUDA process on the H100 machine.
+    const MAPS: &str = "\
+55d0c0a00000-55d0c0b00000 rw-p 00000000 00:00 0                          [heap]
+7f0000000000-7f0400000000 ---p 00000000 00:00 0 
+7f1000000000-7f1000200000 rw-s 00000000 00:05 12                         /dev/zero (deleted)
+7f2000000000-7f2000200000 rw-s 00000000 00:05 13                         /dev/nvidia-uvm
+7f3000000000-7f3000001000 rw-s 00000000 00:05 14                         /dev/nvidiactl
+7f4000000000-7f4000800000 rw-p 00000000 00:00 0 
+7f5000000000-7f5000010000 r-xp 00000000 08:01 99                         /usr/lib/libc.so.6
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+";
+
+    #[test]
+    fn mappings_are_seeded_by_what_they_hold() {
+        let lines = parse_map_lines(MAPS);
+        assert_eq!(lines.len(), 8);
+        let kinds: Vec<_> = lines.iter().map(seed_kind).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                Some(AllocKind::Heap),
+                None,
+                Some(AllocKind::Pinned),
+                Some(AllocKind::Managed),
+                None,
+                Some(AllocKind::Mmap),
+                None,
+                Some(AllocKind::Mmap),
+            ]
+        );
+    }
+
+    #[test]
+    fn device_addresses_are_those_the_process_cannot_read() {
+        let lines = parse_map_lines(MAPS);
+        // Inside the PROT_NONE reservation, in managed memory, and outside every mapping.
+        assert_eq!(is_device_address(&lines, 0x7f00_1000_0000), Some(true));
+        assert_eq!(is_device_address(&lines, 0x7f20_0000_1000), Some(true));
+        assert_eq!(is_device_address(&lines, 0x1000), Some(true));
+        // Host memory: the heap, an anonymous mapping, pinned memory.
+        assert_eq!(is_device_address(&lines, 0x55d0_c0a0_0010), Some(false));
+        assert_eq!(is_device_address(&lines, 0x7f40_0000_0100), Some(false));
+        assert_eq!(is_device_address(&lines, 0x7f10_0000_0100), Some(false));
+        // The driver's own file: not a copy's buffer.
+        assert_eq!(is_device_address(&lines, 0x7f30_0000_0010), None);
+    }
+}

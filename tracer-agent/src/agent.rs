@@ -10,6 +10,7 @@ use std::{
 use tokio::sync::watch;
 
 use crate::{
+    address_space,
     error::TracerError,
     events::CudaCall,
     history::{Allocation, CallSite, MemHistory},
@@ -44,6 +45,11 @@ pub struct AgentConfig {
     pub stop_on_library_open: bool,
     /// Probes that are off by default to attach too.
     pub probes: ProbeOptions,
+    /// Record the memory the targets already have when the tracer attaches (their heap,
+    /// anonymous mappings, pinned and managed memory, from /proc/PID/maps), so copies from
+    /// it are credited to it. On for processes already running; a command the tracer starts
+    /// itself has nothing yet.
+    pub seed_existing_memory: bool,
 }
 
 impl AgentConfig {
@@ -57,6 +63,7 @@ impl AgentConfig {
             command: Vec::new(),
             stop_on_library_open: false,
             probes: ProbeOptions::default(),
+            seed_existing_memory: true,
         }
     }
 }
@@ -151,6 +158,13 @@ impl TracerAgent {
         self.probes = probes.status().to_vec();
         {
             let mut history = self.shared.history.write().expect("history lock poisoned");
+            // After the targets are added: memory mapped from here on is also seen as it is
+            // mapped (the same start replaces the seed).
+            if self.config.seed_existing_memory {
+                for &pid in &self.config.pids {
+                    address_space::seed_existing_memory(&mut history, pid);
+                }
+            }
             let meta = history.meta_mut();
             meta.tracer = format!("hotpin tracer {}", env!("CARGO_PKG_VERSION"));
             meta.started_unix_s = std::time::SystemTime::now()

@@ -2,6 +2,7 @@
 //! stream, and the [`MemHistory`](history::MemHistory) of which host allocations are copied to
 //! and from the GPU often (hot) and which rarely (cold).
 
+pub mod address_space;
 pub mod agent;
 pub mod error;
 pub mod privileges;

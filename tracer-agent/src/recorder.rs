@@ -15,9 +15,11 @@ use tokio::{io::unix::AsyncFd, sync::mpsc, sync::watch, time::MissedTickBehavior
 use tracer_common::BuildIdFrame;
 
 use crate::{
+    address_space::AddressSpaces,
     error::TracerError,
     events::{self, CudaCall, Op, RawSite, TraceEvent},
     history::MemHistory,
+    probes::registry::CopyDirection,
     probes::{KernelCounters, ProbeStatus, Probes},
     target::{self, AddressSites, CallSiteResolver},
 };
@@ -370,11 +372,12 @@ async fn write_batches(
     shared: Arc<Shared>,
     resolver: Arc<Mutex<CallSiteResolver>>,
 ) {
+    let mut spaces = AddressSpaces::default();
     while let Some(batch) = rx.recv().await {
         let mut history = shared.history.write().expect("history lock poisoned");
         let mut resolver = resolver.lock().unwrap_or_else(|p| p.into_inner());
         for (event, callers) in &batch {
-            apply(&mut history, &mut resolver, event, callers);
+            apply(&mut history, &mut resolver, &mut spaces, event, callers);
         }
     }
 }
@@ -382,11 +385,32 @@ async fn write_batches(
 fn apply(
     history: &mut MemHistory,
     resolver: &mut CallSiteResolver,
+    spaces: &mut AddressSpaces,
     event: &TraceEvent,
     callers: &[RawSite],
 ) {
     match *event {
-        TraceEvent::Cuda(ref call) => {
+        TraceEvent::Cuda(mut call) => {
+            // A unified-addressing copy whose pointers no known allocation places: the
+            // process's address space does, while the process is there.
+            if let Op::Copy {
+                dst,
+                src,
+                bytes,
+                direction: CopyDirection::Unresolved,
+            } = call.op
+                && !call.nested
+                && history.resolve_direction(call.pid, dst, src) == CopyDirection::Unresolved
+                && let Some(direction) = spaces.direction(call.pid, dst, src)
+            {
+                call.op = Op::Copy {
+                    dst,
+                    src,
+                    bytes,
+                    direction,
+                };
+            }
+            let call = &call;
             let callers = callers
                 .iter()
                 .map(|&raw| history.intern_call_site(resolver.resolve(call.pid, raw)))

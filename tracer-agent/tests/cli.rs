@@ -5,6 +5,8 @@ mod common;
 
 use std::process::{Command, Output};
 
+use tracer_agent::history::AllocKind;
+
 #[test]
 fn record_a_command_then_report_on_its_history() {
     common::require_root();
@@ -409,5 +411,81 @@ fn a_verbose_recording_exports_as_a_trace_a_json_parser_reads() {
     assert!(
         !refused.status.success() && stderr.contains("--verbose"),
         "{stderr}"
+    );
+}
+
+/// A program that allocated everything before `tracer --pid` attached: its copies are credited
+/// to the memory the tracer found in its map (the heap, a malloc'd mapping), not untracked.
+#[test]
+fn memory_from_before_a_pid_attach_is_credited_with_its_copies() {
+    use std::io::{BufRead, BufReader};
+    common::require_root();
+    let standin = common::standin("cli-pre-attach");
+    let program = common::compile_c(&standin, "pre_attach");
+    let go = standin.dir.join("go");
+    let mut workload = Command::new(&program)
+        .arg(&standin.runtime)
+        .arg(&go)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the workload");
+    let mut ready = String::new();
+    BufReader::new(workload.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("read READY");
+    assert_eq!(ready.trim(), "READY");
+    let history = standin.dir.join("pre-attach.json");
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "--pid", &workload.id().to_string(), "-o"])
+        .arg(&history)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start tracer");
+    let mut stderr = BufReader::new(tracer.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read the tracer") == 0 {
+            panic!("the tracer ended before recording: {said}");
+        }
+        said.push_str(&line);
+        if line.starts_with("tracer: recording") {
+            break;
+        }
+    }
+    std::fs::write(&go, b"").expect("open the gate");
+    let status = workload.wait().expect("wait for the workload");
+    assert!(status.success(), "workload failed: {status}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read the tracer");
+    let ended = tracer.wait().expect("wait for tracer");
+    assert!(ended.success(), "tracer failed: {said}{rest}");
+
+    let saved = tracer_agent::dump::read(&history).expect("history");
+    let stats = saved.stats();
+    assert_eq!(stats.transfers, 25, "{stats:?}");
+    assert_eq!(
+        stats.untracked_transfers, 0,
+        "every copy credited: {stats:?}"
+    );
+    assert_eq!(stats.h2d_bytes, 10 * (1 << 20) + 10 * 4096);
+    assert_eq!(stats.d2h_bytes, 5 * (1 << 20));
+    let credited = |count: u64| {
+        saved
+            .allocations()
+            .iter()
+            .find(|a| a.stats.transfers == count)
+            .unwrap_or_else(|| panic!("an allocation with {count} copies: {stats:?}"))
+    };
+    let big = credited(15);
+    assert!(
+        big.pre_existing && big.kind == AllocKind::Mmap && big.size >= 8 << 20,
+        "the large block's mapping, seeded: {big:?}"
+    );
+    let little = credited(10);
+    assert!(
+        little.pre_existing && little.kind == AllocKind::Heap,
+        "the small block's heap, seeded: {little:?}"
     );
 }

@@ -125,6 +125,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             .collect();
         // Our own child: holding it while a CUDA library's probes attach is safe and exact.
         config.stop_on_library_open = true;
+        // Held before exec: what it maps now is the tracer's, not the program's.
+        config.seed_existing_memory = false;
         child = Some(paused);
     }
     for &pid in &config.pids {
@@ -150,6 +152,19 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     report_probes(&agent, child.is_some());
     if let Some(child) = &mut child {
         child.resume()?;
+    } else {
+        let seeded = agent
+            .history()
+            .allocations()
+            .iter()
+            .filter(|a| a.pre_existing)
+            .count();
+        let pids: Vec<String> = args.pids.iter().map(u32::to_string).collect();
+        eprintln!(
+            "tracer: recording {} ({seeded} mappings that existed already recorded as \
+             pre-existing); it ends when the process exits, or on Ctrl-C",
+            pids.join(", ")
+        );
     }
 
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -188,6 +188,8 @@ pub fn trace_configured(
     })
     .expect("spawn the workload");
     let mut config = AgentConfig::new(child.pid());
+    // Held before exec: nothing of the workload's own is mapped yet.
+    config.seed_existing_memory = false;
     match find {
         Find::Named => config.libraries = vec![standin.runtime.clone(), standin.driver.clone()],
         Find::WhenOpened => config.stop_on_library_open = true,
