@@ -173,35 +173,14 @@ static CUresult copy(void *dst, const void *src, size_t n) {
 
 #define D(p) ((void *)(uintptr_t)(p))
 
-/* The host-device copies the load tests drive start with `endbr64; nopl 0(%rax,%rax,1)`.
- * Linux 6.18+ turns a uprobe on a 5-byte nop into a call to a trampoline instead of a trap
- * (about 7x cheaper on the build machine), so on such kernels those tests drive the tracer's
- * ring and recorder at over 1M copies/s instead of measuring the trap. NVIDIA's functions
- * start with `endbr64; push` (no nop5): the real libraries do not get this, and on older
- * kernels the nop5 is probed with a trap like any instruction. */
-#if defined(__x86_64__)
-#define NOP5_ENTRY(name, impl)                                                              \
-    __asm__(".text\n.globl " #name "\n.type " #name ",@function\n.p2align 4\n" #name ":\n" \
-            "    endbr64\n"                                                                  \
-            "    .byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n" /* nopl 0(%rax,%rax,1), spelled out:  \
-                                                        the assembler shortens the mnemonic */ \
-            "    jmp " #impl "\n"                                                             \
-            ".size " #name ", .-" #name "\n");
-#define COPY_ENTRY(ret, name, impl, params, body)                                           \
-    __attribute__((used, noinline, visibility("hidden"))) ret impl params body             \
-    NOP5_ENTRY(name, impl)
-#else
-#define COPY_ENTRY(ret, name, impl, params, body) EXPORT ret name params body
-#endif
-
-COPY_ENTRY(CUresult, cuMemcpyHtoD_v2, htod, (CUdeviceptr dst, const void *src, size_t n), { return copy(D(dst), src, n); })
-COPY_ENTRY(CUresult, cuMemcpyHtoD_v2_ptds, htod_ptds, (CUdeviceptr dst, const void *src, size_t n), { return copy(D(dst), src, n); })
-COPY_ENTRY(CUresult, cuMemcpyDtoH_v2, dtoh, (void *dst, CUdeviceptr src, size_t n), { return copy(dst, D(src), n); })
-COPY_ENTRY(CUresult, cuMemcpyDtoH_v2_ptds, dtoh_ptds, (void *dst, CUdeviceptr src, size_t n), { return copy(dst, D(src), n); })
-COPY_ENTRY(CUresult, cuMemcpyHtoDAsync_v2, htod_async, (CUdeviceptr dst, const void *src, size_t n, CUstream s), { (void)s; return copy(D(dst), src, n); })
-COPY_ENTRY(CUresult, cuMemcpyHtoDAsync_v2_ptsz, htod_async_ptsz, (CUdeviceptr dst, const void *src, size_t n, CUstream s), { (void)s; return copy(D(dst), src, n); })
-COPY_ENTRY(CUresult, cuMemcpyDtoHAsync_v2, dtoh_async, (void *dst, CUdeviceptr src, size_t n, CUstream s), { (void)s; return copy(dst, D(src), n); })
-COPY_ENTRY(CUresult, cuMemcpyDtoHAsync_v2_ptsz, dtoh_async_ptsz, (void *dst, CUdeviceptr src, size_t n, CUstream s), { (void)s; return copy(dst, D(src), n); })
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return copy(D(dst), src, n); }
+EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n) { return copy(D(dst), src, n); }
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy(dst, D(src), n); }
+EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) { return copy(dst, D(src), n); }
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { (void)s; return copy(D(dst), src, n); }
+EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s) { (void)s; return copy(D(dst), src, n); }
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return copy(dst, D(src), n); }
+EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return copy(dst, D(src), n); }
 EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(D(dst), D(src), n); }
 EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(D(dst), D(src), n); }
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { (void)s; return copy(D(dst), D(src), n); }
