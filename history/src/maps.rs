@@ -14,29 +14,17 @@ pub struct Mapping {
 /// Parses the text of `/proc/PID/maps`, keeping file-backed mappings; lines that do not parse
 /// are skipped.
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_ascii_whitespace();
-            let range = fields.next()?;
-            let _perms = fields.next()?;
-            let offset = fields.next()?;
-            let _dev = fields.next()?;
-            let inode = fields.next()?;
-            // The path is the rest of the line and may contain spaces.
-            let path = line
-                .splitn(6, |c: char| c.is_ascii_whitespace())
-                .nth(5)?
-                .trim_start();
-            if inode == "0" || !path.starts_with('/') {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
-                file_offset: u64::from_str_radix(offset, 16).ok()?,
-                path: path.strip_suffix(" (deleted)").unwrap_or(path).to_string(),
-            })
+    parse_map_lines(text)
+        .into_iter()
+        .filter(|line| line.inode != 0 && line.path.starts_with('/'))
+        .map(|line| Mapping {
+            start: line.start,
+            end: line.end,
+            file_offset: line.file_offset,
+            path: match line.path.strip_suffix(" (deleted)") {
+                Some(path) => path.to_string(),
+                None => line.path,
+            },
         })
         .collect()
 }
@@ -93,6 +81,10 @@ pub struct MapLine {
     pub readable: bool,
     pub writable: bool,
     pub shared: bool,
+    /// Offset of `start` in the file mapped (0 for anonymous memory).
+    pub file_offset: u64,
+    /// The file's inode; 0 for anonymous memory and pseudo-paths.
+    pub inode: u64,
     /// The path or pseudo-path (`[heap]`, `[stack]`, `[anon:...]`); empty for an anonymous
     /// mapping.
     pub path: String,
@@ -105,6 +97,10 @@ pub fn parse_map_lines(text: &str) -> Vec<MapLine> {
             let mut fields = line.split_ascii_whitespace();
             let (start, end) = fields.next()?.split_once('-')?;
             let perms = fields.next()?.as_bytes();
+            let offset = fields.next()?;
+            let _dev = fields.next()?;
+            let inode = fields.next()?;
+            // The path is the rest of the line and may contain spaces.
             let path = line
                 .splitn(6, |c: char| c.is_ascii_whitespace())
                 .nth(5)
@@ -116,6 +112,8 @@ pub fn parse_map_lines(text: &str) -> Vec<MapLine> {
                 readable: perms.first() == Some(&b'r'),
                 writable: perms.get(1) == Some(&b'w'),
                 shared: perms.get(3) == Some(&b's'),
+                file_offset: u64::from_str_radix(offset, 16).ok()?,
+                inode: inode.parse().ok()?,
                 path: path.to_string(),
             })
         })

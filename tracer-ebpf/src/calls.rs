@@ -152,36 +152,23 @@ fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
         }
     }
 
-    // SAFETY: as above: the reserved record.
-    let args = unsafe { &(*event).args };
-    let mut out = 0;
-    if let Some(index) = cookie.out_arg()
-        && let Some(&at) = args.get(index)
-        && at != 0
-    {
-        // SAFETY: a user read of the out-parameter the callee just wrote.
-        match unsafe { bpf_probe_read_user(at as *const u64) } {
-            Ok(value) => out = value,
-            Err(_) => flags |= FLAG_OUT_UNREADABLE,
-        }
-    }
-
     // A second out-parameter (a pitch): its value replaces its pointer among the arguments.
     if let Some(index) = cookie.second_out_arg()
         && index < MAX_ARGS
     {
         // SAFETY: as above: the reserved record.
         let slot = unsafe { &mut (*event).args[index] };
-        if *slot != 0 {
-            // SAFETY: a user read of the out-parameter the callee just wrote.
-            match unsafe { bpf_probe_read_user(*slot as *const u64) } {
-                Ok(value) => *slot = value,
-                Err(_) => flags |= FLAG_OUT_UNREADABLE,
-            }
+        if let Some(value) = read_out_param(*slot, &mut flags) {
+            *slot = value;
         }
     }
     // SAFETY: as above: the reserved record.
     let args = unsafe { &(*event).args };
+    let out = cookie
+        .out_arg()
+        .and_then(|index| args.get(index).copied())
+        .and_then(|at| read_out_param(at, &mut flags))
+        .unwrap_or(0);
 
     if cookie.layer() == Layer::Libc as u8 {
         track_libc_block(tgid, cookie, args, ctx.ret::<u64>(), out);
@@ -218,4 +205,20 @@ fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
     };
     entry.submit(wakeup.into());
     Ok(())
+}
+
+/// The value an out-parameter at `at` holds now that the callee wrote it; `None` for a null
+/// pointer, and for an unreadable one, which is flagged.
+fn read_out_param(at: u64, flags: &mut u16) -> Option<u64> {
+    if at == 0 {
+        return None;
+    }
+    // SAFETY: a user read of the out-parameter the callee just wrote.
+    match unsafe { bpf_probe_read_user(at as *const u64) } {
+        Ok(value) => Some(value),
+        Err(_) => {
+            *flags |= FLAG_OUT_UNREADABLE;
+            None
+        }
+    }
 }
