@@ -152,6 +152,21 @@ pub enum TraceEvent {
     },
 }
 
+impl TraceEvent {
+    /// The process the event is about (the parent, for a fork).
+    pub fn pid(&self) -> u32 {
+        match *self {
+            TraceEvent::Cuda(CudaCall { pid, .. })
+            | TraceEvent::LibraryOpen { pid, .. }
+            | TraceEvent::DriverPages { pid, .. }
+            | TraceEvent::HostMemory { pid, .. }
+            | TraceEvent::PageFaults { pid, .. }
+            | TraceEvent::NvidiaIoctl { pid, .. }
+            | TraceEvent::ProcessFork { pid, .. } => pid,
+        }
+    }
+}
+
 /// What a host memory syscall did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostOp {

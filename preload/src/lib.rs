@@ -11,7 +11,8 @@
 //!   *promoted*) and unregistered before it is freed or moved by `realloc`. Below the floor a
 //!   call goes straight to libc: no lock, no lookup.
 //!
-//! Modes (`HOTPIN_MODE`): `use` decides from the history (`HOTPIN_HISTORY`) with the cost
+//! Modes (`HOTPIN_MODE`): `use` decides from the history (`HOTPIN_HISTORY`, else the
+//! program's latest in the history store `tracer daemon` writes, `HOTPIN_STORE`) with the cost
 //! model (`HOTPIN_COSTS`, else built-in H100 numbers) under `HOTPIN_PINNED_BUDGET`;
 //! `pin-all` promotes every allocation at or above the floor and keeps every pinned request;
 //! `pin-none` demotes every pinned request it may; `profile` changes nothing (the tracer

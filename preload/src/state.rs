@@ -22,7 +22,10 @@ use hotpin::{
     policy::{HotSet, Judged, SiteKey, Verdict},
     pressure::{Level, Pressure},
 };
-use hotpin_history::report::HotPolicy;
+use hotpin_history::{
+    report::HotPolicy,
+    store::{self, ProgramKey, Store},
+};
 use serde::Serialize;
 
 use crate::{cuda, real::__libc_free};
@@ -214,6 +217,25 @@ extern "C" fn at_exit() {
     }
 }
 
+/// Use mode without `HOTPIN_HISTORY`: the latest history of this program (its executable,
+/// build id and script) in the store (`HOTPIN_STORE`, else /var/lib/hotpin/histories), which
+/// is only read.
+fn stored_history() -> Result<PathBuf, String> {
+    let root = store::default_root();
+    let missing = || {
+        format!(
+            "use mode needs a history (HOTPIN_HISTORY, or one of this program in the store {})",
+            root.display()
+        )
+    };
+    let key = ProgramKey::of_current_process()
+        .map_err(|e| format!("{}; {:#}", missing(), anyhow::Error::from(e)))?;
+    Store::open_existing(&root)
+        .latest_of(&key)
+        .map_err(|e| format!("{}; {:#}", missing(), anyhow::Error::from(e)))?
+        .ok_or_else(|| format!("{}: the store has none of {key}", missing()))
+}
+
 impl State {
     /// None without HOTPIN_MODE: nothing to do. Profile mode pins everything, as pin-all
     /// does, while the tracer records (so a program that copies pageable memory through a
@@ -231,12 +253,14 @@ impl State {
             Err(_) => None,
         };
         let hot = if mode == Mode::Use {
-            let path = std::env::var_os("HOTPIN_HISTORY")
-                .ok_or("use mode needs a history (HOTPIN_HISTORY)")?;
+            let path = match std::env::var_os("HOTPIN_HISTORY") {
+                Some(path) => PathBuf::from(path),
+                None => stored_history()?,
+            };
             let policy = HotPolicy::configured()
                 .map_err(|e| format!("cost file: {:#}", anyhow::Error::from(e)))?;
             Some(
-                HotSet::load(path.as_ref(), policy, budget)
+                HotSet::load(&path, policy, budget)
                     .map_err(|e| format!("cannot use the history: {:#}", anyhow::Error::from(e)))?,
             )
         } else {

@@ -330,6 +330,8 @@ fn bad_input_is_refused_before_the_program_starts() {
             .args(args)
             .args(["--", "touch"])
             .arg(&marker)
+            // Use mode without --history looks in the store: an empty one.
+            .env("HOTPIN_STORE", setup.dir.join("empty-store"))
             .output()
             .expect("run hotpin")
     };
@@ -352,6 +354,107 @@ fn bad_input_is_refused_before_the_program_starts() {
         assert!(stderr.contains(why), "{args:?}: {stderr}");
         assert!(!marker.exists(), "{args:?}: the program must not start");
     }
+}
+
+#[test]
+fn use_mode_without_a_history_takes_the_programs_latest_in_the_store() {
+    let setup = setup("store");
+    let root = setup.dir.join("store");
+    let store = hotpin_history::store::Store::open(&root, Default::default()).expect("a store");
+    let key = hotpin_history::store::ProgramKey::of_command(setup.program.as_os_str(), &[])
+        .expect("the program's key");
+    // An older history that cannot be read, then a history that knows nothing: every pinned
+    // request is kept as the program asked, every pageable one left pageable.
+    let folder = root.join(key.as_str());
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    std::fs::write(folder.join("0000000000001-1.hotpin"), b"not a history").expect("write");
+    let latest = store
+        .save(&key, &hotpin_history::MemHistory::new(), 1, false)
+        .expect("save");
+
+    let decisions = setup.dir.join("decisions");
+    let root_arg = root.to_str().expect("UTF-8");
+    let run = hotpin_run(
+        &setup,
+        &[
+            "--mode",
+            "use",
+            "--store",
+            root_arg,
+            "--report",
+            decisions.to_str().expect("UTF-8"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "hotpin: using {}, the latest history of {key} in the store",
+            latest.display()
+        )),
+        "hotpin names the history it took: {stderr}"
+    );
+    let through_hotpin = report(&decisions);
+    assert_eq!(through_hotpin["mode"], "use", "{through_hotpin:#}");
+    assert_eq!(
+        through_hotpin["counters"]["kept_pinned"], 5,
+        "{through_hotpin:#}"
+    );
+    assert_eq!(
+        through_hotpin["counters"]["promoted"], 0,
+        "{through_hotpin:#}"
+    );
+
+    // The interposer alone (LD_PRELOAD, no HOTPIN_HISTORY) finds it too.
+    let preload = Path::new(env!("CARGO_BIN_EXE_hotpin")).with_file_name("libhotpin_preload.so");
+    let direct = setup.dir.join("direct");
+    let output = Command::new(&setup.program)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("LD_PRELOAD", &preload)
+        .env("HOTPIN_MODE", "use")
+        .env("HOTPIN_STORE", &root)
+        .env("HOTPIN_REPORT", &direct)
+        .env_remove("HOTPIN_HISTORY")
+        .output()
+        .expect("run the program");
+    assert!(output.status.success(), "{output:?}");
+    let direct = report(&direct);
+    assert_eq!(direct["mode"], "use", "{direct:#}");
+    assert_eq!(direct["counters"]["kept_pinned"], 5, "{direct:#}");
+
+    // An empty store: hotpin refuses before the program starts; the interposer leaves it
+    // untouched, and says why.
+    let empty = setup.dir.join("empty-store");
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--mode", "use", "--store"])
+        .arg(&empty)
+        .arg("--")
+        .arg(&setup.program)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run hotpin");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "no history, no run: {stderr}");
+    assert!(
+        stderr.contains("needs --history") && stderr.contains("tracer daemon"),
+        "{stderr}"
+    );
+    let output = Command::new(&setup.program)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("LD_PRELOAD", &preload)
+        .env("HOTPIN_MODE", "use")
+        .env("HOTPIN_STORE", &empty)
+        .env_remove("HOTPIN_HISTORY")
+        .output()
+        .expect("run the program");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stderr.contains(&format!(
+            "use mode needs a history (HOTPIN_HISTORY, or one of this program in the store {})",
+            empty.display()
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -83,4 +83,9 @@ impl AddressSpaces {
             (false, false) => Some(CopyDirection::HostToHost),
         }
     }
+
+    /// Drops what is kept of `pid`'s map (it exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.maps.remove(&pid);
+    }
 }

@@ -16,6 +16,7 @@ use crate::{
     history::{Allocation, CallSite, MemHistory},
     probes::{ProbeOptions, ProbeState, ProbeStatus, Probes},
     recorder::{LiveStatus, Recorder, RecorderConfig, RecorderEnd, Shared},
+    sessions::{Session, SessionInfo, Sessions},
     target::{self, CallSiteResolver},
 };
 
@@ -152,6 +153,35 @@ impl TracerAgent {
             probes.add_target(pid)?;
             files.extend(target::candidate_files(pid)?);
         }
+        // Watching every process: from now on the kernel makes any process that opens a CUDA
+        // library a target; those that have one already are found here, each a session
+        // seeded with the memory it has.
+        let mut targets = self.config.pids.clone();
+        if let Some(filter) = &self.config.recorder.watch {
+            // The agent opens CUDA libraries itself to read their symbols: never its own
+            // target (the kernel would stop it at the open, waiting for itself).
+            probes.ignore(std::process::id())?;
+            probes.set_watch_library_opens(true)?;
+            let filter = filter
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut sessions = self.shared.sessions();
+            for pid in crate::sessions::running_cuda_processes() {
+                if !filter.admits(pid) || targets.contains(&pid) {
+                    continue;
+                }
+                let Ok(found) = target::candidate_files(pid) else {
+                    continue;
+                };
+                probes.add_target(pid)?;
+                files.extend(found);
+                targets.push(pid);
+                let session = sessions.start(SessionInfo::of_process(pid));
+                address_space::seed_existing_memory(&mut session.history, pid);
+            }
+        }
+        files.sort();
+        files.dedup();
         for path in &files {
             probes.attach_file(path)?;
         }
@@ -178,7 +208,7 @@ impl TracerAgent {
         for path in self.config.modules.iter().chain(&files) {
             resolver.learn_file(path, &path.display().to_string());
         }
-        for &pid in &self.config.pids {
+        for &pid in &targets {
             resolver.learn_process(pid);
         }
         let recorder = Recorder {
@@ -186,7 +216,7 @@ impl TracerAgent {
             probes,
             ring,
             shared: Arc::clone(&self.shared),
-            targets: self.config.pids.clone(),
+            targets,
             config: self.config.recorder.clone(),
         };
         let (stop, stop_rx) = watch::channel(false);
@@ -252,6 +282,17 @@ impl TracerAgent {
             .iter()
             .filter(|p| p.state == ProbeState::Attached)
             .count()
+    }
+
+    /// The sessions (watching every process): one history per program run. Recording waits
+    /// while the guard is held, so keep it short.
+    pub fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.shared.sessions()
+    }
+
+    /// The sessions that ended since the last call, each with its whole history.
+    pub fn take_ended_sessions(&self) -> Vec<Session> {
+        self.shared.sessions().take_ended()
     }
 
     /// Read access to the history; recording waits while the guard is held, so keep it short.

@@ -5,13 +5,16 @@
 pub mod address_space;
 pub mod agent;
 pub mod error;
+pub mod filter;
+pub mod metrics;
 pub mod privileges;
 pub mod probes;
 pub mod recorder;
+pub mod sessions;
 pub mod target;
 
 /// The history, its dumps and reports live in their own crate (shared with the allocator).
-pub use hotpin_history::{dump, events, export, history, report};
+pub use hotpin_history::{dump, events, export, history, report, store};
 
 pub use agent::{AgentConfig, AgentEvent, TracerAgent};
 pub use error::TracerError;

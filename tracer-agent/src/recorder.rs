@@ -1,9 +1,11 @@
 //! The recording thread: reads the ring buffer in batches, decodes, and feeds the MemHistory
-//! through a bounded channel; attaches CUDA libraries the targets load after the start.
+//! through a bounded channel; attaches CUDA libraries the targets load after the start. When
+//! it watches every process (`tracer daemon`), a process that opens a CUDA library becomes a
+//! target and gets a history of its own (a [`Session`](crate::sessions::Session)).
 
 use std::{
     sync::{
-        Arc, Mutex, RwLock,
+        Arc, Mutex, PoisonError, RwLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
@@ -18,9 +20,11 @@ use crate::{
     address_space::AddressSpaces,
     error::TracerError,
     events::{self, CudaCall, Op, RawSite, TraceEvent},
+    filter::ProcessFilter,
     history::MemHistory,
     probes::registry::CopyDirection,
-    probes::{KernelCounters, ProbeStatus, Probes},
+    probes::{ProbeStatus, Probes},
+    sessions::{SessionInfo, Sessions},
     target::{self, AddressSites, CallSiteResolver},
 };
 
@@ -40,6 +44,10 @@ pub struct RecorderConfig {
     /// Build ids of interposers standing in front of libc's allocator: an allocation's call
     /// site is the first frame outside them.
     pub interposers: Vec<[u8; 20]>,
+    /// Watch every process: one that opens a CUDA library and passes the filter becomes a
+    /// target, with a history of its own in [`Shared::sessions`] (`tracer daemon`). The
+    /// filter may be replaced while recording.
+    pub watch: Option<Arc<RwLock<ProcessFilter>>>,
 }
 
 impl Default for RecorderConfig {
@@ -48,6 +56,7 @@ impl Default for RecorderConfig {
             drain_interval: Duration::from_millis(10),
             rescan_interval: Duration::from_millis(100),
             interposers: Vec::new(),
+            watch: None,
         }
     }
 }
@@ -74,8 +83,19 @@ pub struct LiveStatus {
 /// State shared between the recording thread and the agent's readers.
 #[derive(Debug, Default)]
 pub struct Shared {
+    /// The history of the targets (when not watching every process).
     pub history: RwLock<MemHistory>,
+    /// One history per program run (when watching every process).
+    pub sessions: Mutex<Sessions>,
     pub live: LiveCounters,
+}
+
+impl Shared {
+    /// The sessions, even if a thread panicked holding them (they stay consistent: every
+    /// change is one call).
+    pub fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Everything the thread owns.
@@ -113,20 +133,22 @@ impl Recorder {
     async fn record(self, mut stop: watch::Receiver<bool>) -> Result<RecorderEnd, TracerError> {
         let Recorder {
             resolver,
-            mut probes,
+            probes,
             ring,
             shared,
-            mut targets,
+            targets,
             config,
         } = self;
         let (tx, rx) = mpsc::channel::<Vec<Record>>(CHANNEL_BATCHES);
         // Shared with the reader, which learns a process's modules while the kernel holds it
         // stopped at a library open: a short program may be gone before the writer looks.
         let resolver = Arc::new(Mutex::new(resolver));
+        let per_session = config.watch.is_some();
         let writer = tokio::spawn(write_batches(
             rx,
             Arc::clone(&shared),
             Arc::clone(&resolver),
+            per_session,
         ));
         // SAFETY: the RingBuf owns its map's descriptor, keeps it open while it lives, and
         // always returns the same one; it is moved into the AsyncFd and never swapped.
@@ -136,9 +158,17 @@ impl Recorder {
         })?;
         let mut drain_tick = tokio::time::interval(config.drain_interval);
         drain_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut address_sites = AddressSites::new(config.interposers.clone());
         let mut rescan_tick = tokio::time::interval(config.rescan_interval);
         rescan_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut reader = Reader {
+            address_sites: AddressSites::new(config.interposers.clone()),
+            shared,
+            probes,
+            targets,
+            ignored: Vec::new(),
+            resolver,
+            watch: config.watch.clone(),
+        };
 
         loop {
             tokio::select! {
@@ -147,15 +177,25 @@ impl Recorder {
                         what: "polling the ring buffer".into(),
                         source,
                     })?;
-                    drain(guard.get_inner_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets, &resolver).await;
+                    reader.drain(guard.get_inner_mut(), &tx).await;
                     guard.clear_ready();
                 }
-                _ = drain_tick.tick() => {
-                    drain(ring.get_mut(), &tx, &shared, &mut probes, &mut address_sites, &mut targets, &resolver).await
-                }
+                _ = drain_tick.tick() => reader.drain(ring.get_mut(), &tx).await,
                 _ = rescan_tick.tick() => {
-                    rescan(&mut probes, &mut targets, &shared);
-                    publish_counters(&probes, &shared);
+                    let exited = reader.rescan();
+                    if !exited.is_empty() {
+                        // Everything an exited process sent is in the ring: take it first,
+                        // then what its threads held back, then say it ended.
+                        reader.drain(ring.get_mut(), &tx).await;
+                        let mut records = Vec::new();
+                        for pid in exited {
+                            reader.address_sites.forget(pid);
+                            reader.held_back_runs(Some(pid), &mut records);
+                            records.push(Record::Exited(pid));
+                        }
+                        let _ = tx.send(records).await;
+                    }
+                    reader.publish_counters();
                 }
                 changed = stop.changed() => {
                     if changed.is_err() || *stop.borrow() {
@@ -169,56 +209,28 @@ impl Recorder {
         // everything the ring holds. The probes stay attached, emitting nothing for lack of
         // targets, until the caller releases them (it writes the history first: releasing
         // the links waits for the kernel).
-        for &pid in &targets {
-            if let Err(error) = probes.remove_target(pid) {
+        if reader.watch.is_some()
+            && let Err(error) = reader.probes.set_watch_library_opens(false)
+        {
+            tracing::warn!(error = %crate::error::chain(&error), "cannot stop watching library opens");
+        }
+        for &pid in &reader.targets {
+            if let Err(error) = reader.probes.remove_target(pid) {
                 tracing::warn!(pid, error = %crate::error::chain(&error), "cannot remove a target from the kernel filter");
             }
         }
-        let counters = probes.counters()?;
-        drain(
-            ring.get_mut(),
-            &tx,
-            &shared,
-            &mut probes,
-            &mut address_sites,
-            &mut targets,
-            &resolver,
-        )
-        .await;
+        let counters = reader.probes.counters()?;
+        reader.drain(ring.get_mut(), &tx).await;
         // Children forked while the ring was drained joined the filter meanwhile.
-        for &pid in &targets {
-            let _ = probes.remove_target(pid);
+        for &pid in &reader.targets {
+            let _ = reader.probes.remove_target(pid);
         }
         // Runs of identical copies and of page faults the threads had not sent yet: after
         // everything else they did.
-        match probes.take_copy_runs() {
-            Ok(runs) if !runs.is_empty() => {
-                let mut calls = Vec::new();
-                for run in &runs {
-                    match events::decode_event(run) {
-                        Ok(call) => calls.push((TraceEvent::Cuda(call), Vec::new())),
-                        Err(error) => {
-                            shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(%error, "dropping a copy run that does not decode");
-                        }
-                    }
-                }
-                let _ = tx.send(calls).await;
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(error = %crate::error::chain(&error), "cannot read the last copy runs")
-            }
-        }
-        match probes.take_fault_runs() {
-            Ok(runs) if !runs.is_empty() => {
-                let runs = runs.into_iter().map(|run| (run, Vec::new())).collect();
-                let _ = tx.send(runs).await;
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(error = %crate::error::chain(&error), "cannot read the last page-fault runs")
-            }
+        let mut records = Vec::new();
+        reader.held_back_runs(None, &mut records);
+        if !records.is_empty() {
+            let _ = tx.send(records).await;
         }
         drop(tx);
         writer.await.map_err(|error| {
@@ -227,6 +239,7 @@ impl Recorder {
                 crate::error::chain(&error)
             ))
         })?;
+        let Reader { shared, probes, .. } = reader;
         let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
         {
             let mut history = shared.history.write().expect("history lock poisoned");
@@ -242,8 +255,15 @@ impl Recorder {
     }
 }
 
-/// An event on its way to the history, with the callers beyond its call site (allocations).
-type Record = (TraceEvent, Vec<RawSite>);
+/// What goes from the reader to the history writer, in ring order.
+enum Record {
+    /// An event, with the callers beyond its call site (allocations).
+    Event(TraceEvent, Vec<RawSite>),
+    /// A process began a session of its own (watching every process).
+    Started(SessionInfo),
+    /// A target exited, and every event it sent is before this.
+    Exited(u32),
+}
 
 /// The callers beyond an allocation call's site, from the user stack the kernel resolved. The
 /// first frame is the call site itself; the walk ends where frame pointers do. A call that
@@ -306,78 +326,307 @@ fn prefer_this_thread() {
     }
 }
 
-/// Takes every record in the ring, decodes it, and sends it on in batches. A CUDA library
-/// being opened is handled at once: its process may be stopped until then.
-async fn drain(
-    ring: &mut RingBuf<MapData>,
-    tx: &mpsc::Sender<Vec<Record>>,
-    shared: &Shared,
-    probes: &mut Probes,
-    address_sites: &mut AddressSites,
-    targets: &mut Vec<u32>,
-    resolver: &Mutex<CallSiteResolver>,
-) {
-    let mut batch = Vec::with_capacity(BATCH);
-    loop {
-        // The record borrows the ring: decode it and let it go before awaiting.
-        let decoded = match ring.next() {
-            None => break,
-            Some(record) => events::decode(&record),
-        };
-        match decoded {
-            Ok(TraceEvent::Cuda(mut call)) => {
-                if let Some(RawSite::Address(addr)) = call.site {
-                    call.site = address_sites.to_build_id(call.pid, addr).or(call.site);
+/// The reading task's state: everything but the ring, which its poller borrows.
+struct Reader {
+    shared: Arc<Shared>,
+    probes: Probes,
+    address_sites: AddressSites,
+    /// The processes traced now.
+    targets: Vec<u32>,
+    /// Processes the filter left out (watching every process), until they exit.
+    ignored: Vec<u32>,
+    resolver: Arc<Mutex<CallSiteResolver>>,
+    watch: Option<Arc<RwLock<ProcessFilter>>>,
+}
+
+impl Reader {
+    /// Takes every record in the ring, decodes it, and sends it on in batches. A CUDA library
+    /// being opened is handled at once: its process may be stopped until then.
+    async fn drain(&mut self, ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Record>>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut events = 0u64;
+        loop {
+            // The record borrows the ring: decode it and let it go before awaiting.
+            let decoded = match ring.next() {
+                None => break,
+                Some(record) => events::decode(&record),
+            };
+            events += 1;
+            match decoded {
+                Ok(TraceEvent::Cuda(mut call)) => {
+                    if let Some(RawSite::Address(addr)) = call.site {
+                        call.site = self.address_sites.to_build_id(call.pid, addr).or(call.site);
+                    }
+                    let callers = callers(&self.probes, &mut call, &mut self.address_sites);
+                    batch.push(Record::Event(TraceEvent::Cuda(call), callers));
                 }
-                let callers = callers(probes, &mut call, address_sites);
-                batch.push((TraceEvent::Cuda(call), callers));
-            }
-            Ok(TraceEvent::LibraryOpen { pid, fd }) => library_opened(probes, pid, fd, resolver),
-            Ok(TraceEvent::ProcessFork { pid, child }) => {
-                tracing::info!(pid, child, "following a child process");
-                if !targets.contains(&child) {
-                    targets.push(child);
+                Ok(TraceEvent::LibraryOpen { pid, fd }) => {
+                    if self.watch.is_some() && !self.targets.contains(&pid) {
+                        self.found(pid, &mut batch);
+                    }
+                    self.library_opened(pid, fd);
                 }
-                batch.push((TraceEvent::ProcessFork { pid, child }, Vec::new()));
+                Ok(TraceEvent::ProcessFork { pid, child }) => {
+                    tracing::info!(pid, child, "following a child process");
+                    if !self.targets.contains(&child) {
+                        self.targets.push(child);
+                    }
+                    batch.push(Record::Event(
+                        TraceEvent::ProcessFork { pid, child },
+                        Vec::new(),
+                    ));
+                }
+                Ok(event) => batch.push(Record::Event(event, Vec::new())),
+                Err(error) => {
+                    self.shared
+                        .live
+                        .decode_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %crate::error::chain(&error), "dropping a ring-buffer record that does not decode");
+                }
             }
-            Ok(event) => batch.push((event, Vec::new())),
-            Err(error) => {
-                shared.live.decode_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %crate::error::chain(&error), "dropping a ring-buffer record that does not decode");
+            if batch.len() >= BATCH {
+                self.shared.live.events.fetch_add(events, Ordering::Relaxed);
+                events = 0;
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                if tx.send(full).await.is_err() {
+                    return;
+                }
             }
         }
-        if batch.len() == BATCH {
-            shared
-                .live
-                .events
-                .fetch_add(BATCH as u64, Ordering::Relaxed);
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-            if tx.send(full).await.is_err() {
-                return;
+        self.shared.live.events.fetch_add(events, Ordering::Relaxed);
+        if !batch.is_empty() {
+            let _ = tx.send(batch).await;
+        }
+    }
+
+    /// A process that is no target opened a CUDA library (watching every process; the kernel
+    /// made it a target and may hold it stopped): it begins a session of its own, or is left
+    /// out by the filter.
+    fn found(&mut self, pid: u32, batch: &mut Vec<Record>) {
+        let admitted = self.watch.as_ref().is_some_and(|filter| {
+            filter
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .admits(pid)
+        });
+        if admitted {
+            let info = SessionInfo::of_process(pid);
+            tracing::info!(pid, program = ?info.program, "tracing a new CUDA process");
+            self.targets.push(pid);
+            batch.push(Record::Started(info));
+            // While it is held: its program may carry the runtime or hotpin statically.
+            for path in target::candidate_files(pid).unwrap_or_default() {
+                if !self.probes.is_examined(&path)
+                    && let Err(error) = self.probes.attach_file(&path)
+                {
+                    tracing::debug!(pid, path = %path.display(), error = %crate::error::chain(&error), "cannot attach");
+                }
+            }
+        } else {
+            tracing::info!(pid, "leaving out a CUDA process the filter does not admit");
+            if let Err(error) = self.probes.ignore(pid) {
+                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot leave a process out");
+            }
+            self.ignored.push(pid);
+        }
+    }
+
+    /// A target opened a `libcud*` file: attach to it if it is a CUDA runtime or driver, then
+    /// let the process go on if the kernel stopped it.
+    fn library_opened(&mut self, pid: u32, fd: i32) {
+        let traced = self.targets.contains(&pid);
+        let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
+        match link {
+            Ok(path) if traced => {
+                let name = path.to_string_lossy().into_owned();
+                if target::is_candidate_name(&name) {
+                    let host = target::host_path(pid, &name);
+                    if !self.probes.is_examined(&host) {
+                        match self.probes.attach_file(&host) {
+                            Ok(report) => tracing::info!(
+                                pid,
+                                path = %host.display(),
+                                probes = report.len(),
+                                "attached a CUDA library as it was opened"
+                            ),
+                            Err(error) => {
+                                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot attach a CUDA library")
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(_) => {}
+            // The process closed it or exited already: a later rescan still finds what it maps.
+            Err(error) => {
+                tracing::debug!(pid, fd, error = %crate::error::chain(&error), "opened library is gone")
+            }
+        }
+        if traced {
+            // While it is held (or at least alive), learn what it maps: its program and
+            // libraries, by build id, so its call sites resolve even if it exits before the
+            // writer gets to them.
+            self.resolver
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .learn_process(pid);
+        }
+        if self.probes.stops_on_library_open() {
+            // SAFETY: kill has no memory preconditions; the pid is a process the kernel
+            // stopped.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        }
+    }
+
+    /// Attaches CUDA libraries the targets mapped since the last look; returns the targets
+    /// that exited (taken out of the kernel's filter).
+    fn rescan(&mut self) -> Vec<u32> {
+        let Self {
+            probes,
+            targets,
+            shared,
+            ..
+        } = self;
+        let mut exited = Vec::new();
+        targets.retain(|&pid| {
+            if target::has_exited(pid) {
+                tracing::info!(pid, "target exited");
+                let _ = probes.remove_target(pid);
+                exited.push(pid);
+                return false;
+            }
+            match target::candidate_files(pid) {
+                Ok(files) => {
+                    for path in files {
+                        if probes.is_examined(&path) {
+                            continue;
+                        }
+                        match probes.attach_file(&path) {
+                            Ok(report) => tracing::info!(
+                                pid,
+                                path = %path.display(),
+                                attached = report.iter().filter(|s| s.state == crate::probes::ProbeState::Attached).count(),
+                                "attached a CUDA library loaded after the start"
+                            ),
+                            // The process may have exited meanwhile; its exit is noticed next time.
+                            Err(error) => tracing::debug!(pid, path = %path.display(), error = %crate::error::chain(&error), "cannot attach"),
+                        }
+                    }
+                    true
+                }
+                Err(TracerError::NoSuchProcess { .. }) => {
+                    tracing::info!(pid, "target exited");
+                    let _ = probes.remove_target(pid);
+                    exited.push(pid);
+                    false
+                }
+                Err(error) => {
+                    tracing::warn!(pid, error = %crate::error::chain(&error), "cannot read the target's memory map");
+                    true
+                }
+            }
+        });
+        if targets.is_empty() {
+            shared.live.targets_exited.store(true, Ordering::Relaxed);
+        }
+        let Self {
+            probes, ignored, ..
+        } = self;
+        ignored.retain(|&pid| {
+            let gone = target::has_exited(pid);
+            if gone {
+                let _ = probes.forget_ignored(pid);
+            }
+            !gone
+        });
+        exited
+    }
+
+    /// The runs of identical copies and of page faults that threads hold back (of process
+    /// `pid`, or of every thread), as records.
+    fn held_back_runs(&mut self, pid: Option<u32>, records: &mut Vec<Record>) {
+        let copies = match pid {
+            Some(pid) => self.probes.take_copy_runs_of(pid),
+            None => self.probes.take_copy_runs(),
+        };
+        match copies {
+            Ok(runs) => {
+                for run in &runs {
+                    match events::decode_event(run) {
+                        Ok(call) => records.push(Record::Event(TraceEvent::Cuda(call), Vec::new())),
+                        Err(error) => {
+                            self.shared
+                                .live
+                                .decode_errors
+                                .fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%error, "dropping a copy run that does not decode");
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %crate::error::chain(&error), "cannot read the held-back copy runs")
+            }
+        }
+        let faults = match pid {
+            Some(pid) => self.probes.take_fault_runs_of(pid),
+            None => self.probes.take_fault_runs(),
+        };
+        match faults {
+            Ok(runs) => records.extend(runs.into_iter().map(|run| Record::Event(run, Vec::new()))),
+            Err(error) => {
+                tracing::warn!(error = %crate::error::chain(&error), "cannot read the held-back page-fault runs")
             }
         }
     }
-    if !batch.is_empty() {
-        shared
-            .live
-            .events
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let _ = tx.send(batch).await;
+
+    fn publish_counters(&self) {
+        publish_counters(&self.probes, &self.shared);
     }
 }
 
-/// Applies batches to the history in ring order, resolving allocation call sites.
+/// Applies batches to the history in ring order, resolving allocation call sites: to the one
+/// history, or to each process's session.
 async fn write_batches(
     mut rx: mpsc::Receiver<Vec<Record>>,
     shared: Arc<Shared>,
     resolver: Arc<Mutex<CallSiteResolver>>,
+    per_session: bool,
 ) {
     let mut spaces = AddressSpaces::default();
     while let Some(batch) = rx.recv().await {
-        let mut history = shared.history.write().expect("history lock poisoned");
-        let mut resolver = resolver.lock().unwrap_or_else(|p| p.into_inner());
-        for (event, callers) in &batch {
-            apply(&mut history, &mut resolver, &mut spaces, event, callers);
+        let mut resolver = resolver.lock().unwrap_or_else(PoisonError::into_inner);
+        if !per_session {
+            let mut history = shared.history.write().expect("history lock poisoned");
+            for record in &batch {
+                if let Record::Event(event, callers) = record {
+                    apply(&mut history, &mut resolver, &mut spaces, event, callers);
+                }
+            }
+            continue;
+        }
+        let mut sessions = shared.sessions();
+        for record in batch {
+            match record {
+                Record::Started(info) => {
+                    sessions.start(info);
+                }
+                Record::Exited(pid) => {
+                    spaces.forget(pid);
+                    sessions.exited(pid);
+                }
+                Record::Event(event, callers) => {
+                    if let TraceEvent::ProcessFork { pid, child } = event {
+                        sessions.fork(pid, child);
+                    }
+                    // Events of a process in no session (left out, or gone before it was
+                    // found) have nowhere to go.
+                    if let Some(history) = sessions.history_of(event.pid()) {
+                        apply(history, &mut resolver, &mut spaces, &event, &callers);
+                    }
+                }
+            }
         }
     }
 }
@@ -431,94 +680,13 @@ fn apply(
     }
 }
 
-/// A target opened a `libcud*` file: attach to it if it is a CUDA runtime or driver, then let
-/// the process go on if the kernel stopped it.
-fn library_opened(probes: &mut Probes, pid: u32, fd: i32, resolver: &Mutex<CallSiteResolver>) {
-    let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
-    match link {
-        Ok(path) => {
-            let name = path.to_string_lossy().into_owned();
-            if target::is_candidate_name(&name) {
-                let host = target::host_path(pid, &name);
-                if !probes.is_examined(&host) {
-                    match probes.attach_file(&host) {
-                        Ok(report) => tracing::info!(
-                            pid,
-                            path = %host.display(),
-                            probes = report.len(),
-                            "attached a CUDA library as it was opened"
-                        ),
-                        Err(error) => {
-                            tracing::warn!(pid, error = %crate::error::chain(&error), "cannot attach a CUDA library")
-                        }
-                    }
-                }
-            }
-        }
-        // The process closed it or exited already: a later rescan still finds what it maps.
-        Err(error) => {
-            tracing::debug!(pid, fd, error = %crate::error::chain(&error), "opened library is gone")
-        }
-    }
-    // While it is held (or at least alive), learn what it maps: its program and libraries, by
-    // build id, so its call sites resolve even if it exits before the writer gets to them.
-    resolver
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .learn_process(pid);
-    if probes.stops_on_library_open() {
-        // SAFETY: kill has no memory preconditions; the pid is a target the kernel stopped.
-        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
-    }
-}
-
-/// Attaches CUDA libraries the targets mapped since the last look, and notices exits.
-fn rescan(probes: &mut Probes, targets: &mut Vec<u32>, shared: &Shared) {
-    targets.retain(|&pid| {
-        match target::candidate_files(pid) {
-            Ok(files) => {
-                for path in files {
-                    if probes.is_examined(&path) {
-                        continue;
-                    }
-                    match probes.attach_file(&path) {
-                        Ok(report) => tracing::info!(
-                            pid,
-                            path = %path.display(),
-                            attached = report.iter().filter(|s| s.state == crate::probes::ProbeState::Attached).count(),
-                            "attached a CUDA library loaded after the start"
-                        ),
-                        // The process may have exited meanwhile; its exit is noticed below.
-                        Err(error) => tracing::debug!(pid, path = %path.display(), error = %crate::error::chain(&error), "cannot attach"),
-                    }
-                }
-                true
-            }
-            Err(TracerError::NoSuchProcess { .. }) => {
-                tracing::info!(pid, "target exited");
-                let _ = probes.remove_target(pid);
-                false
-            }
-            Err(error) => {
-                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot read the target's memory map");
-                true
-            }
-        }
-    });
-    if targets.is_empty() {
-        shared.live.targets_exited.store(true, Ordering::Relaxed);
-    }
-}
-
+/// Publishes the kernel's loss counters to the live counters and the sessions.
 fn publish_counters(probes: &Probes, shared: &Shared) {
-    if let Ok(KernelCounters {
-        ringbuf_full,
-        host_ringbuf_full,
-        ..
-    }) = probes.counters()
-    {
-        let lost =
-            ringbuf_full + host_ringbuf_full + shared.live.decode_errors.load(Ordering::Relaxed);
+    if let Ok(counters) = probes.counters() {
+        let lost = counters.ringbuf_full
+            + counters.host_ringbuf_full
+            + shared.live.decode_errors.load(Ordering::Relaxed);
         shared.live.lost.store(lost, Ordering::Relaxed);
+        shared.sessions().counters = counters;
     }
 }

@@ -57,6 +57,21 @@ pub fn heap_start(pid: u32) -> Option<u64> {
     u64::from_str_radix(start, 16).ok()
 }
 
+/// Whether process `pid` is gone or a zombie (it runs no more; its parent has not reaped it).
+/// A leader that ended with `pthread_exit` is a zombie too while its other threads run: that
+/// process has not exited.
+pub fn has_exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The state follows the command name in parentheses, which may itself hold ") ".
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |dir| dir.count());
+    matches!(state, Some('Z' | 'X')) && threads() <= 1
+}
+
 /// The files of `pid` worth examining for probes: its executable (which may carry the CUDA
 /// runtime or hotpin statically, as nvcc's default does for the runtime) and the mapped files
 /// named like a CUDA library or hotpin.
@@ -112,6 +127,11 @@ impl AddressSites {
             build_id: build_id?,
             offset,
         })
+    }
+
+    /// Drops the map kept of `pid` (it exited, and its events were read).
+    pub fn forget(&mut self, pid: u32) {
+        self.maps.remove(&pid);
     }
 }
 

@@ -22,6 +22,7 @@ fn the_help_of_tracer_and_each_subcommand_reads_as_recorded() {
         ("tracer-probes", &["probes", "--help"]),
         ("tracer-report", &["report", "--help"]),
         ("tracer-export", &["export", "--help"]),
+        ("tracer-daemon", &["daemon", "--help"]),
     ] {
         insta::assert_snapshot!(name, help(args));
     }

@@ -122,7 +122,10 @@ pub mod config {
     /// Non-zero: the page-fault probe is attached, so threads may hold runs of faults that
     /// must be sent before their other events (with `--page-faults`).
     pub const PAGE_FAULTS: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Non-zero: any process that opens a CUDA library becomes a target (`tracer daemon`),
+    /// not only those the agent named and their children.
+    pub const WATCH_LIBRARY_OPENS: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Fields of tracepoint records the kernel programs read, as indexes of the `FIELDS` map. The

@@ -1,23 +1,31 @@
 //! A target opening a CUDA library or hotpin: the agent attaches to it (stopping the target
-//! for that moment where asked).
+//! for that moment where asked). When the agent watches every process (`tracer daemon`), any
+//! process that opens one becomes a target here, before its first CUDA call.
 
 use aya_ebpf::{
     bindings::BPF_RB_FORCE_WAKEUP,
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_user_str_bytes, bpf_send_signal},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user_str_bytes, bpf_send_signal,
+    },
     macros::{map, tracepoint},
     maps::{LruHashMap, PerCpuArray},
     programs::TracePointContext,
 };
 use tracer_common::{
-    CUDA_LIBRARY_PREFIX, Event, EventKind, HOTPIN_LIBRARY_PREFIX, PATH_BYTES, config, counter,
-    field,
+    CUDA_LIBRARY_PREFIX, Event, EventKind, HOTPIN_LIBRARY_PREFIX, MAX_TARGETS, PATH_BYTES, config,
+    counter, field,
 };
 
-use crate::shared::{CONFIG, EVENTS, bump, header, read_field, traced_thread};
+use crate::shared::{CONFIG, EVENTS, TARGETS, bump, header, read_field, traced_thread};
 
 /// Threads inside an openat of a CUDA library or hotpin.
 #[map]
 static OPENING: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
+
+/// Processes the agent chose not to trace (filtered out by `tracer daemon`): their library
+/// opens do not make them targets again.
+#[map]
+static IGNORED: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_TARGETS, 0);
 
 /// Room to read a path into (too large for the BPF stack).
 #[map]
@@ -77,8 +85,32 @@ fn is_probed_library(path: &[u8; PATH_BYTES], len: usize) -> bool {
     false
 }
 
+/// Whether the agent watches every process's library opens (`config::WATCH_LIBRARY_OPENS`).
+fn watching_all() -> bool {
+    CONFIG
+        .get(config::WATCH_LIBRARY_OPENS)
+        .is_some_and(|&watch| watch != 0)
+}
+
+/// The current thread's (tgid, tid) if it is traced, or if every process is watched.
+fn opening_thread() -> Option<(u32, u32)> {
+    if let Some(ids) = traced_thread() {
+        return Some(ids);
+    }
+    if !watching_all() {
+        return None;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: only tested for presence.
+    if unsafe { IGNORED.get(tgid) }.is_some() {
+        return None;
+    }
+    Some((tgid, pid_tgid as u32))
+}
+
 fn try_library_open_enter(ctx: &TracePointContext) -> Result<(), i64> {
-    let Some((_, tid)) = traced_thread() else {
+    let Some((_, tid)) = opening_thread() else {
         return Ok(());
     };
     let filename: u64 = read_field(ctx, field::OPENAT_FILENAME)?;
@@ -96,7 +128,7 @@ fn try_library_open_enter(ctx: &TracePointContext) -> Result<(), i64> {
 }
 
 fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
-    let Some((tgid, tid)) = traced_thread() else {
+    let Some((tgid, tid)) = opening_thread() else {
         return Ok(());
     };
     // SAFETY: only tested for presence.
@@ -107,6 +139,12 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let fd: i64 = read_field(ctx, field::SYSCALL_RET)?;
     if fd < 0 {
         return Ok(());
+    }
+    // A watched process joins the filter before it can make a CUDA call: the library is not
+    // even mapped yet. If the filter is full (MAX_TARGETS processes traced at once) it is not
+    // traced, and the agent is not told.
+    if traced_thread().is_none() {
+        TARGETS.insert(tgid, 0, 0)?;
     }
     let mut event = Event {
         // SAFETY: bpf_ktime_get_ns has no preconditions.

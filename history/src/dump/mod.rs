@@ -107,7 +107,15 @@ pub fn write(
     format: Format,
     verbose: bool,
 ) -> Result<(), DumpError> {
-    write_marked(history, path, format, verbose, None)
+    // As the history is marked: a run still going when it was taken (the daemon stopping)
+    // says so.
+    write_marked(
+        history,
+        path,
+        format,
+        verbose,
+        history.meta().checkpoint_unix_s,
+    )
 }
 
 /// Writes a checkpoint of a recording still going on: the history so far, marked with the

@@ -2,7 +2,8 @@
 //! mode recorded by the tracer.
 //!
 //! The settings travel as environment variables (`LD_PRELOAD`, `HOTPIN_MODE`,
-//! `HOTPIN_HISTORY`, `HOTPIN_PINNED_BUDGET`), so child processes inherit the mode. Everything
+//! `HOTPIN_HISTORY`, `HOTPIN_PINNED_BUDGET`), so child processes inherit the mode (and the
+//! history: in use mode without --history, the program's latest in the store). Everything
 //! that can be checked is checked before the command starts: the history loads, the budget
 //! parses, the interposer and the tracer are where they should be.
 
@@ -15,6 +16,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use hotpin::Mode;
+use hotpin_history::store::{self, ProgramKey, Store};
 
 /// The interposer's file name, looked for beside the `hotpin` binary.
 const PRELOAD: &str = "libhotpin_preload.so";
@@ -27,9 +29,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "use", value_parser = ["profile", "use", "pin-all", "pin-none"])]
     mode: String,
     /// The history: written in profile mode (default: the tracer's name for it), read in use
-    /// mode (required there).
+    /// mode (default there: the program's latest history in the store).
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
+    /// The history store `tracer daemon` writes, where use mode finds the program's latest
+    /// history when --history is not given.
+    #[arg(long, value_name = "DIR", default_value_os_t = store::default_root())]
+    store: PathBuf,
     /// Most memory pinned at once by the interposer's promotions (bytes like 512M, or 25%).
     #[arg(long, value_name = "BYTES")]
     budget: Option<String>,
@@ -72,12 +78,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     command.args(rest).env("HOTPIN_MODE", mode.name());
     command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
     if mode == Mode::Use {
-        let history = args.history.as_ref().context(
-            "use mode needs --history FILE (a history `hotpin run --mode profile` wrote)",
-        )?;
-        hotpin_history::dump::read(history)
+        let history = match &args.history {
+            Some(history) => history.clone(),
+            None => latest_in_store(&args.store, program, rest)?,
+        };
+        hotpin_history::dump::read(&history)
             .with_context(|| format!("the history {} cannot be used", history.display()))?;
-        command.env("HOTPIN_HISTORY", absolute(history)?);
+        command.env("HOTPIN_HISTORY", absolute(&history)?);
     }
     if let Some(budget) = &args.budget {
         command.env("HOTPIN_PINNED_BUDGET", budget);
@@ -137,6 +144,26 @@ fn profile(
     Err(anyhow::Error::from(error).context("cannot start the tracer"))
 }
 
+/// Use mode without --history: the latest history in the store at `root` of the program
+/// `program` with `args` starts (its executable, build id and script), said on stderr.
+fn latest_in_store(root: &Path, program: &OsStr, args: &[OsString]) -> Result<PathBuf> {
+    let key = ProgramKey::of_command(program, args)?;
+    let latest = Store::open_existing(root).latest_of(&key)?;
+    let Some(path) = latest else {
+        bail!(
+            "use mode needs --history FILE (a history `hotpin run --mode profile` wrote), or a \
+             history of {key} in the store {}: run the program under `tracer daemon` first, or \
+             give --store DIR",
+            root.display()
+        );
+    };
+    eprintln!(
+        "hotpin: using {}, the latest history of {key} in the store",
+        path.display()
+    );
+    Ok(path)
+}
+
 fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("{}", path.display()))
 }
@@ -153,12 +180,7 @@ fn sibling(name: &str) -> Result<PathBuf> {
 
 /// Resolves a program name as execvp would.
 fn which(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        return Some(program.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
+    store::find_executable(program.as_os_str())
 }
 
 /// Whether an executable defines the CUDA runtime itself (nvcc links it statically by

@@ -1,5 +1,6 @@
 //! The `tracer` command line.
 
+mod daemon;
 mod export;
 mod probes;
 mod record;
@@ -32,6 +33,48 @@ enum Command {
     Report(ReportArgs),
     /// Write a verbose history's timelines for ui.perfetto.dev or chrome://tracing.
     Export(ExportArgs),
+    /// Trace every CUDA process on this host, from its first CUDA call; write each run's
+    /// history to the store when it ends; serve metrics for Prometheus.
+    Daemon(DaemonArgs),
+}
+
+#[derive(Args, Debug, Default)]
+struct DaemonArgs {
+    /// The configuration file (TOML; the command line overrides it). Default:
+    /// /etc/hotpin/tracer.toml if it exists.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The history store (default: $HOTPIN_STORE, else /var/lib/hotpin/histories).
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (default 127.0.0.1:9464), or "off".
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Trace only processes of this user id (repeat for several).
+    #[arg(long = "user", value_name = "UID")]
+    users: Vec<u32>,
+    /// Trace only processes whose cgroup path matches this glob (repeat for several).
+    #[arg(long = "cgroup", value_name = "GLOB")]
+    cgroups: Vec<String>,
+    /// Trace only processes whose command line matches this glob (repeat for several).
+    #[arg(long = "command", value_name = "GLOB")]
+    commands: Vec<String>,
+    /// Keep every allocation's event timeline in the histories (larger files).
+    #[arg(long)]
+    verbose: bool,
+    /// Do not hold a process at its first CUDA library open while the probes attach (its
+    /// first calls may then be missed; its parent does not see it stop).
+    #[arg(long)]
+    no_stop_on_load: bool,
+    /// Kernel ring buffer size in MiB (a power of two; default 16).
+    #[arg(long, value_name = "MIB")]
+    ring_mib: Option<u32>,
+    /// Keep at most this many histories in the store (default 1000).
+    #[arg(long, value_name = "N")]
+    max_histories: Option<usize>,
+    /// Keep at most this many bytes of histories in the store (default 10G; suffixes K, M, G).
+    #[arg(long, value_parser = tracer_agent::report::parse_bytes, value_name = "BYTES")]
+    max_store_bytes: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -136,8 +179,12 @@ struct ProbesArgs {
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// A history written by `tracer record` (either format).
+    /// A history file (either format), or a program name whose latest history in the store is
+    /// shown: its executable's or its script's name (`my_app`, `train.py`), or its key there.
     file: PathBuf,
+    /// The history store `tracer daemon` writes, where a program name is looked up.
+    #[arg(long, value_name = "DIR", default_value_os_t = tracer_agent::store::default_root())]
+    store: PathBuf,
     /// Rows per list.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -183,6 +230,7 @@ pub fn main() -> ExitCode {
         Some(Command::Probes(args)) => probes::run(args),
         Some(Command::Report(args)) => report::run(args),
         Some(Command::Export(args)) => export::run(args),
+        Some(Command::Daemon(args)) => daemon::run(args),
         None if !cli.record.pids.is_empty() || !cli.record.command.is_empty() => {
             record::run(cli.record)
         }

@@ -1,18 +1,23 @@
-//! `tracer report FILE`.
+//! `tracer report FILE` and `tracer report PROGRAM`.
 
-use std::process::ExitCode;
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use hotpin_history::cost::CostModel;
 use tracer_agent::{
-    dump,
+    dump::{self, DumpError},
+    history::MemHistory,
     report::{HotPolicy, Report},
+    store::Store,
 };
 
 use super::ReportArgs;
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
-    let history = dump::read(&args.file)?;
+    let history = load(&args.file, &args.store)?;
     let policy = match (args.min_transfers, &args.costs) {
         (Some(min_transfers), _) => HotPolicy {
             min_transfers_per_mib: args.min_transfers_per_mib,
@@ -29,4 +34,48 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         print!("{}", report.render());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The history to report: the file `file`, else the latest history in the store at `store`
+/// of the program `file` names. A file that is not a history (`tracer report train.py` beside
+/// the script) is looked up in the store by its name too, and stays the error when the store
+/// has no program of that name.
+fn load(file: &Path, store: &Path) -> Result<MemHistory> {
+    if !file.exists() {
+        let program = file.to_string_lossy();
+        return match latest_in_store(&program, store)? {
+            Some(path) => Ok(dump::read(&path)?),
+            None => bail!(
+                "{program}: no such file, and no history of a program {program} in the store {} \
+                 (`tracer daemon` writes them there)",
+                store.display()
+            ),
+        };
+    }
+    match dump::read(file) {
+        Err(not_history @ DumpError::NotAHistory { .. }) => {
+            let program = file
+                .file_name()
+                .map_or_else(|| file.to_string_lossy(), |name| name.to_string_lossy());
+            match latest_in_store(&program, store)? {
+                Some(path) => Ok(dump::read(&path)?),
+                None => Err(not_history.into()),
+            }
+        }
+        read => Ok(read?),
+    }
+}
+
+/// The latest history in the store at `store` of the program a user names `program`, said
+/// on stderr when there is one.
+fn latest_in_store(program: &str, store: &Path) -> Result<Option<PathBuf>> {
+    let store = Store::open_existing(store);
+    let Some(key) = store.find_program(program)? else {
+        return Ok(None);
+    };
+    let latest = store.latest_of(&key)?;
+    if let Some(path) = &latest {
+        eprintln!("tracer: the latest history of {key}: {}", path.display());
+    }
+    Ok(latest)
 }

@@ -270,6 +270,65 @@ impl Probes {
         Ok(events)
     }
 
+    /// Takes process `pid`'s runs of identical driver copies not sent yet (its threads' last
+    /// ones), once it has exited: its history ends with them.
+    pub fn take_copy_runs_of(
+        &mut self,
+        pid: u32,
+    ) -> Result<Vec<tracer_common::Event>, TracerError> {
+        let taken = self.take_entries_where::<tracer_common::CopyRuns>("COPY_RUNS", |runs| {
+            runs.runs.first().is_some_and(|run| run.header.pid == pid)
+        })?;
+        Ok(taken
+            .into_iter()
+            .flat_map(|runs| runs.runs.into_iter().take(runs.used as usize))
+            .collect())
+    }
+
+    /// Takes process `pid`'s runs of page faults not sent yet, once it has exited.
+    pub fn take_fault_runs_of(
+        &mut self,
+        pid: u32,
+    ) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
+        Ok(self
+            .take_entries_where::<FaultRun>("FAULT_RUNS", |run| run.pid == pid)?
+            .into_iter()
+            .filter(|run| run.pages > 0)
+            .map(|run| crate::events::TraceEvent::PageFaults {
+                pid: run.pid,
+                ts_ns: run.ts_ns,
+                addr: run.start,
+                pages: run.pages,
+            })
+            .collect())
+    }
+
+    /// Removes and returns the entries of hash map `name` (keyed by thread) that `wanted`
+    /// picks.
+    fn take_entries_where<V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+        wanted: impl Fn(&V) -> bool,
+    ) -> Result<Vec<V>, TracerError> {
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .expect("the object defines its maps");
+        let mut map = BpfHashMap::<_, u32, V>::try_from(map)
+            .map_err(|source| TracerError::Map { map: name, source })?;
+        let mut taken = Vec::new();
+        let entries: Vec<(u32, V)> = map.iter().filter_map(Result::ok).collect();
+        for (key, value) in entries {
+            if wanted(&value) {
+                // Gone already (the thread sent it meanwhile) is fine: it is in the ring.
+                if map.remove(&key).is_ok() {
+                    taken.push(value);
+                }
+            }
+        }
+        Ok(taken)
+    }
+
     /// Takes the runs of page faults the kernel side holds unsent (each thread's last), as
     /// events to apply after everything else.
     pub fn take_fault_runs(&mut self) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
@@ -432,6 +491,46 @@ impl Probes {
             .map_err(|source| TracerError::Map { map: name, source })
     }
 
+    /// Whether any process that opens a CUDA library becomes a target (`tracer daemon`).
+    pub fn set_watch_library_opens(&mut self, watch: bool) -> Result<(), TracerError> {
+        self.set_config(config::WATCH_LIBRARY_OPENS, u64::from(watch))
+    }
+
+    /// Stops tracing `pid` and keeps its later library opens from making it a target again
+    /// (a process the daemon's filters leave out).
+    pub fn ignore(&mut self, pid: u32) -> Result<(), TracerError> {
+        self.remove_target(pid)?;
+        self.ignored()?
+            .insert(pid, 0, 0)
+            .map_err(|source| TracerError::Map {
+                map: "IGNORED",
+                source,
+            })
+    }
+
+    /// Forgets that `pid` was ignored (it exited; the number may be used again).
+    pub fn forget_ignored(&mut self, pid: u32) -> Result<(), TracerError> {
+        match self.ignored()?.remove(&pid) {
+            Err(source) if !is_missing_key(&source) => Err(TracerError::Map {
+                map: "IGNORED",
+                source,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The LRU hash of ignored processes (aya opens an LRU hash as a `HashMap`).
+    fn ignored(&mut self) -> Result<BpfHashMap<&mut MapData, u32, u32>, TracerError> {
+        let map = self
+            .ebpf
+            .map_mut("IGNORED")
+            .expect("the object defines IGNORED");
+        BpfHashMap::try_from(map).map_err(|source| TracerError::Map {
+            map: "IGNORED",
+            source,
+        })
+    }
+
     pub fn stops_on_library_open(&self) -> bool {
         self.stop_on_library_open
     }
@@ -449,11 +548,11 @@ impl Probes {
     /// Stops tracing `pid`.
     pub fn remove_target(&mut self, pid: u32) -> Result<(), TracerError> {
         match self.targets()?.remove(&pid) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(TracerError::Map {
+            Err(source) if !is_missing_key(&source) => Err(TracerError::Map {
                 map: "TARGETS",
                 source,
             }),
+            _ => Ok(()),
         }
     }
 
@@ -709,6 +808,18 @@ impl Probes {
             pending_full: sum(counter::PENDING_FULL)?,
             host_ringbuf_full: sum(counter::HOST_RINGBUF_FULL)?,
         })
+    }
+}
+
+/// Whether a map error says the key was not there (aya gives the delete's ENOENT as a
+/// syscall error).
+fn is_missing_key(error: &aya::maps::MapError) -> bool {
+    match error {
+        aya::maps::MapError::KeyNotFound => true,
+        aya::maps::MapError::SyscallError(error) => {
+            error.io_error.raw_os_error() == Some(libc::ENOENT)
+        }
+        _ => false,
     }
 }
 

@@ -1,0 +1,202 @@
+//! The daemon's settings: built-in defaults, then the TOML file, then the command line.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Deserialize;
+use tracer_agent::{filter::ProcessFilter, store};
+
+use super::super::DaemonArgs;
+
+/// Where the daemon looks for its file when `--config` is not given.
+pub const DEFAULT_CONFIG: &str = "/etc/hotpin/tracer.toml";
+
+/// The TOML file. Every key is optional; an unknown key is an error (a typo must not be
+/// ignored).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    store: Option<PathBuf>,
+    /// `host:port`, or "off".
+    metrics: Option<String>,
+    max_histories: Option<usize>,
+    /// A size such as "10G".
+    max_store_bytes: Option<String>,
+    verbose: Option<bool>,
+    stop_on_load: Option<bool>,
+    ring_mib: Option<u32>,
+    users: Option<Vec<u32>>,
+    cgroups: Option<Vec<String>>,
+    commands: Option<Vec<String>>,
+}
+
+/// The settings in force.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub store: PathBuf,
+    pub metrics: Option<SocketAddr>,
+    pub retention: store::Retention,
+    pub verbose: bool,
+    pub stop_on_load: bool,
+    pub ring_mib: u32,
+    pub filter: ProcessFilter,
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Defaults, overridden by the file (`--config`, else [`DEFAULT_CONFIG`] if it exists),
+    /// overridden by the command line.
+    pub fn load(args: &DaemonArgs) -> Result<Self> {
+        let path = match &args.config {
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.exists()),
+        };
+        let file = match &path {
+            Some(path) => read_file(path)?,
+            None => File::default(),
+        };
+        let defaults = store::Retention::default();
+        let max_store_bytes = match args.max_store_bytes {
+            Some(bytes) => bytes,
+            None => match &file.max_store_bytes {
+                Some(text) => tracer_agent::report::parse_bytes(text)
+                    .map_err(anyhow::Error::msg)
+                    .context("max_store_bytes in the configuration file")?,
+                None => defaults.max_bytes,
+            },
+        };
+        let metrics_text = args
+            .metrics
+            .clone()
+            .or(file.metrics)
+            .unwrap_or_else(|| "127.0.0.1:9464".into());
+        let metrics = if metrics_text == "off" {
+            None
+        } else {
+            Some(metrics_text.parse().with_context(|| {
+                format!("the metrics address {metrics_text:?} is not host:port (or \"off\")")
+            })?)
+        };
+        let ring_mib = args.ring_mib.or(file.ring_mib).unwrap_or(16);
+        if !ring_mib.is_power_of_two() {
+            bail!("the ring size must be a power of two (MiB), not {ring_mib}");
+        }
+        let pick = |cli: &[String], file: Option<Vec<String>>| {
+            if cli.is_empty() {
+                file.unwrap_or_default()
+            } else {
+                cli.to_vec()
+            }
+        };
+        let filter = ProcessFilter {
+            users: if args.users.is_empty() {
+                file.users.unwrap_or_default()
+            } else {
+                args.users.clone()
+            },
+            cgroups: ProcessFilter::patterns(&pick(&args.cgroups, file.cgroups))
+                .map_err(anyhow::Error::msg)
+                .context("a cgroup filter")?,
+            commands: ProcessFilter::patterns(&pick(&args.commands, file.commands))
+                .map_err(anyhow::Error::msg)
+                .context("a command filter")?,
+        };
+        Ok(Self {
+            store: args
+                .store
+                .clone()
+                .or(file.store)
+                .unwrap_or_else(store::default_root),
+            metrics,
+            retention: store::Retention {
+                max_histories: args
+                    .max_histories
+                    .or(file.max_histories)
+                    .unwrap_or(defaults.max_histories),
+                max_bytes: max_store_bytes,
+            },
+            verbose: args.verbose || file.verbose.unwrap_or(false),
+            stop_on_load: !args.no_stop_on_load && file.stop_on_load.unwrap_or(true),
+            ring_mib,
+            filter,
+            file: path,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<File> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+    toml::from_str(&text)
+        .with_context(|| format!("the configuration file {} is not valid", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> DaemonArgs {
+        DaemonArgs::default()
+    }
+
+    fn write(name: &str, text: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("hotpin-{name}-{}.toml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_command_line_overrides_the_file_which_overrides_the_defaults() {
+        let path = write(
+            "config",
+            "store = \"/tmp/s\"\nmetrics = \"127.0.0.1:9999\"\nmax_store_bytes = \"1M\"\n\
+             commands = [\"*train*\"]\nusers = [1000]\n",
+        );
+        let mut args = args();
+        args.config = Some(path.clone());
+        args.metrics = Some("off".into());
+        args.users = vec![7];
+        let settings = Settings::load(&args).unwrap();
+        assert_eq!(settings.store, PathBuf::from("/tmp/s"));
+        assert_eq!(settings.metrics, None);
+        assert_eq!(settings.retention.max_bytes, 1 << 20);
+        assert_eq!(settings.filter.users, vec![7]);
+        assert_eq!(settings.filter.commands.len(), 1);
+        assert!(settings.stop_on_load);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn the_example_file_in_the_repository_reads() {
+        let mut args = args();
+        args.config = Some(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("dist")
+                .join("tracer.toml"),
+        );
+        let settings = Settings::load(&args).unwrap();
+        assert_eq!(settings.retention.max_histories, 1000);
+        assert_eq!(settings.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_typo_or_a_bad_value_is_an_error_that_names_the_file() {
+        let path = write("typo", "stor = \"/tmp/s\"\n");
+        let mut args = args();
+        args.config = Some(path.clone());
+        let error = format!("{:#}", Settings::load(&args).unwrap_err());
+        assert!(error.contains(&path.display().to_string()), "{error}");
+        assert!(error.contains("stor"), "{error}");
+        std::fs::remove_file(path).unwrap();
+        args.config = None;
+        args.metrics = Some("localhost".into());
+        assert!(Settings::load(&args).is_err());
+        args.metrics = None;
+        args.commands = vec!["[".into()];
+        assert!(Settings::load(&args).is_err());
+    }
+}

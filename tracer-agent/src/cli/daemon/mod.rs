@@ -1,0 +1,356 @@
+//! `tracer daemon`: traces every process that opens a CUDA library, from its first CUDA call
+//! (the kernel makes it a target at the open and holds it until the probes are in), one
+//! history per program run; writes each run's history to the store when its last process
+//! exits; serves metrics over HTTP. SIGTERM or SIGINT ends it, writing the runs still going
+//! (marked as checkpoints); SIGHUP reloads the configuration file.
+
+mod config;
+
+use std::{
+    net::SocketAddr,
+    process::ExitCode,
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream},
+    signal::unix::{SignalKind, signal},
+};
+use tracer_agent::{
+    AgentConfig, TracerAgent,
+    metrics::{self, FinishedPrograms, RunningRun, TracerNumbers, Traffic},
+    privileges,
+    probes::ProbeState,
+    report::HotPolicy,
+    sessions::Session,
+    store::{ProgramKey, Store},
+};
+
+pub use self::config::Settings;
+use super::DaemonArgs;
+
+/// How often ended runs are written to the store.
+const COLLECT_EVERY: Duration = Duration::from_millis(200);
+/// How long a metrics client has to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the daemon counts besides what the agent does.
+struct Daemon {
+    settings: Settings,
+    store: Store,
+    filter: Arc<RwLock<tracer_agent::filter::ProcessFilter>>,
+    policy: HotPolicy,
+    finished: FinishedPrograms,
+    written: u64,
+    store_errors: u64,
+}
+
+pub fn run(args: DaemonArgs) -> Result<ExitCode> {
+    privileges::check()?;
+    let settings = Settings::load(&args)?;
+    let store = Store::open(&settings.store, settings.retention)
+        .context("the history store cannot be used")?;
+    let policy = HotPolicy::configured().unwrap_or_else(|error| {
+        eprintln!(
+            "tracer daemon: the cost file cannot be used ({:#}); judging by the built-in costs",
+            anyhow::Error::from(error)
+        );
+        HotPolicy::default()
+    });
+    let filter = Arc::new(RwLock::new(settings.filter.clone()));
+    let mut config = AgentConfig::new(0);
+    config.pids = Vec::new();
+    config.ring_bytes = settings.ring_mib << 20;
+    config.stop_on_library_open = settings.stop_on_load;
+    config.seed_existing_memory = false;
+    config.recorder.watch = Some(Arc::clone(&filter));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _guard = runtime.enter();
+    // Bound before anything is attached: an address in use is said at once.
+    let listener =
+        match settings.metrics {
+            Some(address) => Some(runtime.block_on(TcpListener::bind(address)).with_context(
+                || {
+                    format!(
+                        "cannot serve metrics on {address} (set another with --metrics, or off)"
+                    )
+                },
+            )?),
+            None => None,
+        };
+    let mut agent = TracerAgent::with_config(config);
+    agent.start().context("starting the tracer")?;
+    let running_already = agent.sessions().running().count();
+    eprintln!(
+        "tracer daemon: tracing every CUDA process{} ({running_already} running already); \
+         histories go to {}{}",
+        if settings.filter.users.is_empty()
+            && settings.filter.cgroups.is_empty()
+            && settings.filter.commands.is_empty()
+        {
+            ""
+        } else {
+            " the filters admit"
+        },
+        settings.store.display(),
+        match settings.metrics {
+            Some(address) => format!("; metrics on http://{address}/metrics"),
+            None => String::new(),
+        }
+    );
+    let mut daemon = Daemon {
+        settings,
+        store,
+        filter,
+        policy,
+        finished: FinishedPrograms::default(),
+        written: 0,
+        store_errors: 0,
+    };
+    runtime.block_on(daemon.serve(&agent, listener, &args))?;
+
+    // Ending: the targets leave the kernel's filter, the last events are read, and every
+    // run, ended or not, is written before the probes are released.
+    agent.stop_keeping_probes().context("stopping the tracer")?;
+    let sessions = agent.sessions().take_all();
+    let unfinished = sessions.iter().filter(|s| !s.complete).count();
+    for session in sessions {
+        daemon.write(session);
+    }
+    eprintln!(
+        "tracer daemon: stopped; {} histories written to {} ({unfinished} of runs still going, \
+         marked as checkpoints), {} could not be written",
+        daemon.written,
+        daemon.settings.store.display(),
+        daemon.store_errors
+    );
+    Ok(if daemon.store_errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+impl Daemon {
+    async fn serve(
+        &mut self,
+        agent: &TracerAgent,
+        listener: Option<TcpListener>,
+        args: &DaemonArgs,
+    ) -> Result<()> {
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut hangup = signal(SignalKind::hangup())?;
+        let mut collect = tokio::time::interval(COLLECT_EVERY);
+        loop {
+            tokio::select! {
+                _ = collect.tick() => {
+                    for session in agent.take_ended_sessions() {
+                        self.write(session);
+                    }
+                }
+                accepted = accept(listener.as_ref()) => match accepted {
+                    Ok((stream, _)) => {
+                        let text = self.metrics(agent);
+                        tokio::spawn(respond(stream, text));
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot accept a metrics connection"),
+                },
+                _ = hangup.recv() => self.reload(args),
+                _ = terminate.recv() => break,
+                _ = interrupt.recv() => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a run's history to the store; a run still going is marked as a checkpoint.
+    fn write(&mut self, mut session: Session) {
+        let traffic = Traffic::of(&session.history, &self.policy);
+        let program = session.program();
+        self.finished.add(&program, &traffic);
+        if !session.complete {
+            session.history.meta_mut().checkpoint_unix_s = Some(unix_now());
+        }
+        // A process gone before it could be named is stored as "unknown-PID".
+        let key = match &session.info.program {
+            Some(key) => Ok(key.clone()),
+            None => ProgramKey::try_from(program.clone()).map_err(anyhow::Error::from),
+        };
+        let saved = key.and_then(|key| {
+            self.store
+                .save(
+                    &key,
+                    &session.history,
+                    session.info.root,
+                    self.settings.verbose,
+                )
+                .map_err(anyhow::Error::from)
+        });
+        match saved {
+            Ok(path) => {
+                self.written += 1;
+                // Readable by the user whose run it is (`hotpin run --mode use` as that user),
+                // and still by no one else: it holds that process's addresses.
+                if let Some(uid) = session.info.uid
+                    && let Err(error) = std::os::unix::fs::chown(&path, Some(uid), None)
+                {
+                    tracing::warn!(path = %path.display(), %error, "cannot give the history to its user");
+                }
+                tracing::info!(
+                    pid = session.info.root,
+                    program,
+                    path = %path.display(),
+                    transfers = session.history.stats().transfers,
+                    "history written"
+                );
+            }
+            Err(error) => {
+                self.store_errors += 1;
+                eprintln!(
+                    "tracer daemon: cannot write the history of {program} (pid {}): {:#}",
+                    session.info.root, error
+                );
+            }
+        }
+    }
+
+    /// Rereads the configuration file (the command line still overrides it): the filters,
+    /// the store and its retention, the other settings. The metrics address and the ring size
+    /// stay as they were until a restart.
+    fn reload(&mut self, args: &DaemonArgs) {
+        let settings = match Settings::load(args) {
+            Ok(settings) => settings,
+            Err(error) => {
+                eprintln!("tracer daemon: SIGHUP: keeping the configuration in force: {error:#}");
+                return;
+            }
+        };
+        let store = match Store::open(&settings.store, settings.retention) {
+            Ok(store) => store,
+            Err(error) => {
+                eprintln!(
+                    "tracer daemon: SIGHUP: keeping the configuration in force: the store: {:#}",
+                    anyhow::Error::from(error)
+                );
+                return;
+            }
+        };
+        if settings.metrics != self.settings.metrics || settings.ring_mib != self.settings.ring_mib
+        {
+            eprintln!(
+                "tracer daemon: SIGHUP: the metrics address and the ring size change at the \
+                 next start"
+            );
+        }
+        *self.filter.write().unwrap_or_else(PoisonError::into_inner) = settings.filter.clone();
+        self.store = store;
+        let metrics = self.settings.metrics;
+        let ring_mib = self.settings.ring_mib;
+        self.settings = Settings {
+            metrics,
+            ring_mib,
+            ..settings
+        };
+        eprintln!(
+            "tracer daemon: SIGHUP: configuration reloaded{}",
+            self.settings
+                .file
+                .as_ref()
+                .map(|p| format!(" from {}", p.display()))
+                .unwrap_or_default()
+        );
+    }
+
+    /// The metrics text as things stand.
+    fn metrics(&self, agent: &TracerAgent) -> String {
+        let running: Vec<RunningRun> = agent
+            .sessions()
+            .running()
+            .map(|session| RunningRun {
+                program: session.program(),
+                pid: session.info.root,
+                traffic: Traffic::of(&session.history, &self.policy),
+            })
+            .collect();
+        let status = agent.live_status();
+        let probes = agent.probes();
+        let attached = probes
+            .iter()
+            .filter(|p| p.state == ProbeState::Attached)
+            .count() as u64;
+        let numbers = TracerNumbers {
+            lost_events: status.lost_events,
+            events: status.events,
+            probes_attached: attached,
+            probes_unavailable: probes.len() as u64 - attached,
+            histories_written: self.written,
+            store_errors: self.store_errors,
+        };
+        metrics::render(&running, &self.finished, &numbers)
+    }
+}
+
+/// The next metrics connection, or never when metrics are off.
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Answers one HTTP/1.x request: `GET /metrics` (or `/`) with the text, anything else 404.
+async fn respond(mut stream: TcpStream, text: String) {
+    let mut request = Vec::new();
+    let mut buffer = [0u8; 1024];
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => request.extend_from_slice(&buffer[..n]),
+            }
+        }
+        true
+    })
+    .await;
+    if !matches!(read, Ok(true)) {
+        return;
+    }
+    let line = request
+        .split(|&b| b == b'\r')
+        .next()
+        .map(String::from_utf8_lossy)
+        .unwrap_or_default();
+    let mut words = line.split_whitespace();
+    let (method, path) = (words.next(), words.next());
+    let (status, content_type, body) = match (method, path) {
+        (Some("GET"), Some("/metrics" | "/")) => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            text,
+        ),
+        _ => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "only GET /metrics is served\n".to_owned(),
+        ),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,520 @@
+//! `tracer daemon` with the CUDA stand-in (a test fixture, not CUDA): started first, it finds
+//! the programs started after it, writes one history per run to the store, serves metrics
+//! that a real HTTP client scrapes, and ends on SIGTERM with whole histories.
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use tracer_agent::{dump, history::MemHistory, metrics::Traffic, report::HotPolicy, store::Store};
+
+/// A running daemon and the lines it wrote to stderr.
+struct Daemon {
+    child: Child,
+    port: u16,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Daemon {
+    /// Starts `tracer daemon` tracing only commands that mention `only` (the stand-in's
+    /// folder of this test: other tests' processes are left out), and waits until it traces.
+    fn start(store: &Path, only: &Path) -> Self {
+        Self::start_with(store, &["--command".into(), format!("*{}*", only.display())])
+    }
+
+    fn start_with(store: &Path, args: &[String]) -> Self {
+        let port = free_port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tracer"))
+            .arg("daemon")
+            .arg("--store")
+            .arg(store)
+            .args(["--metrics", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tracer daemon");
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("daemon: {line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let daemon = Self { child, port, lines };
+        daemon.wait_for_line("tracing every CUDA process", Duration::from_secs(60));
+        daemon
+    }
+
+    fn wait_for_line(&self, text: &str, limit: Duration) -> String {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            match self.lines.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        panic!("the daemon never said {text:?}");
+    }
+
+    /// Scrapes the metrics over loopback and parses them.
+    fn metrics(&self) -> Metrics {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        let text = ureq::get(&url)
+            .call()
+            .expect("scrape the metrics endpoint")
+            .body_mut()
+            .read_to_string()
+            .expect("the metrics are text");
+        Metrics::parse(&text)
+    }
+
+    /// SIGTERM, then its exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill has no memory preconditions; the pid is our child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the daemon") {
+                let _ = self.wait_for_line("stopped", Duration::from_secs(1));
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the daemon did not end on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Samples of the Prometheus text format: `name{label="value",...} number`, parsed.
+struct Metrics(Vec<(String, HashMap<String, String>, f64)>);
+
+impl Metrics {
+    fn parse(text: &str) -> Self {
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+            let value: f64 = value.parse().expect("a sample's value is a number");
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let body = rest.strip_suffix('}').expect("labels end with }");
+                    let labels = body
+                        .split(',')
+                        .filter(|pair| !pair.is_empty())
+                        .map(|pair| {
+                            let (key, quoted) = pair.split_once('=').expect("label=value");
+                            let value = quoted
+                                .strip_prefix('"')
+                                .and_then(|v| v.strip_suffix('"'))
+                                .expect("a quoted label value");
+                            (key.to_owned(), value.to_owned())
+                        })
+                        .collect();
+                    (name.to_owned(), labels)
+                }
+                None => (series.to_owned(), HashMap::new()),
+            };
+            samples.push((name, labels, value));
+        }
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
+        Self(samples)
+    }
+
+    /// The value of the one sample of `name` whose labels include `labels`.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found: Vec<f64> = self
+            .0
+            .iter()
+            .filter(|(n, l, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(v))
+            })
+            .map(|(_, _, v)| *v)
+            .collect();
+        assert!(found.len() <= 1, "{name} {labels:?} matches {found:?}");
+        found.first().copied()
+    }
+}
+
+/// The store's histories, by the pid in their file names.
+fn stored(store: &Path) -> HashMap<u32, PathBuf> {
+    let store = Store::open_existing(store);
+    let mut found = HashMap::new();
+    for program in store.programs().expect("list the store") {
+        for path in store
+            .histories(&program.key.to_string())
+            .expect("list a program")
+        {
+            let name = path.file_stem().and_then(|s| s.to_str()).expect("a name");
+            let pid = name
+                .rsplit_once('-')
+                .and_then(|(_, pid)| pid.parse().ok())
+                .expect("<time>-<pid>.hotpin");
+            found.insert(pid, path);
+        }
+    }
+    found
+}
+
+fn wait_for_histories(store: &Path, pids: &[u32]) -> HashMap<u32, PathBuf> {
+    let start = Instant::now();
+    loop {
+        let found = stored(store);
+        if pids.iter().all(|pid| found.contains_key(pid)) {
+            return found;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "histories of {pids:?} not in the store: {found:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn traffic(history: &MemHistory) -> Traffic {
+    Traffic::of(history, &HotPolicy::default())
+}
+
+fn bench_args(hot: &str, transfers: &str, cold: &str) -> Vec<&'static str> {
+    let leak = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
+    vec![
+        "--hot",
+        leak(hot),
+        "--transfers",
+        leak(transfers),
+        "--cold",
+        leak(cold),
+        "--size",
+        "16K",
+    ]
+}
+
+#[test]
+fn the_daemon_keeps_a_history_per_run_and_serves_metrics() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon");
+    let other = common::standin("daemon-bystander");
+    let forking = common::compile_c(&standin, "forking");
+    let store = standin.dir.join("store");
+    let daemon = Daemon::start(&store, &standin.dir);
+
+    // Three runs the filter admits, started after the daemon, at once; one forks. And one
+    // it leaves out (its stand-in lies elsewhere).
+    let a = common::bench(&standin, &bench_args("2", "10", "3"));
+    let b = common::bench(&standin, &bench_args("1", "25", "0"));
+    let left_out = common::bench(&other, &bench_args("1", "5", "0"));
+    let runs = [
+        common::spawn_bench(&a),
+        common::spawn_bench(&b),
+        Command::new(&forking)
+            .arg(&standin.runtime)
+            .arg("15")
+            .env("LD_LIBRARY_PATH", &standin.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start forking"),
+        common::spawn_bench(&left_out),
+    ];
+    let pids: Vec<u32> = runs.iter().map(Child::id).collect();
+    let outputs: Vec<_> = runs
+        .into_iter()
+        .map(|run| common::wait_with_timeout(run, Duration::from_secs(60)))
+        .collect();
+    // Each program's own counts: (h2d copies, d2h copies, h2d bytes, d2h bytes).
+    let truth: Vec<(u64, u64, u64, u64)> = outputs
+        .iter()
+        .map(|output| {
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let json: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("JSON counts");
+            match json.get("h2d") {
+                Some(h2d) => (
+                    h2d.as_u64().unwrap(),
+                    json["d2h"].as_u64().unwrap(),
+                    json["h2d_bytes"].as_u64().unwrap(),
+                    json["d2h_bytes"].as_u64().unwrap(),
+                ),
+                // transfer-bench: each copy there and back.
+                None => {
+                    let copies = json["copies"].as_u64().unwrap() / 2;
+                    let bytes = json["bytes_moved"].as_u64().unwrap() / 2;
+                    (copies, copies, bytes, bytes)
+                }
+            }
+        })
+        .collect();
+
+    let found = wait_for_histories(&store, &pids[..3]);
+    for (pid, &(h2d, d2h, h2d_bytes, d2h_bytes)) in pids[..3].iter().zip(&truth) {
+        let history = dump::read(&found[pid]).expect("a whole history");
+        let seen = traffic(&history);
+        assert_eq!(
+            (
+                seen.h2d_transfers,
+                seen.d2h_transfers,
+                seen.h2d_bytes,
+                seen.d2h_bytes
+            ),
+            (h2d, d2h, h2d_bytes, d2h_bytes),
+            "pid {pid}"
+        );
+        let stats = history.stats();
+        assert_eq!(
+            (stats.transfers, stats.h2d_bytes, stats.d2h_bytes),
+            (h2d + d2h, h2d_bytes, d2h_bytes)
+        );
+        assert_eq!(history.stats().lost_events(), 0);
+        assert!(history.meta().checkpoint_unix_s.is_none(), "a finished run");
+        assert_eq!(history.meta().pids[0], *pid);
+    }
+    let forked = dump::read(&found[&pids[2]]).expect("forking's history");
+    assert_eq!(
+        forked.meta().pids.len(),
+        2,
+        "the child is in its parent's history"
+    );
+    assert!(
+        !found.contains_key(&pids[3]),
+        "the filter leaves the bystander out"
+    );
+    assert_eq!(stored(&store).len(), 3);
+
+    let metrics = daemon.metrics();
+    let program = |pid: u32| {
+        found[&pid]
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .expect("the program's folder")
+            .to_owned()
+    };
+    let bench_program = program(pids[0]);
+    assert_eq!(bench_program, program(pids[1]), "one program, two runs");
+    assert!(
+        bench_program.starts_with("transfer-bench-"),
+        "{bench_program}"
+    );
+    let forking_program = program(pids[2]);
+    assert_eq!(
+        metrics.value("hotpin_program_runs_total", &[("program", &bench_program)]),
+        Some(2.0)
+    );
+    assert_eq!(
+        metrics.value(
+            "hotpin_program_transfers_total",
+            &[("program", &forking_program), ("direction", "h2d")]
+        ),
+        Some(truth[2].0 as f64)
+    );
+    assert_eq!(
+        metrics.value(
+            "hotpin_program_transfer_bytes_total",
+            &[("program", &bench_program), ("direction", "d2h")]
+        ),
+        Some((truth[0].3 + truth[1].3) as f64)
+    );
+    assert_eq!(
+        metrics.value("hotpin_histories_written_total", &[]),
+        Some(3.0)
+    );
+    assert_eq!(metrics.value("hotpin_lost_events_total", &[]), Some(0.0));
+    assert_eq!(metrics.value("hotpin_processes_traced", &[]), Some(0.0));
+    assert!(metrics.value("hotpin_probes_attached", &[]).unwrap() > 0.0);
+
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn sigterm_while_a_run_goes_on_leaves_whole_histories() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-sigterm");
+    let store = standin.dir.join("store");
+    let daemon = Daemon::start(&store, &standin.dir);
+    let mut bench = common::spawn_bench(&common::long_bench(&standin));
+    let pid = bench.id();
+    let pid_label = pid.to_string();
+    let start = Instant::now();
+    let running = loop {
+        let metrics = daemon.metrics();
+        if let Some(copies) = metrics.value(
+            "hotpin_transfers_total",
+            &[("pid", &pid_label), ("direction", "h2d")],
+        ) && copies > 1000.0
+        {
+            break copies;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the running bench never showed in the metrics"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+    assert!(
+        bench.try_wait().expect("poll the bench").is_none(),
+        "the traced program runs on after the daemon"
+    );
+    let _ = bench.kill();
+    let _ = bench.wait();
+
+    let found = stored(&store);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let history = dump::read(&found[&pid]).expect("a whole history");
+    assert!(
+        history.meta().checkpoint_unix_s.is_some(),
+        "a run still going is marked as such"
+    );
+    let seen = traffic(&history);
+    assert!(seen.h2d_transfers as f64 >= running, "{seen:?} < {running}");
+    // Each copy there and back: the last one may be caught half-way.
+    assert!(seen.h2d_transfers - seen.d2h_transfers <= 1, "{seen:?}");
+    assert_eq!(history.stats().lost_events(), 0);
+}
+
+#[test]
+fn hundreds_of_short_runs_leave_the_daemon_memory_flat_and_nothing_lost() {
+    const RUNS: usize = 400;
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-soak");
+    let store = standin.dir.join("store");
+    let daemon = Daemon::start(&store, &standin.dir);
+    let bench = common::bench(&standin, &bench_args("1", "7", "1"));
+    let rss = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .expect("VmRSS");
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    let mut pids = Vec::new();
+    let mut warm_rss = 0;
+    for i in 0..RUNS {
+        // Two at a time, as a busy host would start them.
+        let (x, y) = (common::spawn_bench(&bench), common::spawn_bench(&bench));
+        pids.extend([x.id(), y.id()]);
+        for run in [x, y] {
+            let output = common::wait_with_timeout(run, Duration::from_secs(30));
+            assert_eq!(common::summary(&output)["copies"], 16);
+        }
+        if i == RUNS / 4 {
+            wait_for_histories(&store, &pids);
+            warm_rss = rss(daemon.child.id());
+        }
+    }
+    let found = wait_for_histories(&store, &pids);
+    let end_rss = rss(daemon.child.id());
+    eprintln!(
+        "daemon RSS after {} runs: {} KiB; after {}: {} KiB",
+        (RUNS / 4 + 1) * 2,
+        warm_rss / 1024,
+        RUNS * 2,
+        end_rss / 1024
+    );
+    assert!(
+        end_rss <= warm_rss + (4 << 20),
+        "the daemon grew from {warm_rss} to {end_rss} bytes"
+    );
+    for pid in &pids {
+        let history = dump::read(&found[pid]).expect("a whole history");
+        let seen = traffic(&history);
+        assert_eq!(
+            (seen.h2d_transfers, seen.d2h_transfers),
+            (8, 8),
+            "pid {pid}"
+        );
+    }
+    let metrics = daemon.metrics();
+    assert_eq!(
+        metrics.value("hotpin_histories_written_total", &[]),
+        Some((RUNS * 2) as f64)
+    );
+    assert_eq!(metrics.value("hotpin_lost_events_total", &[]), Some(0.0));
+    assert!(daemon.terminate().success());
+}
+
+#[test]
+fn sighup_rereads_the_filters_from_the_configuration_file() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-sighup");
+    let store = standin.dir.join("store");
+    let config = standin.dir.join("tracer.toml");
+    std::fs::write(&config, "commands = [\"*no-such-program*\"]\n").expect("write the config");
+    let daemon = Daemon::start_with(&store, &["--config".into(), config.display().to_string()]);
+    let bench = common::bench(&standin, &bench_args("1", "4", "0"));
+    let run = |bench: &common::Bench| {
+        let child = common::spawn_bench(bench);
+        let pid = child.id();
+        let output = common::wait_with_timeout(child, Duration::from_secs(30));
+        assert_eq!(common::summary(&output)["copies"], 8);
+        pid
+    };
+    let left_out = run(&bench);
+    std::fs::write(
+        &config,
+        format!("commands = [\"*{}*\"]\n", standin.dir.display()),
+    )
+    .expect("rewrite the config");
+    // SAFETY: kill has no memory preconditions; the pid is our child.
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    daemon.wait_for_line("configuration reloaded", Duration::from_secs(10));
+    let admitted = run(&bench);
+    let found = wait_for_histories(&store, &[admitted]);
+    assert!(!found.contains_key(&left_out), "{found:?}");
+    let history = dump::read(&found[&admitted]).expect("a whole history");
+    assert_eq!(traffic(&history).h2d_transfers, 4);
+
+    // A file that no longer reads keeps the filters in force.
+    std::fs::write(&config, "commands = [").expect("break the config");
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    daemon.wait_for_line("keeping the configuration in force", Duration::from_secs(10));
+    assert!(daemon.terminate().success());
+}
