@@ -106,6 +106,8 @@ pub struct TracerNumbers {
     pub probes_unavailable: u64,
     pub probes_attached: u64,
     pub histories_written: u64,
+    /// Runs that opened a CUDA library but made no CUDA call: not stored.
+    pub runs_without_calls: u64,
     pub store_errors: u64,
 }
 
@@ -350,6 +352,12 @@ pub fn render(
         "histories_written",
         "Histories written to the store",
         tracer.histories_written,
+    );
+    plain_counter(
+        &mut registry,
+        "runs_without_calls",
+        "Runs that opened a CUDA library but made no CUDA call (not stored)",
+        tracer.runs_without_calls,
     );
     plain_counter(
         &mut registry,

@@ -615,6 +615,12 @@ async fn write_batches(
                 Record::Exited(pid) => {
                     spaces.forget(pid);
                     sessions.exited(pid);
+                    if sessions.running().next().is_none() {
+                        resolver.release_symbols();
+                        // Give the freed pages back to the system: glibc keeps them.
+                        // SAFETY: malloc_trim has no preconditions.
+                        unsafe { libc::malloc_trim(0) };
+                    }
                 }
                 Record::Event(event, callers) => {
                     if let TraceEvent::ProcessFork { pid, child } = event {

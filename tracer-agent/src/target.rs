@@ -172,6 +172,14 @@ impl CallSiteResolver {
         }
     }
 
+    /// Drops the symbol tables loaded to name call sites (a large library's is hundreds of
+    /// MiB): the daemon does so when no run is left, and loads them again when one needs them.
+    pub fn release_symbols(&mut self) {
+        for module in self.by_build_id.values_mut() {
+            module.symbols = None;
+        }
+    }
+
     /// Learns the build id of a file (shown as `name`).
     pub fn learn_file(&mut self, path: &Path, name: &str) {
         if !self.seen_files.insert(name.to_string()) {

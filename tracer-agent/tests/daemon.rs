@@ -26,7 +26,10 @@ impl Daemon {
     /// Starts `tracer daemon` tracing only commands that mention `only` (the stand-in's
     /// folder of this test: other tests' processes are left out), and waits until it traces.
     fn start(store: &Path, only: &Path) -> Self {
-        Self::start_with(store, &["--command".into(), format!("*{}*", only.display())])
+        Self::start_with(
+            store,
+            &["--command".into(), format!("*{}*", only.display())],
+        )
     }
 
     fn start_with(store: &Path, args: &[String]) -> Self {
@@ -304,6 +307,20 @@ fn the_daemon_keeps_a_history_per_run_and_serves_metrics() {
         assert!(history.meta().checkpoint_unix_s.is_none(), "a finished run");
         assert_eq!(history.meta().pids[0], *pid);
     }
+    // A stored history read with a JSON tool: `tracer export --format json`.
+    let json_path = standin.dir.join("forking.json");
+    let exported = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["export", "--format", "json"])
+        .arg(&found[&pids[2]])
+        .arg("-o")
+        .arg(&json_path)
+        .output()
+        .expect("run tracer export");
+    assert!(exported.status.success(), "{exported:?}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json_path).expect("the JSON history"))
+            .expect("JSON");
+    assert_eq!(json["stats"]["h2d_bytes"], truth[2].2);
     let forked = dump::read(&found[&pids[2]]).expect("forking's history");
     assert_eq!(
         forked.meta().pids.len(),
@@ -515,6 +532,9 @@ fn sighup_rereads_the_filters_from_the_configuration_file() {
     std::fs::write(&config, "commands = [").expect("break the config");
     // SAFETY: as above.
     unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
-    daemon.wait_for_line("keeping the configuration in force", Duration::from_secs(10));
+    daemon.wait_for_line(
+        "keeping the configuration in force",
+        Duration::from_secs(10),
+    );
     assert!(daemon.terminate().success());
 }

@@ -23,9 +23,20 @@ const MAX_PART_CHARS: usize = 100;
 /// Longest key: a file name.
 const MAX_KEY_BYTES: usize = 255;
 /// Interpreters whose script is part of the program: their file name is one of these, alone or
-/// followed by a version (`python3.12`, `perl5.36`).
+/// followed by a version (`python3.12`, `perl5.36`). The dynamic loader run as a command
+/// (`ld-linux-x86-64.so.2 PROGRAM`, as `ldd` and some launchers do) counts as one: the program
+/// it loads is the program.
 const INTERPRETERS: &[&str] = &[
-    "python", "perl", "ruby", "node", "bash", "sh", "dash", "zsh",
+    "python",
+    "perl",
+    "ruby",
+    "node",
+    "bash",
+    "sh",
+    "dash",
+    "zsh",
+    "ld-linux-x86-64.so",
+    "ld-linux-aarch64.so",
 ];
 /// Levels of `#!` scripts followed, as Linux does (its limit is 4 interpreters deep).
 const MAX_SHEBANG_DEPTH: usize = 4;
@@ -286,7 +297,16 @@ fn interpreted_script(name: &str, args: &[String]) -> Option<String> {
             match long {
                 "eval" | "print" if family == "node" => return Some("e".into()),
                 // Long options that take the next argument as their value.
-                "check-hash-based-pycs" | "require" | "import" | "rcfile" | "init-file" => {
+                "check-hash-based-pycs"
+                | "require"
+                | "import"
+                | "rcfile"
+                | "init-file"
+                | "library-path"
+                | "preload"
+                | "audit"
+                | "argv0"
+                | "inhibit-rpath" => {
                     args.next();
                 }
                 _ => {}

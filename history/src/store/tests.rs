@@ -336,6 +336,11 @@ fn other_interpreters_take_their_script_and_other_programs_none() {
             "node-nobuildid-server.js",
         ),
         ("node", &["-p", "1+1"], "node-nobuildid-e"),
+        (
+            "ld-linux-x86-64.so.2",
+            &["--library-path", "/opt/lib", "/usr/bin/app", "x"],
+            "ld-linux-x86-64.so.2-nobuildid-app",
+        ),
         // Not interpreters: their arguments are data, not the program.
         ("shred", &["secret.txt"], "shred-nobuildid"),
         ("my_app", &["train.py"], "my_app-nobuildid"),

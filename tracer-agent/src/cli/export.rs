@@ -1,4 +1,4 @@
-//! `tracer export FILE`: a verbose history's timelines as a trace file.
+//! `tracer export FILE`: a verbose history's timelines as a trace file, or a history as JSON.
 
 use std::process::ExitCode;
 
@@ -9,6 +9,20 @@ use super::ExportArgs;
 
 pub fn run(args: ExportArgs) -> Result<ExitCode> {
     let history = dump::read(&args.file)?;
+    if args.format == "json" {
+        let output = args
+            .output
+            .unwrap_or_else(|| args.file.with_extension("json"));
+        // Verbose if the history has timelines: nothing it holds is left out.
+        let verbose = history.allocations().iter().any(|a| !a.events.is_empty());
+        dump::write(&history, &output, dump::Format::Json, verbose)
+            .with_context(|| format!("cannot write the history to {}", output.display()))?;
+        eprintln!(
+            "tracer: the history written as JSON to {}",
+            output.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let trace = export::chrome_trace(&history)
         .with_context(|| format!("cannot export {}", args.file.display()))?;
     let output = args

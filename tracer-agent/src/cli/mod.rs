@@ -79,12 +79,15 @@ struct DaemonArgs {
 
 #[derive(Args, Debug)]
 struct ExportArgs {
-    /// A history written by `tracer record --verbose` (either format).
+    /// A history written by `tracer record` (either format; `--verbose` for timelines).
     file: PathBuf,
-    /// The trace format: the Chrome JSON trace format, which Perfetto's UI opens.
-    #[arg(long, default_value = "chrome", value_parser = ["chrome"])]
+    /// `chrome`: the timelines in the Chrome JSON trace format, which Perfetto's UI opens.
+    /// `json`: the history itself as a JSON dump (what `tracer record -o X.json` writes), e.g.
+    /// to read a history from the daemon's store with a JSON tool.
+    #[arg(long, default_value = "chrome", value_parser = ["chrome", "json"])]
     format: String,
-    /// Where to write the trace (default: FILE with `.trace.json` in place of its extension).
+    /// Where to write it (default: FILE with `.trace.json`, or `.json`, in place of its
+    /// extension).
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
 }

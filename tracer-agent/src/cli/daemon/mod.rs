@@ -46,6 +46,8 @@ struct Daemon {
     finished: FinishedPrograms,
     written: u64,
     store_errors: u64,
+    /// Runs that ended without a CUDA call.
+    without_calls: u64,
 }
 
 pub fn run(args: DaemonArgs) -> Result<ExitCode> {
@@ -111,6 +113,7 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         finished: FinishedPrograms::default(),
         written: 0,
         store_errors: 0,
+        without_calls: 0,
     };
     runtime.block_on(daemon.serve(&agent, listener, &args))?;
 
@@ -169,10 +172,21 @@ impl Daemon {
         Ok(())
     }
 
-    /// Writes a run's history to the store; a run still going is marked as a checkpoint.
+    /// Writes a run's history to the store; a run still going is marked as a checkpoint. A
+    /// run that made no CUDA call (a helper that only looked at a CUDA library, as `ldd`
+    /// does) has nothing to keep: it is counted, not stored.
     fn write(&mut self, mut session: Session) {
-        let traffic = Traffic::of(&session.history, &self.policy);
         let program = session.program();
+        if session.history.stats().calls == 0 && session.complete {
+            self.without_calls += 1;
+            tracing::info!(
+                pid = session.info.root,
+                program,
+                "a run without CUDA calls: not stored"
+            );
+            return;
+        }
+        let traffic = Traffic::of(&session.history, &self.policy);
         self.finished.add(&program, &traffic);
         if !session.complete {
             session.history.meta_mut().checkpoint_unix_s = Some(unix_now());
@@ -290,6 +304,7 @@ impl Daemon {
             probes_attached: attached,
             probes_unavailable: probes.len() as u64 - attached,
             histories_written: self.written,
+            runs_without_calls: self.without_calls,
             store_errors: self.store_errors,
         };
         metrics::render(&running, &self.finished, &numbers)
