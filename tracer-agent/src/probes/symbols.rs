@@ -14,9 +14,9 @@ use crate::error::TracerError;
 #[derive(Debug, Default)]
 pub struct SymbolTable {
     offsets: HashMap<String, u64>,
-    /// Functions that begin with `endbr64` (x86-64 code built for CET, as NVIDIA's libraries
-    /// are): a probe goes after it, see [`Self::probe_offset`].
-    endbr: std::collections::HashSet<u64>,
+    /// Functions whose probe goes past their first bytes (`endbr64`, a 5-byte nop), by file
+    /// offset: how many bytes; see [`entry_skip`].
+    skips: HashMap<u64, u64>,
     /// (file offset, size, name), sorted by offset.
     functions: Vec<(u64, u64, String)>,
     build_id: Option<Vec<u8>>,
@@ -41,7 +41,7 @@ impl SymbolTable {
         })?;
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let x86_64 = file.architecture() == object::Architecture::X86_64;
-        let mut endbr = std::collections::HashSet::new();
+        let mut skips = HashMap::new();
         let mut offsets = HashMap::new();
         let mut functions = Vec::new();
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
@@ -64,9 +64,12 @@ impl SymbolTable {
             else {
                 continue;
             };
-            const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
-            if x86_64 && data.get(offset as usize..offset as usize + 4) == Some(&ENDBR64[..]) {
-                endbr.insert(offset);
+            if x86_64 {
+                let code = data.get(offset as usize..).unwrap_or(&[]);
+                let skip = entry_skip(&code[..code.len().min(16)]);
+                if skip > 0 {
+                    skips.insert(offset, skip);
+                }
             }
             // A versioned name ("cudaMemcpy@@libcudart.so.13") is found under its base name too.
             let base = name.split('@').next().unwrap_or(name);
@@ -79,7 +82,7 @@ impl SymbolTable {
         functions.dedup_by_key(|f| f.0);
         Ok(Self {
             offsets,
-            endbr,
+            skips,
             functions,
             build_id,
         })
@@ -105,18 +108,11 @@ impl SymbolTable {
         self.offsets.get(name).copied()
     }
 
-    /// Where to probe `name`: its first instruction, or the one after a leading `endbr64`.
-    /// The kernel steps an instruction it cannot emulate out of line, a second trap on every
-    /// hit; `endbr64` is one of those, while the `push` that usually follows it is emulated
-    /// (Linux 6.x). Arguments and the return address are where they were at entry: `endbr64`
-    /// changes no register and no memory.
+    /// Where to probe `name`: its first instruction, or the one after a leading `endbr64`
+    /// and 5-byte nop ([`entry_skip`]).
     pub fn probe_offset(&self, name: &str) -> Option<u64> {
         let offset = self.offset(name)?;
-        Some(if self.endbr.contains(&offset) {
-            offset + 4
-        } else {
-            offset
-        })
+        Some(offset + self.skips.get(&offset).copied().unwrap_or(0))
     }
 
     pub fn len(&self) -> usize {
@@ -126,6 +122,28 @@ impl SymbolTable {
     pub fn is_empty(&self) -> bool {
         self.offsets.is_empty()
     }
+}
+
+/// How many bytes at the start of an x86-64 function a probe goes past: a leading `endbr64`,
+/// then a 5-byte nop (`nopl 0x0(%rax,%rax,1)`, what `-fpatchable-function-entry` and
+/// tracing hooks put there). Neither changes a register or memory, so arguments and the
+/// return address are where they were at entry.
+/// - `endbr64`: the kernel cannot emulate it and steps it out of line, a second trap on every
+///   hit; the `push` that usually follows is emulated (Linux 6.x).
+/// - The 5-byte nop: Linux 6.18 optimises a uprobe there into a call through a trampoline,
+///   and a process forked after such a probe was hit dies of SIGSEGV at its next call of the
+///   function (docs/benchmarks.md, "Uprobes on a 5-byte nop"). A probe is never placed on one.
+pub fn entry_skip(code: &[u8]) -> u64 {
+    const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+    const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+    let mut skip = 0;
+    if code.starts_with(&ENDBR64) {
+        skip += ENDBR64.len();
+    }
+    if code[skip..].starts_with(&NOP5) {
+        skip += NOP5.len();
+    }
+    skip as u64
 }
 
 /// The ELF build id of a file, reading only its headers and notes.
@@ -170,6 +188,21 @@ mod tests {
             assert_eq!(table.probe_offset("cudaMemcpy"), Some(offset + 4));
         }
         std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_probe_goes_past_endbr64_and_a_five_byte_nop_never_onto_them() {
+        let endbr = [0xf3, 0x0f, 0x1e, 0xfa];
+        let nop5 = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+        let push = [0x55];
+        assert_eq!(entry_skip(&[&endbr[..], &push].concat()), 4);
+        assert_eq!(entry_skip(&[&endbr[..], &nop5, &push].concat()), 9);
+        assert_eq!(entry_skip(&[&nop5[..], &push].concat()), 5);
+        assert_eq!(entry_skip(&push), 0);
+        // A 4-byte nop (`nopl 0x0(%rax)`) is stepped out of line, not optimised: left alone.
+        assert_eq!(entry_skip(&[0x0f, 0x1f, 0x40, 0x00, 0x55]), 0);
+        assert_eq!(entry_skip(&endbr[..3]), 0, "cut short");
+        assert_eq!(entry_skip(&[]), 0);
     }
 
     #[test]
