@@ -284,7 +284,18 @@ pub struct Report {
     pub lost_events: u64,
     pub host_allocations: u64,
     pub hot: Vec<ReportRow>,
+    /// Cold memory worth acting on: pinned and not hot (unpin it), or at least
+    /// [`LARGE_BYTES`] and never copied; largest first.
     pub cold: Vec<ReportRow>,
+    /// Copies whose direction could not be known (counted in `transfers`, in neither
+    /// direction's bytes).
+    pub unresolved_copies: u64,
+    /// The most device memory the traced processes held at once, together.
+    pub device_peak_bytes: u64,
+    /// Device memory still allocated when the recording ended, and its allocations, largest
+    /// first: leaks, for a program that had exited.
+    pub device_live_bytes: u64,
+    pub device_leaks: Vec<ReportRow>,
     /// Pinned memory transferred fewer times than the policy asks: pinned for nothing.
     pub wasted_pinned_bytes: u64,
     pub wasted_pinned: Vec<ReportRow>,
@@ -319,11 +330,32 @@ fn site_name(history: &MemHistory, site: Option<CallSiteId>) -> String {
     }
 }
 
+/// Memory at least this large that was never copied is listed as cold.
+pub const LARGE_BYTES: u64 = 1 << 20;
+
+/// What to call an allocation: its call site, or for memory with none, what it is.
+fn allocation_name(history: &MemHistory, a: &Allocation) -> String {
+    if a.call_site.is_some() {
+        return site_name(history, a.call_site);
+    }
+    let what = match a.kind {
+        AllocKind::Heap => "heap".to_owned(),
+        AllocKind::Mmap => format!("anonymous mapping of {}", bytes(a.size)),
+        AllocKind::Untracked => "untracked (no allocation seen)".to_owned(),
+        kind => format!("{kind:?} memory").to_lowercase(),
+    };
+    if a.pre_existing {
+        format!("{what}, there before the tracer attached")
+    } else {
+        what
+    }
+}
+
 fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
     ReportRow {
         id: a.id,
         pid: a.pid,
-        call_site: site_name(history, a.call_site),
+        call_site: allocation_name(history, a),
         callers: history
             .callers(a.id)
             .iter()
@@ -419,6 +451,19 @@ impl Report {
             }
         }
         candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
+        let mut cold: Vec<&Allocation> = host
+            .iter()
+            .copied()
+            .filter(|a| a.kind != AllocKind::Untracked && !policy.is_hot(a))
+            .filter(|a| a.kind.is_pinned() || (a.size >= LARGE_BYTES && a.stats.transfers == 0))
+            .collect();
+        cold.sort_by_key(|a| (!a.kind.is_pinned(), std::cmp::Reverse(a.size)));
+        let mut device_leaks: Vec<&Allocation> = history
+            .allocations()
+            .iter()
+            .filter(|a| a.kind.is_device() && a.kind != AllocKind::DeviceReserved && a.is_live())
+            .collect();
+        device_leaks.sort_by_key(|a| std::cmp::Reverse(a.size));
         wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
         let pin_sites = advice(history, pin);
         let unpin = pinned_sites
@@ -442,9 +487,13 @@ impl Report {
                 .into_iter()
                 .map(|a| row(history, a))
                 .collect(),
-            cold: history
-                .coldspots(top)
-                .into_iter()
+            cold: cold.iter().take(top).map(|a| row(history, a)).collect(),
+            unresolved_copies: stats.unresolved_copies,
+            device_peak_bytes: stats.device_memory.values().map(|m| m.peak_bytes).sum(),
+            device_live_bytes: device_leaks.iter().map(|a| a.size).sum(),
+            device_leaks: device_leaks
+                .iter()
+                .take(top)
                 .map(|a| row(history, a))
                 .collect(),
             wasted_pinned_bytes: wasted.iter().map(|a| a.size).sum(),
@@ -515,11 +564,31 @@ impl Report {
             "Hot host allocations (most transferred)",
             &self.hot,
         );
+        if self.unresolved_copies > 0 {
+            let _ = writeln!(
+                out,
+                "  unresolved   {} copies whose direction could not be known (in neither \
+                 direction's bytes)",
+                self.unresolved_copies
+            );
+        }
         table(
             &mut out,
-            "Cold host allocations (least transferred)",
+            &format!(
+                "Cold: pinned and not hot, or {} and more never copied (largest first)",
+                bytes(LARGE_BYTES)
+            ),
             &self.cold,
         );
+        let _ = writeln!(
+            out,
+            "\nDevice memory: peak {}, still allocated at the end {}",
+            bytes(self.device_peak_bytes),
+            bytes(self.device_live_bytes)
+        );
+        if !self.device_leaks.is_empty() {
+            table(&mut out, "", &self.device_leaks);
+        }
         if !self.recycled.is_empty() {
             let _ = writeln!(
                 out,
@@ -769,7 +838,13 @@ mod tests {
         assert_eq!(report.wasted_pinned[0].id, pinned);
         assert_eq!(report.unpin_sites.len(), 1);
         assert_eq!(report.untracked_hot_bytes, 4096);
-        assert!(report.cold.iter().any(|r| r.id == cold));
+        // Cold and worth acting on: the pinned buffer copied once. The pageable one copied
+        // once is cold too but costs nothing to leave as it is.
+        assert_eq!(
+            report.cold.iter().map(|r| r.id).collect::<Vec<_>>(),
+            vec![pinned]
+        );
+        assert!(!report.cold.iter().any(|r| r.id == cold));
         let text = report.render();
         assert!(
             text.contains("load_batch")
@@ -899,5 +974,46 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn memory_without_a_call_site_is_named_and_device_leaks_are_listed() {
+        let mut h = MemHistory::new();
+        let site = h.intern_call_site(CallSite {
+            module: "/bin/app".into(),
+            offset: 0x40,
+            symbol: Some("make_weights".into()),
+        });
+        // A large mapping never copied, a heap, a mapping there before the attach.
+        let mapping = h.map(1, 0x7000_0000, 8 << 20, 0);
+        h.seed(1, 0x1000_0000, 64 << 20, AllocKind::Mmap, 0);
+        let small = h.map(1, 0x7100_0000, 8192, 0);
+        let leak = h.alloc(1, 0xd000_0000, 32 << 20, AllocKind::Device, Some(site), 0);
+        let freed = h.alloc(1, 0xe000_0000, 4 << 20, AllocKind::Device, Some(site), 0);
+        h.free(1, 0xe000_0000, 5);
+        let report = Report::new(&h, HotPolicy::transfers(4), 10);
+        let names: Vec<&str> = report.cold.iter().map(|r| r.call_site.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "anonymous mapping of 64.0 MiB, there before the tracer attached",
+                "anonymous mapping of 8.0 MiB"
+            ],
+            "largest first; the 8 KiB mapping is not worth a line"
+        );
+        assert!(report.cold.iter().any(|r| r.id == mapping));
+        assert!(!report.cold.iter().any(|r| r.id == small));
+        assert_eq!(
+            report.device_leaks.iter().map(|r| r.id).collect::<Vec<_>>(),
+            vec![leak]
+        );
+        assert!(!report.device_leaks.iter().any(|r| r.id == freed));
+        assert_eq!(report.device_live_bytes, 32 << 20);
+        let text = report.render();
+        assert!(
+            text.contains("still allocated at the end 32.0 MiB"),
+            "{text}"
+        );
+        assert!(text.contains("make_weights"), "{text}");
     }
 }

@@ -668,7 +668,8 @@ fn apply(
             let call = &call;
             let callers = callers
                 .iter()
-                .map(|&raw| history.intern_call_site(resolver.resolve(call.pid, raw)))
+                .map_while(|&raw| resolver.resolve_caller(call.pid, raw))
+                .map(|site| history.intern_call_site(site))
                 .collect();
             let site = match (call.op, call.site) {
                 (Op::Alloc { .. } | Op::Register { .. } | Op::Realloc { .. }, Some(raw))

@@ -154,6 +154,8 @@ pub struct CallSiteResolver {
 struct KnownModule {
     name: String,
     path: PathBuf,
+    /// The file's length: a frame past it is a walk gone wrong.
+    len: u64,
     symbols: Option<Option<SymbolTable>>,
 }
 
@@ -189,10 +191,29 @@ impl CallSiteResolver {
             let module = KnownModule {
                 name: name.to_string(),
                 path: path.to_path_buf(),
+                len: std::fs::metadata(path).map_or(0, |m| m.len()),
                 symbols: None,
             };
             self.by_build_id.insert(id, module);
         }
+    }
+
+    /// A caller's frame as a call site, or `None` where the frame-pointer walk went wrong (a
+    /// frame of code built without frame pointers leaves garbage above it): an address in no
+    /// mapped file, or an offset past the end of the file it names. The walk is cut there.
+    pub fn resolve_caller(&mut self, pid: u32, frame: RawSite) -> Option<CallSite> {
+        let site = self.resolve(pid, frame);
+        if site.module == ANONYMOUS {
+            return None;
+        }
+        if let RawSite::BuildId { build_id, offset } = frame
+            && let Some(module) = self.by_build_id.get(&build_id[..])
+            && module.len > 0
+            && offset >= module.len
+        {
+            return None;
+        }
+        Some(site)
     }
 
     /// The call site of a call of `pid`.
@@ -207,7 +228,7 @@ impl CallSiteResolver {
                         symbol: None,
                     },
                     None => CallSite {
-                        module: "[anon]".into(),
+                        module: ANONYMOUS.into(),
                         offset: addr,
                         symbol: None,
                     },
@@ -242,6 +263,9 @@ impl CallSiteResolver {
         }
     }
 }
+
+/// The module of a call site in no mapped file.
+const ANONYMOUS: &str = "[anon]";
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -287,6 +311,31 @@ garbage line
             "anonymous memory has no module"
         );
         assert_eq!(maps.module_offset(0x10), None);
+    }
+
+    #[test]
+    fn a_caller_frame_in_no_file_or_past_its_end_cuts_the_walk() {
+        let me = std::process::id();
+        let exe = std::fs::read_link("/proc/self/exe").expect("this test's executable");
+        let build_id: [u8; 20] = crate::probes::symbols::read_build_id(&exe)
+            .expect("rustc links a build id")
+            .try_into()
+            .expect("20 bytes");
+        let len = std::fs::metadata(&exe).expect("its size").len();
+        let mut resolver = CallSiteResolver::new();
+        resolver.learn_process(me);
+        let inside = RawSite::BuildId {
+            build_id,
+            offset: 0x1000,
+        };
+        assert!(resolver.resolve_caller(me, inside).is_some());
+        let past_the_end = RawSite::BuildId {
+            build_id,
+            offset: len + 0x1000,
+        };
+        assert_eq!(resolver.resolve_caller(me, past_the_end), None);
+        // An address in no mapping (the zero page is never mapped).
+        assert_eq!(resolver.resolve_caller(me, RawSite::Address(0x10)), None);
     }
 
     #[test]
