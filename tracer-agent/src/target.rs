@@ -2,7 +2,7 @@
 //! sites as module + offset.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     path::{Path, PathBuf},
 };
 
@@ -40,12 +40,17 @@ pub fn is_candidate_name(path: &str) -> bool {
 
 /// The path under which this tracer can open a file the target maps: through
 /// `/proc/PID/root`, so a process in another mount namespace (a container) works too.
+/// When the file there is the one this tracer sees at `path` itself (the same mount
+/// namespace), that path: it outlives the process.
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
+    use std::os::unix::fs::MetadataExt as _;
     let through_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    if through_root.exists() {
-        through_root
-    } else {
-        PathBuf::from(path)
+    match (std::fs::metadata(&through_root), std::fs::metadata(path)) {
+        (Ok(theirs), Ok(ours)) if (theirs.dev(), theirs.ino()) == (ours.dev(), ours.ino()) => {
+            PathBuf::from(path)
+        }
+        (Ok(_), _) => through_root,
+        (Err(_), _) => PathBuf::from(path),
     }
 }
 
@@ -146,18 +151,25 @@ pub struct CallSiteResolver {
     /// Files known, by build id: the name shown, where to open it, and its symbols once a call
     /// site has needed them.
     by_build_id: HashMap<Vec<u8>, KnownModule>,
-    /// Files whose build id was read already (so each is read once).
-    seen_files: HashSet<String>,
+    /// Files whose build id was read already (so each is read once), by the name shown.
+    seen_files: HashMap<String, Option<Vec<u8>>>,
 }
 
 #[derive(Debug)]
 struct KnownModule {
     name: String,
-    path: PathBuf,
+    /// Where to open it, through the processes that mapped it last, latest first: a
+    /// process's /proc/PID/root path goes with the process.
+    paths: Vec<PathBuf>,
     /// The file's length: a frame past it is a walk gone wrong.
     len: u64,
-    symbols: Option<Option<SymbolTable>>,
+    /// Loaded when a call site first needs them; a file that cannot be opened now is tried
+    /// again next time.
+    symbols: Option<SymbolTable>,
 }
+
+/// Paths kept per file.
+const PATHS_KEPT: usize = 4;
 
 impl CallSiteResolver {
     pub fn new() -> Self {
@@ -184,13 +196,24 @@ impl CallSiteResolver {
 
     /// Learns the build id of a file (shown as `name`).
     pub fn learn_file(&mut self, path: &Path, name: &str) {
-        if !self.seen_files.insert(name.to_string()) {
+        if let Some(known) = self.seen_files.get(name) {
+            // Known already, maybe through a process that exits before the symbols are
+            // needed: open it through this one too.
+            if let Some(module) = known.as_ref().and_then(|id| self.by_build_id.get_mut(id))
+                && module.paths.first().is_none_or(|first| first != path)
+            {
+                module.paths.retain(|p| p != path);
+                module.paths.insert(0, path.to_path_buf());
+                module.paths.truncate(PATHS_KEPT);
+            }
             return;
         }
-        if let Some(id) = crate::probes::symbols::read_build_id(path) {
+        let build_id = crate::probes::symbols::read_build_id(path);
+        self.seen_files.insert(name.to_string(), build_id.clone());
+        if let Some(id) = build_id {
             let module = KnownModule {
                 name: name.to_string(),
-                path: path.to_path_buf(),
+                paths: vec![path.to_path_buf()],
                 len: std::fs::metadata(path).map_or(0, |m| m.len()),
                 symbols: None,
             };
@@ -240,14 +263,17 @@ impl CallSiteResolver {
                 }
                 match self.by_build_id.get_mut(&build_id[..]) {
                     Some(module) => {
-                        let path = &module.path;
-                        let table = module
-                            .symbols
-                            .get_or_insert_with(|| SymbolTable::read(path).ok());
+                        if module.symbols.is_none() {
+                            module.symbols = module
+                                .paths
+                                .iter()
+                                .find_map(|path| SymbolTable::read(path).ok());
+                        }
                         CallSite {
                             module: module.name.clone(),
                             offset,
-                            symbol: table
+                            symbol: module
+                                .symbols
                                 .as_ref()
                                 .and_then(|t| t.function_at(offset))
                                 .map(str::to_string),

@@ -20,6 +20,8 @@ struct Daemon {
     child: Child,
     port: u16,
     lines: mpsc::Receiver<String>,
+    /// The line it said once tracing.
+    ready: String,
 }
 
 impl Daemon {
@@ -53,8 +55,13 @@ impl Daemon {
                 }
             }
         });
-        let daemon = Self { child, port, lines };
-        daemon.wait_for_line("tracing every CUDA process", Duration::from_secs(60));
+        let mut daemon = Self {
+            child,
+            port,
+            lines,
+            ready: String::new(),
+        };
+        daemon.ready = daemon.wait_for_line("tracing every CUDA process", Duration::from_secs(60));
         daemon
     }
 
@@ -380,14 +387,30 @@ fn the_daemon_keeps_a_history_per_run_and_serves_metrics() {
 }
 
 #[test]
-fn sigterm_while_a_run_goes_on_leaves_whole_histories() {
+fn a_run_going_before_the_start_is_traced_and_sigterm_leaves_its_history_whole() {
     common::require_root();
     let _alone = common::one_at_a_time();
     let standin = common::standin("daemon-sigterm");
     let store = standin.dir.join("store");
-    let daemon = Daemon::start(&store, &standin.dir);
+    // Running with CUDA before the daemon starts: found at the start, its memory seeded.
     let mut bench = common::spawn_bench(&common::long_bench(&standin));
     let pid = bench.id();
+    let start = Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|maps| maps.contains("libcudart"))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the bench never loaded CUDA"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let daemon = Daemon::start(&store, &standin.dir);
+    assert!(
+        daemon.ready.contains("(1 running already)"),
+        "{}",
+        daemon.ready
+    );
     let pid_label = pid.to_string();
     let start = Instant::now();
     let running = loop {
@@ -417,6 +440,10 @@ fn sigterm_while_a_run_goes_on_leaves_whole_histories() {
     let found = stored(&store);
     assert_eq!(found.len(), 1, "{found:?}");
     let history = dump::read(&found[&pid]).expect("a whole history");
+    assert!(
+        history.allocations().iter().any(|a| a.pre_existing),
+        "the memory it had when the daemon started is seeded"
+    );
     assert!(
         history.meta().checkpoint_unix_s.is_some(),
         "a run still going is marked as such"
@@ -485,6 +512,19 @@ fn hundreds_of_short_runs_leave_the_daemon_memory_flat_and_nothing_lost() {
             (seen.h2d_transfers, seen.d2h_transfers),
             (8, 8),
             "pid {pid}"
+        );
+        // Call sites are named in every run, not only while the first is alive (a library
+        // is opened through /proc/PID/root of a process that has gone since).
+        let named = history
+            .allocations()
+            .iter()
+            .filter_map(|a| a.call_site.and_then(|id| history.call_site(id)))
+            .filter(|site| site.symbol.is_some())
+            .count();
+        assert!(
+            named > 0,
+            "pid {pid}: no call site named: {:?}",
+            history.call_sites()
         );
     }
     let metrics = daemon.metrics();
