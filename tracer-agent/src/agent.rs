@@ -20,6 +20,9 @@ use crate::{
     target::{self, CallSiteResolver},
 };
 
+/// What a history says recorded it (`RecordingMeta::tracer`).
+pub const TRACER_NAME: &str = concat!("hotpin tracer ", env!("CARGO_PKG_VERSION"));
+
 /// Ring buffer size by default: 16 MiB holds about 120k events, a second of the heaviest
 /// CUDA call rate we have measured, between two drains.
 pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
@@ -196,10 +199,8 @@ impl TracerAgent {
                 }
             }
             let meta = history.meta_mut();
-            meta.tracer = format!("hotpin tracer {}", env!("CARGO_PKG_VERSION"));
-            meta.started_unix_s = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
+            meta.tracer = TRACER_NAME.to_owned();
+            meta.started_unix_s = crate::dump::unix_now();
             meta.pids = self.config.pids.clone();
             meta.command = self.config.command.clone();
         }

@@ -48,13 +48,7 @@ struct ProcessFacts {
 
 impl ProcessFacts {
     fn read(pid: u32) -> Option<Self> {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let command = cmdline
-            .split(|&b| b == 0)
-            .filter(|arg| !arg.is_empty())
-            .map(String::from_utf8_lossy)
-            .collect::<Vec<_>>()
-            .join(" ");
+        let command = crate::target::command_line(pid)?.join(" ");
         // cgroup v2: one line "0::/path"; on v1 the v2 line may be missing: "" then.
         let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
             .ok()

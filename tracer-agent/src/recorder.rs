@@ -490,13 +490,13 @@ impl Reader {
         } = self;
         let mut exited = Vec::new();
         targets.retain(|&pid| {
-            if target::has_exited(pid) {
-                tracing::info!(pid, "target exited");
-                let _ = probes.remove_target(pid);
-                exited.push(pid);
-                return false;
-            }
-            match target::candidate_files(pid) {
+            // A zombie still has a map (empty): it has exited all the same.
+            let files = if target::has_exited(pid) {
+                Err(TracerError::NoSuchProcess { pid })
+            } else {
+                target::candidate_files(pid)
+            };
+            match files {
                 Ok(files) => {
                     for path in files {
                         if probes.is_examined(&path) {

@@ -3,10 +3,7 @@
 //! [`MemHistory`]. A session ends when its last process has exited and its last events are
 //! in; the daemon then writes it to the store.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    path::Path,
-};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     history::{KernelCounters, MemHistory},
@@ -31,15 +28,7 @@ pub struct SessionInfo {
 impl SessionInfo {
     /// Reads process `pid` from /proc (while it is stopped at its library open, or running).
     pub fn of_process(pid: u32) -> Self {
-        let command = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|bytes| {
-                bytes
-                    .split(|&b| b == 0)
-                    .filter(|arg| !arg.is_empty())
-                    .map(|arg| String::from_utf8_lossy(arg).into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let command = crate::target::command_line(pid).unwrap_or_default();
         let program = match ProgramKey::of_process(pid) {
             Ok(key) => Some(key),
             Err(error) => {
@@ -52,7 +41,7 @@ impl SessionInfo {
             program,
             command,
             uid: process_uid(pid),
-            started_unix_s: unix_now(),
+            started_unix_s: crate::dump::unix_now(),
         }
     }
 }
@@ -61,10 +50,8 @@ impl SessionInfo {
 #[derive(Debug)]
 pub struct Session {
     pub info: SessionInfo,
-    /// Its processes still running.
+    /// Its processes still running (every process it had is in the history's metadata).
     pub live: Vec<u32>,
-    /// Every process it had.
-    pub pids: Vec<u32>,
     pub history: MemHistory,
     /// The tracer's kernel counters when the session began, so the history's are those of
     /// the time it ran.
@@ -74,16 +61,15 @@ pub struct Session {
 }
 
 impl Session {
-    fn new(info: SessionInfo, counters: KernelCounters, tracer: &str) -> Self {
+    fn new(info: SessionInfo, counters: KernelCounters) -> Self {
         let mut history = MemHistory::default();
         let meta = history.meta_mut();
-        meta.tracer = tracer.to_owned();
+        meta.tracer = crate::agent::TRACER_NAME.to_owned();
         meta.started_unix_s = info.started_unix_s;
         meta.pids = vec![info.root];
         meta.command = info.command.clone();
         Self {
             live: vec![info.root],
-            pids: vec![info.root],
             info,
             history,
             counters_at_start: counters,
@@ -109,7 +95,6 @@ impl Session {
                 .host_ringbuf_full
                 .saturating_sub(start.host_ringbuf_full),
         };
-        self.history.meta_mut().pids = self.pids.clone();
     }
 }
 
@@ -136,10 +121,9 @@ impl Sessions {
             self.finish(old);
         }
         self.root_of.insert(root, root);
-        let tracer = format!("hotpin tracer {}", env!("CARGO_PKG_VERSION"));
         self.running
             .entry(root)
-            .or_insert_with(|| Session::new(info, self.counters, &tracer))
+            .or_insert_with(|| Session::new(info, self.counters))
     }
 
     /// Whether `pid` belongs to a running session.
@@ -155,7 +139,7 @@ impl Sessions {
         self.root_of.insert(child, root);
         if let Some(session) = self.running.get_mut(&root) {
             session.live.push(child);
-            session.pids.push(child);
+            session.history.meta_mut().pids.push(child);
         }
     }
 
@@ -230,27 +214,12 @@ pub fn running_cuda_processes() -> Vec<u32> {
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
         .filter(|&pid| pid != me)
         .filter(|&pid| {
-            crate::target::read_maps(pid).is_ok_and(|maps| {
-                maps.files().any(|path| {
-                    let name = Path::new(path)
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .unwrap_or("");
-                    name.starts_with("libcudart.so")
-                        || name.starts_with("libcuda.so")
-                        || name.starts_with("libhotpin")
-                })
-            })
+            crate::target::read_maps(pid)
+                .is_ok_and(|maps| maps.files().any(crate::target::is_cuda_library_name))
         })
         .collect();
     pids.sort_unstable();
     pids
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]
@@ -281,7 +250,6 @@ mod tests {
         let ended = sessions.take_ended();
         assert_eq!(ended.len(), 1);
         assert_eq!((ended[0].info.root, ended[0].complete), (10, true));
-        assert_eq!(ended[0].pids, vec![10, 11]);
         assert_eq!(ended[0].history.meta().pids, vec![10, 11]);
         assert_eq!(ended[0].history.stats().kernel.ringbuf_full, 3);
         assert!(sessions.history_of(11).is_none());

@@ -29,13 +29,35 @@ pub fn read_maps(pid: u32) -> Result<ProcessMaps, TracerError> {
 /// (`libc.so*`, probed with `--libc-malloc` only). What it really carries is told by its
 /// symbols (`Probes::attach_file`).
 pub fn is_candidate_name(path: &str) -> bool {
-    let Some(name) = Path::new(path).file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
+    is_cuda_library_name(path) || file_name(path).starts_with("libc.so")
+}
+
+/// Whether a file's name says it is a CUDA runtime, a CUDA driver or hotpin's library: what
+/// makes a process a CUDA process.
+pub fn is_cuda_library_name(path: &str) -> bool {
+    let name = file_name(path);
     name.starts_with("libcudart.so")
         || name.starts_with("libcuda.so")
         || name.starts_with("libhotpin")
-        || name.starts_with("libc.so")
+}
+
+fn file_name(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+}
+
+/// The command line of `pid` (its arguments, the program's name first), if it still runs.
+pub fn command_line(pid: u32) -> Option<Vec<String>> {
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        bytes
+            .split(|&b| b == 0)
+            .filter(|arg| !arg.is_empty())
+            .map(|arg| String::from_utf8_lossy(arg).into_owned())
+            .collect(),
+    )
 }
 
 /// The path under which this tracer can open a file the target maps: through

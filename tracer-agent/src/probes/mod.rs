@@ -500,35 +500,12 @@ impl Probes {
     /// (a process the daemon's filters leave out).
     pub fn ignore(&mut self, pid: u32) -> Result<(), TracerError> {
         self.remove_target(pid)?;
-        self.ignored()?
-            .insert(pid, 0, 0)
-            .map_err(|source| TracerError::Map {
-                map: "IGNORED",
-                source,
-            })
+        self.insert_pid("IGNORED", pid)
     }
 
     /// Forgets that `pid` was ignored (it exited; the number may be used again).
     pub fn forget_ignored(&mut self, pid: u32) -> Result<(), TracerError> {
-        match self.ignored()?.remove(&pid) {
-            Err(source) if !is_missing_key(&source) => Err(TracerError::Map {
-                map: "IGNORED",
-                source,
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// The LRU hash of ignored processes (aya opens an LRU hash as a `HashMap`).
-    fn ignored(&mut self) -> Result<BpfHashMap<&mut MapData, u32, u32>, TracerError> {
-        let map = self
-            .ebpf
-            .map_mut("IGNORED")
-            .expect("the object defines IGNORED");
-        BpfHashMap::try_from(map).map_err(|source| TracerError::Map {
-            map: "IGNORED",
-            source,
-        })
+        self.remove_pid("IGNORED", pid)
     }
 
     pub fn stops_on_library_open(&self) -> bool {
@@ -537,34 +514,39 @@ impl Probes {
 
     /// Traces `pid` from now on (the kernel programs ignore every other process).
     pub fn add_target(&mut self, pid: u32) -> Result<(), TracerError> {
-        self.targets()?
-            .insert(pid, 0, 0)
-            .map_err(|source| TracerError::Map {
-                map: "TARGETS",
-                source,
-            })
+        self.insert_pid("TARGETS", pid)
     }
 
     /// Stops tracing `pid`.
     pub fn remove_target(&mut self, pid: u32) -> Result<(), TracerError> {
-        match self.targets()?.remove(&pid) {
-            Err(source) if !is_missing_key(&source) => Err(TracerError::Map {
-                map: "TARGETS",
-                source,
-            }),
+        self.remove_pid("TARGETS", pid)
+    }
+
+    /// Adds `pid` to the process set `name` (TARGETS, IGNORED: hashes keyed by tgid; aya opens
+    /// an LRU hash as a `HashMap` too).
+    fn insert_pid(&mut self, name: &'static str, pid: u32) -> Result<(), TracerError> {
+        self.pid_set(name)?
+            .insert(pid, 0, 0)
+            .map_err(|source| TracerError::Map { map: name, source })
+    }
+
+    /// Takes `pid` out of the process set `name`; one not in it is fine.
+    fn remove_pid(&mut self, name: &'static str, pid: u32) -> Result<(), TracerError> {
+        match self.pid_set(name)?.remove(&pid) {
+            Err(source) if !is_missing_key(&source) => Err(TracerError::Map { map: name, source }),
             _ => Ok(()),
         }
     }
 
-    fn targets(&mut self) -> Result<BpfHashMap<&mut MapData, u32, u32>, TracerError> {
+    fn pid_set(
+        &mut self,
+        name: &'static str,
+    ) -> Result<BpfHashMap<&mut MapData, u32, u32>, TracerError> {
         let map = self
             .ebpf
-            .map_mut("TARGETS")
-            .expect("the object defines TARGETS");
-        BpfHashMap::try_from(map).map_err(|source| TracerError::Map {
-            map: "TARGETS",
-            source,
-        })
+            .map_mut(name)
+            .expect("the object defines its process sets");
+        BpfHashMap::try_from(map).map_err(|source| TracerError::Map { map: name, source })
     }
 
     /// Whether this file was examined already.

@@ -23,7 +23,6 @@ use tracer_agent::{
     AgentConfig, TracerAgent,
     metrics::{self, FinishedPrograms, RunningRun, TracerNumbers, Traffic},
     privileges,
-    probes::ProbeState,
     report::HotPolicy,
     sessions::Session,
     store::{ProgramKey, Store},
@@ -189,7 +188,7 @@ impl Daemon {
         let traffic = Traffic::of(&session.history, &self.policy);
         self.finished.add(&program, &traffic);
         if !session.complete {
-            session.history.meta_mut().checkpoint_unix_s = Some(unix_now());
+            session.history.meta_mut().checkpoint_unix_s = Some(tracer_agent::dump::unix_now());
         }
         // A process gone before it could be named is stored as "unknown-PID".
         let key = match &session.info.program {
@@ -293,16 +292,12 @@ impl Daemon {
             })
             .collect();
         let status = agent.live_status();
-        let probes = agent.probes();
-        let attached = probes
-            .iter()
-            .filter(|p| p.state == ProbeState::Attached)
-            .count() as u64;
+        let attached = agent.attached_probes() as u64;
         let numbers = TracerNumbers {
             lost_events: status.lost_events,
             events: status.events,
             probes_attached: attached,
-            probes_unavailable: probes.len() as u64 - attached,
+            probes_unavailable: agent.probes().len() as u64 - attached,
             histories_written: self.written,
             runs_without_calls: self.without_calls,
             store_errors: self.store_errors,
@@ -362,10 +357,4 @@ async fn respond(mut stream: TcpStream, text: String) {
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
