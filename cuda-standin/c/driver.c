@@ -200,7 +200,51 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *c) {
 }
 
 EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { return copy_2d(c); }
+EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *c) { return copy_2d(c); }
+EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *c) { return copy_2d(c); }
+EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { return copy_2d(c); }
 EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { (void)s; return copy_2d(c); }
+EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { (void)s; return copy_2d(c); }
+
+/* A side of a copy: host memory, or "device" memory (host memory here), unified or not. */
+static const char *side(CUmemorytype type, const void *host, CUdeviceptr device) {
+    return type == CU_MEMORYTYPE_HOST ? host : D(device);
+}
+
+static CUresult copy_3d(const CUDA_MEMCPY3D *c) {
+    CUresult r = check_device();
+    if (r) return r;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    const char *src = side(c->srcMemoryType, c->srcHost, c->srcDevice);
+    char *dst = (char *)side(c->dstMemoryType, c->dstHost, c->dstDevice);
+    if (c->WidthInBytes > c->srcPitch || c->WidthInBytes > c->dstPitch) return CUDA_ERROR_INVALID_VALUE;
+    if (c->Height > c->srcHeight || c->Height > c->dstHeight) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < c->Depth; z++)
+        for (size_t row = 0; row < c->Height; row++)
+            memmove(dst + ((c->dstZ + z) * c->dstHeight + c->dstY + row) * c->dstPitch + c->dstXInBytes,
+                    src + ((c->srcZ + z) * c->srcHeight + c->srcY + row) * c->srcPitch + c->srcXInBytes,
+                    c->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { return copy_3d(c); }
+EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { return copy_3d(c); }
+EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { (void)s; return copy_3d(c); }
+EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream s) { (void)s; return copy_3d(c); }
+
+/* A batch of copies (CUDA 12.8's form has failIdx before the stream, 13.0's _v2 not). */
+static CUresult copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count) {
+    if (!dsts || !srcs || !sizes || !count) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        CUresult r = copy(D(dsts[i]), D(srcs[i]), sizes[i]);
+        if (r) return r;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, void *attrs, size_t *attr_idxs, size_t num_attrs, size_t *fail_idx, CUstream s) { (void)attrs; (void)attr_idxs; (void)num_attrs; (void)fail_idx; (void)s; return copy_batch(dsts, srcs, sizes, count); }
+EXPORT CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, void *attrs, size_t *attr_idxs, size_t num_attrs, size_t *fail_idx, CUstream s) { (void)attrs; (void)attr_idxs; (void)num_attrs; (void)fail_idx; (void)s; return copy_batch(dsts, srcs, sizes, count); }
+EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, void *attrs, size_t *attr_idxs, size_t num_attrs, CUstream s) { (void)attrs; (void)attr_idxs; (void)num_attrs; (void)s; return copy_batch(dsts, srcs, sizes, count); }
+EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, void *attrs, size_t *attr_idxs, size_t num_attrs, CUstream s) { (void)attrs; (void)attr_idxs; (void)num_attrs; (void)s; return copy_batch(dsts, srcs, sizes, count); }
 
 EXPORT CUresult cuCtxSynchronize(void) { return check_device(); }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return check_device(); }

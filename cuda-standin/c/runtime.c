@@ -41,6 +41,9 @@ static struct {
     CUresult (*copy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*copy_2d)(const CUDA_MEMCPY2D *);
     CUresult (*copy_2d_async)(const CUDA_MEMCPY2D *, CUstream);
+    CUresult (*copy_3d)(const CUDA_MEMCPY3D *);
+    CUresult (*copy_3d_async)(const CUDA_MEMCPY3D *, CUstream);
+    CUresult (*copy_batch)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, void *, size_t *, size_t, CUstream);
     CUresult (*ctx_sync)(void);
     CUresult (*stream_sync)(CUstream);
     CUresult (*alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
@@ -69,6 +72,8 @@ static void load_driver(void) {
     LOAD(htod_async, "cuMemcpyHtoDAsync_v2") LOAD(dtoh_async, "cuMemcpyDtoHAsync_v2")
     LOAD(copy, "cuMemcpy") LOAD(copy_async, "cuMemcpyAsync")
     LOAD(copy_2d, "cuMemcpy2D_v2") LOAD(copy_2d_async, "cuMemcpy2DAsync_v2")
+    LOAD(copy_3d, "cuMemcpy3D_v2") LOAD(copy_3d_async, "cuMemcpy3DAsync_v2")
+    LOAD(copy_batch, "cuMemcpyBatchAsync_v2")
     LOAD(ctx_sync, "cuCtxSynchronize") LOAD(stream_sync, "cuStreamSynchronize")
     LOAD(alloc_pitch, "cuMemAllocPitch_v2") LOAD(alloc_managed, "cuMemAllocManaged")
     LOAD(alloc_async, "cuMemAllocAsync") LOAD(alloc_from_pool, "cuMemAllocFromPoolAsync")
@@ -166,6 +171,71 @@ EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_
 EXPORT cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind) { return memcpy_2d(dst, dpitch, src, spitch, width, height, kind); }
 EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { return memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, s); }
 EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t s) { return memcpy_2d_async(dst, dpitch, src, spitch, width, height, kind, s); }
+
+/* cudaMemcpy3DParms, laid out as in driver_types.h (the tracer reads it at these offsets). */
+struct cuda_pos { size_t x, y, z; };
+struct cuda_pitched_ptr { void *ptr; size_t pitch, xsize, ysize; };
+struct cuda_extent { size_t width, height, depth; };
+struct cuda_memcpy_3d_parms {
+    void *srcArray;
+    struct cuda_pos srcPos;
+    struct cuda_pitched_ptr srcPtr;
+    void *dstArray;
+    struct cuda_pos dstPos;
+    struct cuda_pitched_ptr dstPtr;
+    struct cuda_extent extent;
+    enum cudaMemcpyKind kind;
+};
+_Static_assert(__builtin_offsetof(struct cuda_memcpy_3d_parms, dstPtr) == 96, "cudaMemcpy3DParms layout");
+_Static_assert(__builtin_offsetof(struct cuda_memcpy_3d_parms, kind) == 152, "cudaMemcpy3DParms layout");
+
+/* Linear memory only (no arrays): the driver's CUDA_MEMCPY3D for the same copy. */
+static CUDA_MEMCPY3D describe_3d(const struct cuda_memcpy_3d_parms *p) {
+    int src_host = p->kind == cudaMemcpyHostToDevice || p->kind == cudaMemcpyHostToHost;
+    int dst_host = p->kind == cudaMemcpyDeviceToHost || p->kind == cudaMemcpyHostToHost;
+    CUDA_MEMCPY3D c = {0};
+    c.srcMemoryType = src_host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    c.srcHost = p->srcPtr.ptr;
+    c.srcDevice = P(p->srcPtr.ptr);
+    c.srcPitch = p->srcPtr.pitch;
+    c.srcHeight = p->srcPtr.ysize;
+    c.srcXInBytes = p->srcPos.x, c.srcY = p->srcPos.y, c.srcZ = p->srcPos.z;
+    c.dstMemoryType = dst_host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    c.dstHost = p->dstPtr.ptr;
+    c.dstDevice = P(p->dstPtr.ptr);
+    c.dstPitch = p->dstPtr.pitch;
+    c.dstHeight = p->dstPtr.ysize;
+    c.dstXInBytes = p->dstPos.x, c.dstY = p->dstPos.y, c.dstZ = p->dstPos.z;
+    c.WidthInBytes = p->extent.width;
+    c.Height = p->extent.height;
+    c.Depth = p->extent.depth;
+    return c;
+}
+
+static cudaError_t memcpy_3d(const struct cuda_memcpy_3d_parms *p) {
+    if (!p) return cudaErrorInvalidValue;
+    if (p->kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+    CUDA_MEMCPY3D c = describe_3d(p);
+    DRIVER(drv.copy_3d(&c));
+}
+static cudaError_t memcpy_3d_async(const struct cuda_memcpy_3d_parms *p, cudaStream_t s) {
+    if (!p) return cudaErrorInvalidValue;
+    if (p->kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+    CUDA_MEMCPY3D c = describe_3d(p);
+    DRIVER(drv.copy_3d_async(&c, s));
+}
+EXPORT cudaError_t cudaMemcpy3D(const struct cuda_memcpy_3d_parms *p) { return memcpy_3d(p); }
+EXPORT cudaError_t cudaMemcpy3D_ptds(const struct cuda_memcpy_3d_parms *p) { return memcpy_3d(p); }
+EXPORT cudaError_t cudaMemcpy3DAsync(const struct cuda_memcpy_3d_parms *p, cudaStream_t s) { return memcpy_3d_async(p, s); }
+EXPORT cudaError_t cudaMemcpy3DAsync_ptsz(const struct cuda_memcpy_3d_parms *p, cudaStream_t s) { return memcpy_3d_async(p, s); }
+
+/* CUDA 13's form (no failIdx), over the driver's batch as the real runtime does. */
+static cudaError_t memcpy_batch(void **dsts, void **srcs, size_t *sizes, size_t count, void *attrs,
+                                size_t *attr_idxs, size_t num_attrs, cudaStream_t s) {
+    DRIVER(drv.copy_batch((CUdeviceptr *)dsts, (CUdeviceptr *)srcs, sizes, count, attrs, attr_idxs, num_attrs, s));
+}
+EXPORT cudaError_t cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count, void *attrs, size_t *attr_idxs, size_t num_attrs, cudaStream_t s) { return memcpy_batch(dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, s); }
+EXPORT cudaError_t cudaMemcpyBatchAsync_ptsz(void **dsts, void **srcs, size_t *sizes, size_t count, void *attrs, size_t *attr_idxs, size_t num_attrs, cudaStream_t s) { return memcpy_batch(dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, s); }
 
 /* The rest of the memory API, each over its driver call. */
 EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) { DRIVER(drv.alloc_pitch((CUdeviceptr *)devPtr, pitch, width, height, 4)); }

@@ -28,6 +28,8 @@ enum {
 typedef enum CUmemorytype_enum {
     CU_MEMORYTYPE_HOST = 1,
     CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4,
 } CUmemorytype;
 
 typedef struct CUDA_MEMCPY2D_st {
@@ -46,5 +48,29 @@ typedef struct CUDA_MEMCPY2D_st {
     size_t WidthInBytes;
     size_t Height;
 } CUDA_MEMCPY2D;
+
+/* The layout of cuda.h's CUDA_MEMCPY3D (the tracer reads its fields at these offsets). */
+typedef struct CUDA_MEMCPY3D_st {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+
+_Static_assert(__builtin_offsetof(CUDA_MEMCPY2D, dstMemoryType) == 72, "CUDA_MEMCPY2D layout");
+_Static_assert(__builtin_offsetof(CUDA_MEMCPY2D, Height) == 120, "CUDA_MEMCPY2D layout");
+_Static_assert(__builtin_offsetof(CUDA_MEMCPY3D, dstMemoryType) == 120, "CUDA_MEMCPY3D layout");
+_Static_assert(__builtin_offsetof(CUDA_MEMCPY3D, Depth) == 192, "CUDA_MEMCPY3D layout");
 
 #endif

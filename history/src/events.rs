@@ -305,6 +305,35 @@ fn bytes_of(args: &[u64; tracer_common::MAX_ARGS], from: BytesFrom) -> u64 {
         BytesFrom::Rect { width, height } => args[width].saturating_mul(args[height]),
         // The kernel side replaced the pitch's pointer with the pitch.
         BytesFrom::PitchRows { pitch, height } => args[pitch].saturating_mul(args[height]),
+        BytesFrom::Volume {
+            width,
+            height,
+            depth,
+        } => args[width]
+            .saturating_mul(args[height])
+            .saturating_mul(args[depth]),
+    }
+}
+
+/// A copy described by a driver structure: each side's pointer by its memory type, and the
+/// direction where both types say it (unified memory is placed later, by its address).
+fn described_copy(args: &[u64; tracer_common::MAX_ARGS], bytes: BytesFrom) -> Op {
+    use crate::registry::{described::*, described_side};
+    let types = args[MEMORY_TYPES];
+    let (src, src_device) = described_side(types as u32, args[SRC_HOST], args[SRC_DEVICE]);
+    let (dst, dst_device) = described_side((types >> 32) as u32, args[DST_HOST], args[DST_DEVICE]);
+    let direction = match (src_device, dst_device) {
+        (Some(false), Some(true)) => CopyDirection::HostToDevice,
+        (Some(true), Some(false)) => CopyDirection::DeviceToHost,
+        (Some(true), Some(true)) => CopyDirection::DeviceToDevice,
+        (Some(false), Some(false)) => CopyDirection::HostToHost,
+        _ => CopyDirection::Unresolved,
+    };
+    Op::Copy {
+        dst,
+        src,
+        bytes: bytes_of(args, bytes),
+        direction,
     }
 }
 
@@ -349,6 +378,7 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             to_device: crate::registry::prefetch_to_device(args[location]),
         },
         Semantics::Counted => Op::Counted,
+        Semantics::DescribedCopy { bytes } => described_copy(args, bytes),
         Semantics::MarkPinned { ptr } => Op::MarkPinned { addr: args[ptr] },
         Semantics::Copy {
             dst,

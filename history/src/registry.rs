@@ -4,7 +4,7 @@
 //! The loader attaches from this table alone (see [`super::Probes::attach_library`]); the decoder
 //! reads events with it (see [`crate::events`]).
 
-use tracer_common::{EventKind, Layer, ProbeCookie, field};
+use tracer_common::{DescriptorLayout, EventKind, FieldRead, Layer, ProbeCookie, field};
 
 /// The library a probed function lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -139,6 +139,12 @@ pub enum BytesFrom {
         pitch: usize,
         height: usize,
     },
+    /// `width * height * depth` (3D copies).
+    Volume {
+        width: usize,
+        height: usize,
+        depth: usize,
+    },
 }
 
 impl BytesFrom {
@@ -150,14 +156,146 @@ impl BytesFrom {
             | BytesFrom::PitchRows {
                 pitch: width,
                 height,
-            } => {
-                if width > height {
-                    width
-                } else {
-                    height
-                }
-            }
+            } => max(width, height),
+            BytesFrom::Volume {
+                width,
+                height,
+                depth,
+            } => max(max(width, height), depth),
         }
+    }
+}
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b { a } else { b }
+}
+
+/// Where a call's arguments come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arguments {
+    /// Registers and, past the sixth, the stack.
+    Registers,
+    /// The fields of a structure the first argument points at, read by the kernel side at
+    /// entry into the arguments, as the [`Descriptor`]'s layout says.
+    Described(Descriptor),
+    /// A batch: the first three arguments are arrays of destinations, sources and sizes, the
+    /// fourth their length. The kernel side sends each element as a copy of its own, with
+    /// (dst, src, size) as its first three arguments.
+    Batch,
+}
+
+/// A structure describing a copy, read by the kernel side at the call's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Descriptor {
+    /// The driver's `CUDA_MEMCPY2D` (`cuMemcpy2D_v2`, `cuMemcpy2DAsync_v2`).
+    Memcpy2D,
+    /// The driver's `CUDA_MEMCPY3D` (`cuMemcpy3D_v2`, `cuMemcpy3DAsync_v2`).
+    Memcpy3D,
+    /// The runtime's `cudaMemcpy3DParms` (`cudaMemcpy3D`, `cudaMemcpy3DAsync`).
+    Memcpy3DParms,
+}
+
+/// Where a driver descriptor's fields land among the arguments ([`Semantics::DescribedCopy`]).
+pub mod described {
+    /// The source's `CUmemorytype` in the low 32 bits, the destination's in the high.
+    pub const MEMORY_TYPES: usize = 0;
+    pub const SRC_HOST: usize = 1;
+    pub const SRC_DEVICE: usize = 2;
+    pub const DST_HOST: usize = 3;
+    pub const DST_DEVICE: usize = 4;
+    pub const WIDTH: usize = 5;
+    pub const HEIGHT: usize = 6;
+    /// Zero for 2D copies.
+    pub const DEPTH: usize = 7;
+}
+
+/// `CUmemorytype` values.
+const MEMORY_HOST: u32 = 1;
+const MEMORY_DEVICE: u32 = 2;
+const MEMORY_ARRAY: u32 = 3;
+
+impl Descriptor {
+    pub const ALL: [Descriptor; 3] = [
+        Descriptor::Memcpy2D,
+        Descriptor::Memcpy3D,
+        Descriptor::Memcpy3DParms,
+    ];
+
+    /// Its index in the kernel side's `DESCRIPTORS` map.
+    pub const fn index(self) -> u8 {
+        self as u8
+    }
+
+    /// The fields read, as (offset, bytes, argument, shift), from the CUDA headers' layouts
+    /// (x86-64; stable across CUDA 11-13).
+    const fn reads(self) -> &'static [(u16, u8, usize, u8)] {
+        use described::*;
+        match self {
+            // srcXInBytes, srcY, srcMemoryType @16, srcHost @24, srcDevice @32, srcArray,
+            // srcPitch, dstXInBytes, dstY, dstMemoryType @72, dstHost @80, dstDevice @88,
+            // dstArray, dstPitch, WidthInBytes @112, Height @120.
+            Descriptor::Memcpy2D => &[
+                (16, 4, MEMORY_TYPES, 0),
+                (72, 4, MEMORY_TYPES, 32),
+                (24, 8, SRC_HOST, 0),
+                (32, 8, SRC_DEVICE, 0),
+                (80, 8, DST_HOST, 0),
+                (88, 8, DST_DEVICE, 0),
+                (112, 8, WIDTH, 0),
+                (120, 8, HEIGHT, 0),
+            ],
+            // srcXInBytes, srcY, srcZ, srcLOD, srcMemoryType @32, srcHost @40, srcDevice
+            // @48, srcArray, reserved0, srcPitch, srcHeight, dstXInBytes, dstY, dstZ,
+            // dstLOD, dstMemoryType @120, dstHost @128, dstDevice @136, dstArray, reserved1,
+            // dstPitch, dstHeight, WidthInBytes @176, Height @184, Depth @192.
+            Descriptor::Memcpy3D => &[
+                (32, 4, MEMORY_TYPES, 0),
+                (120, 4, MEMORY_TYPES, 32),
+                (40, 8, SRC_HOST, 0),
+                (48, 8, SRC_DEVICE, 0),
+                (128, 8, DST_HOST, 0),
+                (136, 8, DST_DEVICE, 0),
+                (176, 8, WIDTH, 0),
+                (184, 8, HEIGHT, 0),
+                (192, 8, DEPTH, 0),
+            ],
+            // srcArray, srcPos, srcPtr {ptr @32, pitch, xsize, ysize}, dstArray, dstPos,
+            // dstPtr {ptr @96, ...}, extent {width @128, height @136, depth @144}, kind @152:
+            // read as (src, dst, width, height, depth, kind).
+            Descriptor::Memcpy3DParms => &[
+                (32, 8, 0, 0),
+                (96, 8, 1, 0),
+                (128, 8, 2, 0),
+                (136, 8, 3, 0),
+                (144, 8, 4, 0),
+                (152, 4, 5, 0),
+            ],
+        }
+    }
+
+    /// The layout the agent gives the kernel side.
+    pub fn layout(self) -> DescriptorLayout {
+        let mut layout = DescriptorLayout::default();
+        for (slot, &(offset, bytes, arg, shift)) in layout.reads.iter_mut().zip(self.reads()) {
+            *slot = FieldRead {
+                offset,
+                bytes,
+                arg: arg as u8,
+                shift,
+                _pad: [0; 3],
+            };
+        }
+        layout
+    }
+}
+
+/// Which side of a described copy a `CUmemorytype` and its two pointers name: the pointer,
+/// and whether it is device memory (`None`: unified, known only from the address).
+pub fn described_side(memory_type: u32, host: u64, device: u64) -> (u64, Option<bool>) {
+    match memory_type {
+        MEMORY_HOST => (host, Some(false)),
+        MEMORY_DEVICE | MEMORY_ARRAY => (device, Some(true)),
+        _ => (device, None),
     }
 }
 
@@ -208,6 +346,12 @@ pub enum Semantics {
         bytes: BytesFrom,
         direction: DirectionFrom,
     },
+    /// A copy described by a driver structure (`CUDA_MEMCPY2D`/`3D`) whose fields the kernel
+    /// side read into the arguments at [`described`]'s places: each side is host, device or
+    /// unified by its memory type.
+    DescribedCopy {
+        bytes: BytesFrom,
+    },
     /// Managed memory at `ptr` migrated ahead of use (`cudaMemPrefetchAsync`): `bytes` bytes
     /// to the place the `location` argument names.
     Prefetch {
@@ -242,6 +386,8 @@ pub struct CallProbe {
     pub semantics: Semantics,
     /// Arguments beyond the sixth, read from the stack at entry.
     pub stack_args: u8,
+    /// Where the arguments come from: registers, or user memory read at entry.
+    pub arguments: Arguments,
 }
 
 impl CallProbe {
@@ -269,7 +415,7 @@ impl CallProbe {
             Semantics::Alloc { size, .. } => match size {
                 BytesFrom::Arg(i) => (Some(i as u8), None),
                 BytesFrom::Rect { width, height } => (Some(width as u8), Some(height as u8)),
-                BytesFrom::PitchRows { .. } => (None, None),
+                BytesFrom::PitchRows { .. } | BytesFrom::Volume { .. } => (None, None),
             },
             Semantics::Realloc { size, .. } => (Some(size as u8), None),
             _ => (None, None),
@@ -283,6 +429,11 @@ impl CallProbe {
         )
         .with_size_args(size, count)
         .with_second_out(second_out);
+        let cookie = match self.arguments {
+            Arguments::Registers => cookie,
+            Arguments::Described(descriptor) => cookie.with_descriptor(Some(descriptor.index())),
+            Arguments::Batch => cookie.batch(),
+        };
         if self.at_entry() {
             cookie.at_entry()
         } else {
@@ -295,7 +446,10 @@ impl CallProbe {
     /// return, which marks the driver's nested. One probe hit fewer per copy (about 0.35 µs
     /// on the H100, docs/benchmarks.md); a failed driver copy is counted as done.
     pub fn at_entry(&self) -> bool {
-        matches!(self.semantics, Semantics::Copy { .. }) && self.library == Library::CudaDriver
+        matches!(
+            self.semantics,
+            Semantics::Copy { .. } | Semantics::DescribedCopy { .. }
+        ) && self.library == Library::CudaDriver
     }
 }
 
@@ -318,6 +472,15 @@ const fn call(
         default_on: true,
         semantics,
         stack_args: 0,
+        arguments: Arguments::Registers,
+    }
+}
+
+/// A call whose arguments are read from the structure its first argument points at.
+const fn described_call(descriptor: Descriptor, probe: CallProbe) -> CallProbe {
+    CallProbe {
+        arguments: Arguments::Described(descriptor),
+        ..probe
     }
 }
 
@@ -503,6 +666,44 @@ pub static CALL_PROBES: &[CallProbe] = &[
         EventKind::CudaMemcpy2DAsync,
         &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"],
         2,
+    ),
+    // cudaMemcpy3D(const cudaMemcpy3DParms *p[, stream]): probed like cudaMemcpy2D, its
+    // driver copy nested. Extent widths are bytes for linear memory (elements for arrays).
+    described_call(
+        Descriptor::Memcpy3DParms,
+        call(
+            EventKind::CudaMemcpy3D,
+            CudaRuntime,
+            &["cudaMemcpy3D", "cudaMemcpy3D_ptds"],
+            Semantics::Copy {
+                dst: 1,
+                src: 0,
+                bytes: BytesFrom::Volume {
+                    width: 2,
+                    height: 3,
+                    depth: 4,
+                },
+                direction: DirectionFrom::KindArg(5),
+            },
+        ),
+    ),
+    described_call(
+        Descriptor::Memcpy3DParms,
+        call(
+            EventKind::CudaMemcpy3DAsync,
+            CudaRuntime,
+            &["cudaMemcpy3DAsync", "cudaMemcpy3DAsync_ptsz"],
+            Semantics::Copy {
+                dst: 1,
+                src: 0,
+                bytes: BytesFrom::Volume {
+                    width: 2,
+                    height: 3,
+                    depth: 4,
+                },
+                direction: DirectionFrom::KindArg(5),
+            },
+        ),
     ),
     // The driver API.
     call(
@@ -924,7 +1125,86 @@ pub static CALL_PROBES: &[CallProbe] = &[
             location: 2,
         },
     ),
+    // Copies described by a structure, read at entry (the runtime's 2D and 3D copies make
+    // them too, nested).
+    described_call(
+        Descriptor::Memcpy2D,
+        call(
+            EventKind::CuMemcpy2D,
+            CudaDriver,
+            &[
+                "cuMemcpy2D_v2",
+                "cuMemcpy2D_v2_ptds",
+                "cuMemcpy2DUnaligned_v2",
+                "cuMemcpy2DUnaligned_v2_ptds",
+            ],
+            described_copy_2d(),
+        ),
+    ),
+    described_call(
+        Descriptor::Memcpy2D,
+        call(
+            EventKind::CuMemcpy2DAsync,
+            CudaDriver,
+            &["cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz"],
+            described_copy_2d(),
+        ),
+    ),
+    described_call(
+        Descriptor::Memcpy3D,
+        call(
+            EventKind::CuMemcpy3D,
+            CudaDriver,
+            &["cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds"],
+            described_copy_3d(),
+        ),
+    ),
+    described_call(
+        Descriptor::Memcpy3D,
+        call(
+            EventKind::CuMemcpy3DAsync,
+            CudaDriver,
+            &["cuMemcpy3DAsync_v2", "cuMemcpy3DAsync_v2_ptsz"],
+            described_copy_3d(),
+        ),
+    ),
+    // cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, [failIdx,]
+    // stream): CUDA 12.8 has failIdx, 13.0's `_v2` not; the first four are the same. The
+    // runtime's cudaMemcpyBatchAsync makes one.
+    CallProbe {
+        arguments: Arguments::Batch,
+        ..call(
+            EventKind::CuMemcpyBatchAsync,
+            CudaDriver,
+            &[
+                "cuMemcpyBatchAsync",
+                "cuMemcpyBatchAsync_ptsz",
+                "cuMemcpyBatchAsync_v2",
+                "cuMemcpyBatchAsync_v2_ptsz",
+            ],
+            copy(0, 1, 2, DirectionFrom::Pointers),
+        )
+    },
 ];
+
+const fn described_copy_2d() -> Semantics {
+    Semantics::DescribedCopy {
+        bytes: BytesFrom::Rect {
+            width: described::WIDTH,
+            height: described::HEIGHT,
+        },
+    }
+}
+
+const fn described_copy_3d() -> Semantics {
+    Semantics::DescribedCopy {
+        bytes: BytesFrom::Volume {
+            width: described::WIDTH,
+            height: described::HEIGHT,
+            depth: described::DEPTH,
+        },
+    }
+}
 
 /// A kernel tracepoint the tracer attaches one program to.
 #[derive(Clone, Copy, Debug)]
@@ -1159,13 +1439,39 @@ mod tests {
                     };
                     dst.max(src).max(bytes).max(kind)
                 }
+                Semantics::DescribedCopy { bytes } => bytes.max_arg(),
+            };
+            let captured = match probe.arguments {
+                // Read from user memory into every argument slot.
+                Arguments::Described(descriptor) => {
+                    let reads = descriptor.reads();
+                    let highest = reads.iter().map(|r| r.2).max().unwrap_or(0);
+                    assert!(reads.len() <= tracer_common::DESCRIPTOR_READS);
+                    highest + 1
+                }
+                Arguments::Batch => 3,
+                Arguments::Registers => 6 + probe.stack_args as usize,
             };
             assert!(
-                max < 6 + probe.stack_args as usize,
-                "{:?} reads argument {max} but captures {} ",
+                max < captured,
+                "{:?} reads argument {max} but captures {captured}",
                 probe.kind,
-                6 + probe.stack_args
             );
+        }
+    }
+
+    #[test]
+    fn descriptor_layouts_fit_the_kernel_map() {
+        for descriptor in Descriptor::ALL {
+            assert!((descriptor.index() as u32) < tracer_common::DESCRIPTOR_LAYOUTS);
+            let layout = descriptor.layout();
+            let used = layout.reads.iter().filter(|r| r.bytes != 0).count();
+            assert_eq!(used, descriptor.reads().len(), "{descriptor:?}");
+            for read in layout.reads.iter().filter(|r| r.bytes != 0) {
+                assert!(matches!(read.bytes, 4 | 8));
+                assert!((read.arg as usize) < tracer_common::MAX_ARGS);
+                assert!(read.shift == 0 || (read.bytes == 4 && read.shift == 32));
+            }
         }
     }
 }

@@ -94,6 +94,7 @@ impl Session {
             host_ringbuf_full: counters
                 .host_ringbuf_full
                 .saturating_sub(start.host_ringbuf_full),
+            unread_copies: counters.unread_copies.saturating_sub(start.unread_copies),
         };
     }
 }

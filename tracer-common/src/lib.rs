@@ -109,7 +109,11 @@ pub mod counter {
     pub const PENDING_FULL: u32 = 1;
     /// Host memory syscalls, page-fault runs and ioctls that found the ring buffer full: lost.
     pub const HOST_RINGBUF_FULL: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Copies whose arguments in user memory (a descriptor, a batch's arrays) could not be
+    /// read at entry, or batch elements past [`MAX_BATCH_COPIES`](super::MAX_BATCH_COPIES):
+    /// lost.
+    pub const UNREAD_COPIES: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Indexes of the array map `CONFIG`, set by the agent.
@@ -164,6 +168,39 @@ pub const HOTPIN_LIBRARY_PREFIX: &[u8; 9] = b"libhotpin";
 
 /// Largest number of processes traced at once.
 pub const MAX_TARGETS: u32 = 4096;
+
+/// Elements of one batch copy (`cuMemcpyBatchAsync`) the kernel side reads; those past it are
+/// counted in [`counter::UNREAD_COPIES`].
+pub const MAX_BATCH_COPIES: u32 = 1024;
+
+/// Reads of one [`DescriptorLayout`] at most.
+pub const DESCRIPTOR_READS: usize = 10;
+/// Descriptor layouts the `DESCRIPTORS` map holds.
+pub const DESCRIPTOR_LAYOUTS: u32 = 4;
+
+/// One field of a structure in user memory: `bytes` bytes (4 or 8; 0 is an unused read) at
+/// `offset` from the structure's start, ORed into argument `arg` shifted left by `shift` bits
+/// (so two 32-bit enums can share one argument).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FieldRead {
+    pub offset: u16,
+    pub bytes: u8,
+    pub arg: u8,
+    pub shift: u8,
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(size_of::<FieldRead>() == 8);
+
+/// How the kernel side reads a copy described by a structure whose address is the first
+/// argument (`CUDA_MEMCPY2D`, `CUDA_MEMCPY3D`, `cudaMemcpy3DParms`): at entry, the arguments
+/// are replaced by the fields these reads take. Set by the agent from its registry in the
+/// `DESCRIPTORS` map, so no structure's layout is built into the kernel programs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DescriptorLayout {
+    pub reads: [FieldRead; DESCRIPTOR_READS],
+}
 
 macro_rules! event_kinds {
     ($($(#[$doc:meta])* $name:ident = $value:literal,)*) => {
@@ -223,6 +260,10 @@ event_kinds! {
     CudaMemcpy2DFromArray = 25,
     CudaMemcpy2DFromArrayAsync = 26,
     CudaMemPrefetchAsync = 27,
+    /// `cudaMemcpy3D(Async)`: the kernel side reads the `cudaMemcpy3DParms` at entry
+    /// ([`DescriptorLayout`]).
+    CudaMemcpy3D = 28,
+    CudaMemcpy3DAsync = 29,
 
     CuMemAlloc = 100,
     CuMemFree = 101,
@@ -255,6 +296,15 @@ event_kinds! {
     CuMemcpyDtoD = 126,
     CuMemcpyDtoDAsync = 127,
     CuMemPrefetchAsync = 128,
+    /// Driver copies described by a `CUDA_MEMCPY2D`/`CUDA_MEMCPY3D` the kernel side reads at
+    /// entry ([`DescriptorLayout`]).
+    CuMemcpy2D = 129,
+    CuMemcpy2DAsync = 130,
+    CuMemcpy3D = 131,
+    CuMemcpy3DAsync = 132,
+    /// `cuMemcpyBatchAsync` (CUDA 12.8+): one event per element, read from the `dsts`, `srcs`
+    /// and `sizes` arrays at entry (`args` are the element's dst, src and size).
+    CuMemcpyBatchAsync = 133,
 
     /// hotpin's allocator (`hotpin_malloc`, `hotpin_free`): the allocations it hands out, with
     /// the caller's call site.
@@ -361,7 +411,9 @@ pub enum Layer {
 /// call site in the kernel; 29: no return probe, the event is sent at entry; 32-35: index of
 /// the size argument plus one, 36-39: of an argument it is multiplied by (calloc), for the
 /// kernel's size floor (0: none); 40-43: index of a second out-parameter plus one (the pitch of
-/// `cudaMallocPitch`): at return the value it points at replaces the pointer in `args`.
+/// `cudaMallocPitch`): at return the value it points at replaces the pointer in `args`;
+/// 44-47: the [`DescriptorLayout`] the first argument points at, plus one (0: none); 30: a
+/// batch copy, one event per element of the arrays in the first three arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie(pub u64);
 
@@ -403,6 +455,32 @@ impl ProbeCookie {
             Some(i) => Self(self.0 | (((i as u64 & 0x7) + 1) << 40)),
             None => self,
         }
+    }
+
+    /// With the arguments read from a structure at the first argument (layout `index` of the
+    /// `DESCRIPTORS` map).
+    pub const fn with_descriptor(self, index: Option<u8>) -> Self {
+        match index {
+            Some(i) => Self(self.0 | (((i as u64 & 0xf) + 1) << 44)),
+            None => self,
+        }
+    }
+
+    pub const fn descriptor(self) -> Option<u32> {
+        match (self.0 >> 44) & 0xf {
+            0 => None,
+            n => Some(n as u32 - 1),
+        }
+    }
+
+    /// A batch copy: the first three arguments are arrays of destinations, sources and sizes,
+    /// the fourth their length; each element is sent as its own copy.
+    pub const fn batch(self) -> Self {
+        Self(self.0 | (1 << 30))
+    }
+
+    pub const fn is_batch(self) -> bool {
+        (self.0 >> 30) & 1 == 1
     }
 
     pub const fn second_out_arg(self) -> Option<usize> {
@@ -506,6 +584,10 @@ unsafe impl aya::Pod for FaultRun {}
 // SAFETY: #[repr(C)], plain integers and events, no padding the kernel leaves unset.
 unsafe impl aya::Pod for CopyRuns {}
 
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], plain integers with explicit padding, no invalid bit patterns.
+unsafe impl aya::Pod for DescriptorLayout {}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -529,6 +611,14 @@ mod tests {
         assert!(!none.want_site());
         assert_eq!(none.out_arg(), None);
         assert_eq!(none.layer(), Layer::Driver as u8);
+        assert_eq!(none.descriptor(), None);
+        assert!(!none.is_batch());
+        let described = none.with_descriptor(Some(2)).at_entry();
+        assert_eq!(described.descriptor(), Some(2));
+        assert!(described.is_at_entry() && !described.is_batch());
+        let batch = none.batch().at_entry();
+        assert!(batch.is_batch() && batch.descriptor().is_none());
+        assert_eq!(batch.kind(), EventKind::CuMemcpy as u16);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tracer_common::{
 
 use crate::{
     copy_runs::{send_at_entry, send_copy_run},
+    described_copies::{read_descriptor, send_batch},
     libc_blocks::{libc_call_wanted, track_libc_block},
     page_faults::send_fault_run,
     shared::{
@@ -66,8 +67,25 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     if cookie.layer() == Layer::Libc as u8 && !libc_call_wanted(tgid, cookie, &pending.args) {
         return Ok(());
     }
+    // A copy described in user memory: read now, while the caller holds it. A null
+    // descriptor copies nothing (CUDA refuses it); one that cannot be read is a lost copy.
+    if let Some(layout) = cookie.descriptor() {
+        let described = pending.args[0] != 0;
+        if !(described && read_descriptor(layout, &mut pending.args)) {
+            if described {
+                bump(counter::UNREAD_COPIES);
+            }
+            if cookie.is_at_entry() {
+                return Ok(());
+            }
+        }
+    }
+    if cookie.is_batch() {
+        send_batch(cookie, tgid, tid, &pending, sp);
+        return Ok(());
+    }
     if cookie.is_at_entry() {
-        send_at_entry(cookie, tgid, tid, &pending, stack_pointer(ctx));
+        send_at_entry(cookie, tgid, tid, &pending, sp);
         return Ok(());
     }
     let key = PendingKey {

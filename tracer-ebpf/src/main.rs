@@ -13,6 +13,8 @@ mod calls;
 #[cfg(target_arch = "bpf")]
 mod copy_runs;
 #[cfg(target_arch = "bpf")]
+mod described_copies;
+#[cfg(target_arch = "bpf")]
 mod driver_pages;
 #[cfg(target_arch = "bpf")]
 mod host_memory;

@@ -111,9 +111,13 @@ pub(crate) fn header(kind: u16, flags: u16, tgid: u32, tid: u32, ts_ns: u64) -> 
 }
 
 pub(crate) fn bump(index: u32) {
+    bump_by(index, 1);
+}
+
+pub(crate) fn bump_by(index: u32, count: u64) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-        unsafe { *slot += 1 };
+        unsafe { *slot += count };
     }
 }
 
@@ -144,10 +148,7 @@ pub(crate) fn send_short(
 /// Copies `event` into the ring; a full ring counts `calls` lost (a run stands for many).
 pub(crate) fn send_event(event: &Event, calls: u64) {
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
-        if let Some(slot) = COUNTERS.get_ptr_mut(counter::RINGBUF_FULL) {
-            // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-            unsafe { *slot += calls };
-        }
+        bump_by(counter::RINGBUF_FULL, calls);
         return;
     };
     // SAFETY: the reserved record is an Event's size; ours until submitted.

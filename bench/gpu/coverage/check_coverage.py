@@ -89,7 +89,7 @@ def main(argv):
     }
     kernel = stats.get("kernel") or {}
     lost = (num(kernel.get("ringbuf_full")) + num(kernel.get("host_ringbuf_full"))
-            + num(stats.get("decode_errors")))
+            + num(kernel.get("unread_copies")) + num(stats.get("decode_errors")))
 
     bytes_by_kind = {}
     for a in allocations:
@@ -140,8 +140,11 @@ def main(argv):
             out["d2d"] = {"truth": truth.get("d2d"), "peer_copies": peer, "other_copies": other,
                           "match": peer + other == num(truth.get("d2d"))}
         if "device_leaked_bytes" in truth:
-            out["device_leaked_bytes"] = compare(truth.get("device_leaked_bytes"),
-                                                 stats.get("device_leaked_bytes"))
+            # Device memory still allocated at the end: the live bytes of each process
+            # (`device_memory` is a list of [pid, {live_bytes, peak_bytes}] pairs).
+            live = sum(num((m or {}).get("live_bytes"))
+                       for _, m in (stats.get("device_memory") or []))
+            out["device_leaked_bytes"] = compare(truth.get("device_leaked_bytes"), live)
     out["ok"] = bool(out["exact"]) and attributed >= 0.95
     if errors:
         out["error"] = "; ".join(errors)

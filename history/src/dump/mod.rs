@@ -16,8 +16,9 @@ use crate::history::{HistoryData, InvalidHistory, MemHistory};
 /// First bytes of a binary dump.
 pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
-/// Versions 1 (no host memory counters) and 2 (no checkpoint time) are still read.
-pub const FORMAT_VERSION: u32 = 4;
+/// Versions 1 (no host memory counters), 2 (no checkpoint time), 3 (no device memory) and 4
+/// (no unread copies) are still read.
+pub const FORMAT_VERSION: u32 = 5;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
 /// Largest history file read, compressed or not (a history of 1M allocations is far below).
@@ -409,6 +410,9 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
     } else if version == 3 {
         let (old, used) = decode_body::<v3::HistoryData>(&body).map_err(corrupted)?;
         (old.into(), used)
+    } else if version == 4 {
+        let (old, used) = decode_body::<v4::HistoryData>(&body).map_err(corrupted)?;
+        (old.into(), used)
     } else {
         decode_body::<HistoryData>(&body).map_err(corrupted)?
     };
@@ -517,7 +521,7 @@ mod v1 {
                     kernel: KernelCounters {
                         ringbuf_full: s.kernel.ringbuf_full,
                         pending_full: s.kernel.pending_full,
-                        host_ringbuf_full: 0,
+                        ..KernelCounters::default()
                     },
                     decode_errors: s.decode_errors,
                     ..Default::default()
@@ -585,9 +589,9 @@ mod v3 {
 
     use serde::Deserialize;
 
+    use super::v4::KernelCounters;
     use crate::history::{
-        self, AllocEvent, AllocId, AllocKind, CallSite, CallSiteId, KernelCounters, RecordingMeta,
-        TransferStats,
+        self, AllocEvent, AllocId, AllocKind, CallSite, CallSiteId, RecordingMeta, TransferStats,
     };
 
     // Formats 1 and 2 hold allocations and (2) statistics of this shape too.
@@ -680,7 +684,7 @@ mod v3 {
                 untracked_page_faults: s.untracked_page_faults,
                 host_memory_calls: s.host_memory_calls,
                 nvidia_ioctls: s.nvidia_ioctls,
-                kernel: s.kernel,
+                kernel: s.kernel.into(),
                 decode_errors: s.decode_errors,
                 ..Default::default()
             }
@@ -695,6 +699,123 @@ mod v3 {
                 allocations: old.allocations.into_iter().map(Into::into).collect(),
                 stats: old.stats.into(),
                 callers: old.callers.into_iter().collect(),
+            }
+        }
+    }
+}
+
+/// Format 4, read and converted: its kernel counters have no unread copies (read as zero).
+mod v4 {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use crate::history::{
+        self, Allocation, AllocId, CallSite, CallSiteId, DeviceMemory, RecordingMeta,
+    };
+
+    // Formats 1-3 hold kernel counters of this shape too.
+
+    #[derive(Deserialize)]
+    pub struct KernelCounters {
+        ringbuf_full: u64,
+        pending_full: u64,
+        #[serde(default)]
+        host_ringbuf_full: u64,
+    }
+
+    impl From<KernelCounters> for history::KernelCounters {
+        fn from(old: KernelCounters) -> Self {
+            history::KernelCounters {
+                ringbuf_full: old.ringbuf_full,
+                pending_full: old.pending_full,
+                host_ringbuf_full: old.host_ringbuf_full,
+                unread_copies: 0,
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub struct HistoryData {
+        meta: RecordingMeta,
+        call_sites: Vec<CallSite>,
+        allocations: Vec<Allocation>,
+        stats: HistoryStats,
+        #[serde(with = "crate::history::pairs")]
+        callers: BTreeMap<AllocId, Vec<CallSiteId>>,
+    }
+
+    #[derive(Deserialize)]
+    struct HistoryStats {
+        calls_by_function: BTreeMap<String, u64>,
+        failed_by_function: BTreeMap<String, (u64, i32)>,
+        calls: u64,
+        transfers: u64,
+        h2d_bytes: u64,
+        d2h_bytes: u64,
+        other_copies: u64,
+        nested_calls: u64,
+        failed_calls: u64,
+        partial_calls: u64,
+        untracked_transfers: u64,
+        unmatched_frees: u64,
+        driver_locked_pages: u64,
+        driver_unlocked_pages: u64,
+        page_faults: u64,
+        untracked_page_faults: u64,
+        host_memory_calls: BTreeMap<String, u64>,
+        nvidia_ioctls: BTreeMap<String, u64>,
+        kernel: KernelCounters,
+        decode_errors: u64,
+        unresolved_copies: u64,
+        device_copies: u64,
+        device_copy_bytes: u64,
+        prefetches_to_device: u64,
+        prefetch_to_device_bytes: u64,
+        prefetches_to_host: u64,
+        prefetch_to_host_bytes: u64,
+        #[serde(with = "crate::history::pairs")]
+        device_memory: BTreeMap<u32, DeviceMemory>,
+    }
+
+    impl From<HistoryData> for history::HistoryData {
+        fn from(old: HistoryData) -> Self {
+            let s = old.stats;
+            history::HistoryData {
+                meta: old.meta,
+                call_sites: old.call_sites,
+                allocations: old.allocations,
+                stats: history::HistoryStats {
+                    calls_by_function: s.calls_by_function,
+                    failed_by_function: s.failed_by_function,
+                    calls: s.calls,
+                    transfers: s.transfers,
+                    h2d_bytes: s.h2d_bytes,
+                    d2h_bytes: s.d2h_bytes,
+                    other_copies: s.other_copies,
+                    nested_calls: s.nested_calls,
+                    failed_calls: s.failed_calls,
+                    partial_calls: s.partial_calls,
+                    untracked_transfers: s.untracked_transfers,
+                    unmatched_frees: s.unmatched_frees,
+                    driver_locked_pages: s.driver_locked_pages,
+                    driver_unlocked_pages: s.driver_unlocked_pages,
+                    page_faults: s.page_faults,
+                    untracked_page_faults: s.untracked_page_faults,
+                    host_memory_calls: s.host_memory_calls,
+                    nvidia_ioctls: s.nvidia_ioctls,
+                    kernel: s.kernel.into(),
+                    decode_errors: s.decode_errors,
+                    unresolved_copies: s.unresolved_copies,
+                    device_copies: s.device_copies,
+                    device_copy_bytes: s.device_copy_bytes,
+                    prefetches_to_device: s.prefetches_to_device,
+                    prefetch_to_device_bytes: s.prefetch_to_device_bytes,
+                    prefetches_to_host: s.prefetches_to_host,
+                    prefetch_to_host_bytes: s.prefetch_to_host_bytes,
+                    device_memory: s.device_memory,
+                },
+                callers: old.callers,
             }
         }
     }

@@ -305,3 +305,16 @@ fn a_recorded_cupy_history_loads() {
     let data = decode(bytes).expect("the recorded history decodes");
     assert!(data.stats.transfers >= 80, "{:?}", data.stats.transfers);
 }
+
+/// A format-4 history (written by the tracer before unread copies were counted), recorded
+/// from the stand-in's forking program (a test fixture, not CUDA): it loads, counts kept.
+#[test]
+fn a_format_4_history_loads() {
+    let bytes = include_bytes!("testdata/forking-standin-v4.hotpin");
+    assert_eq!(&bytes[MAGIC.len()..MAGIC.len() + 4], &4u32.to_le_bytes());
+    let data = decode(bytes).expect("the format-4 history decodes");
+    assert_eq!(data.stats.transfers, 60);
+    assert_eq!(data.stats.h2d_bytes, 40 * 4096);
+    assert_eq!(data.stats.d2h_bytes, 20 * 4096);
+    assert_eq!(data.stats.kernel.unread_copies, 0);
+}

@@ -31,6 +31,10 @@ pub struct KernelCounters {
     /// full (counted apart, so CUDA calls' losses stay exact on their own).
     #[serde(default)]
     pub host_ringbuf_full: u64,
+    /// Copies whose arguments in user memory (a copy's descriptor, a batch's arrays) could
+    /// not be read when the call was made, and batch elements past the kernel side's limit.
+    #[serde(default)]
+    pub unread_copies: u64,
 }
 
 /// Totals over the whole recording.
@@ -113,7 +117,10 @@ pub struct DeviceMemory {
 impl HistoryStats {
     /// Events lost between the kernel and the history, counted exactly.
     pub fn lost_events(&self) -> u64 {
-        self.kernel.ringbuf_full + self.kernel.host_ringbuf_full + self.decode_errors
+        self.kernel.ringbuf_full
+            + self.kernel.host_ringbuf_full
+            + self.kernel.unread_copies
+            + self.decode_errors
     }
 }
 
@@ -193,7 +200,7 @@ pub struct MemHistory {
 }
 
 /// A map written as a list of (key, value) pairs.
-mod pairs {
+pub(crate) mod pairs {
     use std::collections::BTreeMap;
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};

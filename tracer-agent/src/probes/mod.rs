@@ -168,6 +168,13 @@ impl Probes {
             probes.set_config(config::MALLOC_FLOOR, floor)?;
         }
         probes.set_config(config::PAGE_FAULTS, u64::from(options.page_faults))?;
+        for descriptor in registry::Descriptor::ALL {
+            probes.set_array(
+                "DESCRIPTORS",
+                u32::from(descriptor.index()),
+                descriptor.layout(),
+            )?;
+        }
         let unknown = probes.set_fields();
         probes.attach_tracepoints(options, &unknown);
         probes.attach_kprobes();
@@ -789,6 +796,7 @@ impl Probes {
             ringbuf_full: sum(counter::RINGBUF_FULL)?,
             pending_full: sum(counter::PENDING_FULL)?,
             host_ringbuf_full: sum(counter::HOST_RINGBUF_FULL)?,
+            unread_copies: sum(counter::UNREAD_COPIES)?,
         })
     }
 }

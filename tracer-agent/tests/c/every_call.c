@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* cudaMemLocation / CUmemLocation, passed by value. */
 struct location { int type; int id; };
@@ -22,12 +23,101 @@ static void check(int rc, const char *name) {
     if (rc != 0) { fprintf(stderr, "%s returned %d\n", name, rc); exit(3); }
 }
 
+/* cuda.h's CUDA_MEMCPY2D and CUDA_MEMCPY3D, and driver_types.h's cudaMemcpy3DParms. */
+struct memcpy_2d {
+    size_t src_x, src_y; int src_type; const void *src_host; unsigned long long src_device;
+    void *src_array; size_t src_pitch;
+    size_t dst_x, dst_y; int dst_type; void *dst_host; unsigned long long dst_device;
+    void *dst_array; size_t dst_pitch;
+    size_t width, height;
+};
+struct memcpy_3d {
+    size_t src_x, src_y, src_z, src_lod; int src_type; const void *src_host;
+    unsigned long long src_device; void *src_array, *reserved0; size_t src_pitch, src_height;
+    size_t dst_x, dst_y, dst_z, dst_lod; int dst_type; void *dst_host;
+    unsigned long long dst_device; void *dst_array, *reserved1; size_t dst_pitch, dst_height;
+    size_t width, height, depth;
+};
+struct pitched { void *ptr; size_t pitch, xsize, ysize; };
+struct parms_3d {
+    void *src_array; size_t src_pos[3]; struct pitched src;
+    void *dst_array; size_t dst_pos[3]; struct pitched dst;
+    size_t extent[3]; int kind;
+};
+static void *d, *h;
+static struct memcpy_2d c2;
+static struct memcpy_3d c3;
+static struct parms_3d p3;
+enum { HOST = 1, DEVICE = 2, UNIFIED = 4, BIG_BATCH = 1100 };
+
+/* Host h to device d (direction 1), back (2), or from h as unified memory to d (3). */
+static struct memcpy_2d *desc_2d(int direction, size_t width, size_t height) {
+    memset(&c2, 0, sizeof c2);
+    int to_device = direction != 2;
+    c2.src_type = direction == 3 ? UNIFIED : to_device ? HOST : DEVICE;
+    c2.dst_type = to_device ? DEVICE : HOST;
+    if (to_device) {
+        c2.src_host = h, c2.src_device = direction == 3 ? (unsigned long long)h : 0;
+        c2.dst_device = (unsigned long long)d;
+    } else {
+        c2.src_device = (unsigned long long)d, c2.dst_host = h;
+    }
+    c2.src_pitch = c2.dst_pitch = width;
+    c2.width = width, c2.height = height;
+    return &c2;
+}
+
+static struct memcpy_3d *desc_3d(int direction, size_t width, size_t height, size_t depth) {
+    memset(&c3, 0, sizeof c3);
+    int to_device = direction == 1;
+    c3.src_type = to_device ? HOST : DEVICE;
+    c3.dst_type = to_device ? DEVICE : HOST;
+    if (to_device) c3.src_host = h, c3.dst_device = (unsigned long long)d;
+    else c3.src_device = (unsigned long long)d, c3.dst_host = h;
+    c3.src_pitch = c3.dst_pitch = width;
+    c3.src_height = c3.dst_height = height;
+    c3.width = width, c3.height = height, c3.depth = depth;
+    return &c3;
+}
+
+static struct parms_3d *parms_3d(int kind, size_t width, size_t height, size_t depth) {
+    memset(&p3, 0, sizeof p3);
+    struct pitched host = {h, width, width, height}, device = {d, width, width, height};
+    p3.src = kind == 1 ? host : device;
+    p3.dst = kind == 1 ? device : host;
+    p3.extent[0] = width, p3.extent[1] = height, p3.extent[2] = depth;
+    p3.kind = kind;
+    return &p3;
+}
+
+/* A batch of `count` copies of `first`, `first + 1`, ... bytes (all 1 byte when first is 1
+ * and count is BIG_BATCH), to d from h (direction 1) or back (2; 0 for the big one: to d);
+ * `fail_idx` for CUDA 12.8's form, which has failIdx before the stream. */
+enum which { D_, R_ };
+static void batch(enum which lib, const char *name, int direction, size_t first, size_t count, int fail_idx) {
+    static void *dsts[BIG_BATCH], *srcs[BIG_BATCH];
+    static size_t sizes[BIG_BATCH];
+    size_t attr_idx = 0, failed = 0;
+    char attrs[64] = {0};
+    for (size_t i = 0; i < count; i++) {
+        size_t n = count == BIG_BATCH ? 1 : first + i;
+        size_t at = 256 * i % 8192;
+        dsts[i] = direction == 2 ? (char *)h + at : (char *)d + at;
+        srcs[i] = direction == 2 ? (char *)d + at : (char *)h + at;
+        sizes[i] = n;
+    }
+    int rc = fail_idx
+        ? get(lib == D_ ? drv : rt, name)(dsts, srcs, sizes, count, attrs, &attr_idx, (size_t)1, &failed, (void *)0)
+        : get(lib == D_ ? drv : rt, name)(dsts, srcs, sizes, count, attrs, &attr_idx, (size_t)1, (void *)0);
+    check(rc, name);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 1;
     drv = dlopen(argv[2], RTLD_NOW);
     rt = dlopen(argv[1], RTLD_NOW);
     if (!rt || !drv) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
-    void *d, *h, *h2, *hh, *hh2;
+    void *h2, *hh, *hh2;
     unsigned long long dd;
     void *reg = aligned_alloc(4096, 7 * 4096), *reg2 = aligned_alloc(4096, 4096);
     R("cudaMalloc", &d, (size_t)1 << 20);
@@ -78,6 +168,33 @@ int main(int argc, char **argv) {
     D("cuMemcpyAsync", d, h, (size_t)211, (void *)0);
     D("cuMemcpyAsync_ptsz", h, d, (size_t)212, (void *)0);
     D("cuMemcpy", va + 4096, h, (size_t)213);    /* into mapped memory: to the GPU */
+    /* Copies described by structures: the driver's CUDA_MEMCPY2D/3D (dst is device memory d,
+     * the host side h), and the runtime's cudaMemcpy3DParms. */
+    D("cuMemcpy2D_v2", desc_2d(1, 20, 11));              /* 220 */
+    D("cuMemcpy2D_v2_ptds", desc_2d(2, 13, 17));         /* 221 back */
+    D("cuMemcpy2DUnaligned_v2", desc_2d(1, 37, 6));      /* 222 */
+    D("cuMemcpy2DUnaligned_v2_ptds", desc_2d(2, 223, 1)); /* 223 back */
+    D("cuMemcpy2DAsync_v2", desc_2d(1, 8, 28), (void *)0);       /* 224 */
+    D("cuMemcpy2DAsync_v2_ptsz", desc_2d(2, 5, 45), (void *)0);  /* 225 back */
+    D("cuMemcpy2D_v2", desc_2d(3, 226, 1));              /* 226, host side unified */
+    D("cuMemcpy3D_v2", desc_3d(1, 3, 4, 19));            /* 228 */
+    D("cuMemcpy3D_v2_ptds", desc_3d(2, 229, 1, 1));      /* 229 back */
+    D("cuMemcpy3DAsync_v2", desc_3d(1, 5, 2, 23), (void *)0);     /* 230 */
+    D("cuMemcpy3DAsync_v2_ptsz", desc_3d(2, 7, 3, 11), (void *)0); /* 231 back */
+    R("cudaMemcpy3D", parms_3d(1, 2, 4, 29));            /* 232 */
+    R("cudaMemcpy3D_ptds", parms_3d(2, 233, 1, 1));      /* 233 back */
+    R("cudaMemcpy3DAsync", parms_3d(1, 2, 3, 39), (void *)0);      /* 234 */
+    R("cudaMemcpy3DAsync_ptsz", parms_3d(2, 5, 47, 1), (void *)0); /* 235 back */
+    /* A null descriptor copies nothing: refused, and not a lost copy. */
+    if (get(drv, "cuMemcpy2D_v2")((void *)0) == 0) return 6;
+    /* Batches: each element a copy (the runtime's batch is the driver's _v2 underneath). */
+    batch(D_, "cuMemcpyBatchAsync", 1, 241, 4, 1);         /* 241-244 */
+    batch(D_, "cuMemcpyBatchAsync_ptsz", 2, 245, 2, 1);    /* 245-246 back */
+    batch(D_, "cuMemcpyBatchAsync_v2", 1, 247, 1, 0);      /* 247 */
+    batch(D_, "cuMemcpyBatchAsync_v2_ptsz", 2, 248, 1, 0); /* 248 back */
+    batch(R_, "cudaMemcpyBatchAsync", 1, 249, 2, 0);       /* 249-250 */
+    /* A batch longer than the tracer reads (1024): the rest are counted as lost. */
+    batch(D_, "cuMemcpyBatchAsync_v2", 0, 1, BIG_BATCH, 0);
     /* Symbol copies (the symbol is d here) and copies to and from arrays (d again). */
     R("cudaMemcpyToSymbol", d, h, (size_t)121, (size_t)0, 1);
     R("cudaMemcpyToSymbol_ptds", d, h, (size_t)122, (size_t)0, 1);
