@@ -29,6 +29,7 @@ fn call(kind: EventKind, ts_ns: u64, op: Op) -> CudaCall {
         nested: false,
         partial: false,
         repeat: 1,
+        stream: 0,
         op,
     }
 }

@@ -87,6 +87,9 @@ pub struct CudaCall {
     /// How many identical calls in a row this stands for (a driver copy repeated with the
     /// same arguments is counted in the kernel and sent once); 1 for every other call.
     pub repeat: u32,
+    /// The stream an asynchronous copy was queued on (`cudaStream_t`/`CUstream`, 0 for the
+    /// default stream or where the registry has no stream argument).
+    pub stream: u64,
     pub op: Op,
 }
 
@@ -427,6 +430,10 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
         },
         nested: event.header.flags & FLAG_NESTED != 0,
         partial: event.header.flags & FLAG_NO_ENTRY != 0,
+        stream: probe
+            .stream
+            .and_then(|index| args.get(index as usize).copied())
+            .unwrap_or(0),
         repeat: if event.header.flags & FLAG_AT_ENTRY != 0 {
             u32::try_from(event.out.max(1)).unwrap_or(u32::MAX)
         } else {
@@ -485,6 +492,59 @@ mod tests {
                 src: 0x4000,
                 bytes: 2000,
                 direction: CopyDirection::DeviceToHost
+            }
+        );
+    }
+
+    #[test]
+    fn async_copies_carry_their_stream_and_others_none() {
+        let stream =
+            |kind, args: &[u64]| decode_event(&event(kind, args, 0)).expect("decodes").stream;
+        assert_eq!(
+            stream(EventKind::CuMemcpyHtoDAsync, &[0xd000, 0x4000, 64, 0xab]),
+            0xab
+        );
+        assert_eq!(
+            stream(EventKind::CudaMemcpyAsync, &[0xd000, 0x4000, 64, 1, 0xcd]),
+            0xcd
+        );
+        let args_2d = [0xd000, 512, 0x4000, 256, 200, 10, 1, 0xef];
+        assert_eq!(stream(EventKind::CudaMemcpy2DAsync, &args_2d), 0xef);
+        assert_eq!(
+            stream(EventKind::CuMemcpyHtoD, &[0xd000, 0x4000, 64, 0xab]),
+            0
+        );
+    }
+
+    #[test]
+    fn a_described_copy_takes_each_side_by_its_memory_type() {
+        use crate::registry::described::*;
+        let mut args = [0u64; 8];
+        // Host source, device destination: to the GPU, width * height * depth bytes.
+        args[MEMORY_TYPES] = 1 | (2 << 32);
+        (args[SRC_HOST], args[SRC_DEVICE]) = (0x4000, 0x9999);
+        (args[DST_HOST], args[DST_DEVICE]) = (0x8888, 0xd000);
+        (args[WIDTH], args[HEIGHT], args[DEPTH]) = (16, 4, 3);
+        let call = decode_event(&event(EventKind::CuMemcpy3D, &args, 0)).expect("decodes");
+        assert_eq!(
+            call.op,
+            Op::Copy {
+                dst: 0xd000,
+                src: 0x4000,
+                bytes: 16 * 4 * 3,
+                direction: CopyDirection::HostToDevice,
+            }
+        );
+        // A unified source: placed later, by its address (the device field holds it).
+        args[MEMORY_TYPES] = 4 | (2 << 32);
+        let call = decode_event(&event(EventKind::CuMemcpy2D, &args, 0)).expect("decodes");
+        assert_eq!(
+            call.op,
+            Op::Copy {
+                dst: 0xd000,
+                src: 0x9999,
+                bytes: 16 * 4,
+                direction: CopyDirection::Unresolved,
             }
         );
     }

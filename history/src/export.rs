@@ -4,12 +4,19 @@
 //! Why JSON and not Perfetto's protobuf: both show the same tracks here, the JSON takes no
 //! schema or protobuf crate, and any JSON parser checks what was written.
 //!
-//! What it shows: a process track per traced process, and in it a track per allocation that
-//! has a timeline: one slice for its life (allocation to free, or to the end of the
-//! recording), and an instant for each copy (direction and bytes; a run of identical copies
-//! the kernel counted is one instant with the run's bytes and count), registration and page
-//! fault. The history keeps no thread or stream for a copy, so copies sit on the track of the
-//! memory they read or write, not on threads.
+//! What it shows, per traced process:
+//! - a track per thread that made copies, each copy an instant on it (direction, bytes, the
+//!   stream, the memory it touched);
+//! - a track per stream copies were queued on (other than the default stream, or where the
+//!   stream is not known: copies read from a descriptor or batch), the same instants;
+//! - a track per allocation that has a timeline: one slice for its life (allocation to free,
+//!   or to the end of the recording), and an instant for each copy, registration and page
+//!   fault.
+//!
+//! A run of identical copies the kernel counted is one instant with the run's bytes. Copies
+//! have no duration here: the driver's copies are probed at entry only.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
@@ -63,12 +70,19 @@ pub fn chrome_trace(history: &MemHistory) -> Result<Value, ExportError> {
         };
         events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}));
     }
+    let mut threads = BTreeSet::new();
+    let mut streams = BTreeMap::new();
     for allocation in tracked {
-        // Track ids from 1: 0 is no thread in the format.
-        let (pid, tid) = (allocation.pid, allocation.id + 1);
+        let track = (allocation.id % u64::from(ALLOCATION_TRACKS)) as u32;
+        let (pid, tid) = (allocation.pid, ALLOCATION_TRACKS + track);
+        let name = track_name(history, allocation);
         events.push(json!({
             "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-            "args": {"name": track_name(history, allocation)},
+            "args": {"name": name},
+        }));
+        events.push(json!({
+            "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+            "args": {"sort_index": tid},
         }));
         let born = allocation.alloc_ns.max(origin);
         let died = allocation.free_ns.unwrap_or(end).max(born);
@@ -80,8 +94,37 @@ pub fn chrome_trace(history: &MemHistory) -> Result<Value, ExportError> {
         for event in &allocation.events {
             let (name, args) = match *event {
                 AllocEvent::Transfer {
-                    direction, bytes, ..
-                } => (direction_name(direction), json!({ "bytes": bytes })),
+                    direction,
+                    bytes,
+                    tid: thread,
+                    stream,
+                    ts_ns,
+                } => {
+                    let copy = json!({
+                        "bytes": bytes,
+                        "stream": format!("{stream:#x}"),
+                        "memory": name,
+                    });
+                    let mut on = |track: u32| {
+                        events.push(json!({
+                            "ph": "i", "s": "t", "name": direction_name(direction),
+                            "pid": pid, "tid": track, "ts": us(ts_ns), "args": copy,
+                        }));
+                    };
+                    if thread != 0 {
+                        threads.insert((pid, thread));
+                        on(thread);
+                    }
+                    if stream != 0 {
+                        let next = STREAM_TRACKS + streams.len() as u32;
+                        let track = *streams.entry((pid, stream)).or_insert(next);
+                        on(track);
+                    }
+                    (
+                        direction_name(direction),
+                        json!({ "bytes": bytes, "stream": format!("{stream:#x}") }),
+                    )
+                }
                 AllocEvent::PageFault { addr, .. } => {
                     ("page fault", json!({ "address": format!("{addr:#x}") }))
                 }
@@ -95,8 +138,29 @@ pub fn chrome_trace(history: &MemHistory) -> Result<Value, ExportError> {
             }));
         }
     }
+    for (pid, tid) in threads {
+        events.push(json!({
+            "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+            "args": {"name": format!("thread {tid}")},
+        }));
+    }
+    for ((pid, stream), tid) in streams {
+        events.push(json!({
+            "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+            "args": {"name": format!("stream {stream:#x}")},
+        }));
+        events.push(json!({
+            "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+            "args": {"sort_index": tid},
+        }));
+    }
     Ok(json!({ "traceEvents": events, "displayTimeUnit": "ns" }))
 }
+
+/// Track ids of streams and allocations, above any thread id (Linux's `pid_max` is at most
+/// 2^22) and within the 32 bits viewers read.
+const STREAM_TRACKS: u32 = 1 << 29;
+const ALLOCATION_TRACKS: u32 = 1 << 30;
 
 fn direction_name(direction: CopyDirection) -> &'static str {
     match direction {
@@ -143,7 +207,12 @@ mod tests {
             1_000,
         );
         history.transfer(7, 0xd000, 0x1000, 4096, CopyDirection::HostToDevice, 2_000);
-        history.transfers(
+        // A run of 5 by thread 42 on stream 0xab.
+        let queue = crate::history::Queue {
+            tid: 42,
+            stream: 0xab,
+        };
+        history.transfers_on(
             7,
             0x1000,
             0xd000,
@@ -151,14 +220,33 @@ mod tests {
             CopyDirection::DeviceToHost,
             3_000,
             5,
+            queue,
         );
         history.free(7, 0x1000, 9_000);
         let trace = chrome_trace(&history).expect("a timeline");
         let events = trace["traceEvents"].as_array().expect("events");
         let of = |ph: &str| events.iter().filter(|e| e["ph"] == ph).count();
-        assert_eq!(of("M"), 2, "a process name and a track name");
+        let named = |name: &str| {
+            events
+                .iter()
+                .find(|e| e["name"] == "thread_name" && e["args"]["name"] == name)
+                .and_then(|e| e["tid"].as_u64())
+        };
+        let memory = named("pinned 4.0 KiB #0").expect("the allocation's track");
+        let thread = named("thread 42").expect("the thread's track");
+        let stream = named("stream 0xab").expect("the stream's track");
+        assert_eq!(thread, 42);
+        assert!(memory != stream && stream > thread && memory > thread);
         assert_eq!(of("X"), 1, "the allocation's life");
-        assert_eq!(of("i"), 2, "two copy events (the second a run of 5)");
+        // Both copies on the allocation's track, the run also on its thread and stream.
+        let on = |tid: u64| {
+            events
+                .iter()
+                .filter(|e| e["ph"] == "i" && e["tid"] == tid)
+                .count()
+        };
+        assert_eq!((on(memory), on(thread), on(stream)), (2, 1, 1));
+        assert_eq!(of("i"), 4);
         let life = events.iter().find(|e| e["ph"] == "X").expect("life");
         assert_eq!(
             (life["ts"].as_f64(), life["dur"].as_f64()),

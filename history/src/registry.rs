@@ -388,6 +388,9 @@ pub struct CallProbe {
     pub stack_args: u8,
     /// Where the arguments come from: registers, or user memory read at entry.
     pub arguments: Arguments,
+    /// The argument holding the stream an asynchronous copy is queued on, where it is
+    /// captured (not for copies read from user memory, nor past the eighth argument).
+    pub stream: Option<u8>,
 }
 
 impl CallProbe {
@@ -473,6 +476,15 @@ const fn call(
         semantics,
         stack_args: 0,
         arguments: Arguments::Registers,
+        stream: None,
+    }
+}
+
+/// An asynchronous call whose stream is argument `index`.
+const fn on_stream(index: u8, probe: CallProbe) -> CallProbe {
+    CallProbe {
+        stream: Some(index),
+        ..probe
     }
 }
 
@@ -652,20 +664,26 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaMemcpy", "cudaMemcpy_ptds"],
         copy(0, 1, 2, DirectionFrom::KindArg(3)),
     ),
-    runtime_copy(
-        EventKind::CudaMemcpyAsync,
-        &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
-        copy(0, 1, 2, DirectionFrom::KindArg(3)),
+    on_stream(
+        4,
+        runtime_copy(
+            EventKind::CudaMemcpyAsync,
+            &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
+            copy(0, 1, 2, DirectionFrom::KindArg(3)),
+        ),
     ),
     copy_2d(
         EventKind::CudaMemcpy2D,
         &["cudaMemcpy2D", "cudaMemcpy2D_ptds"],
         1,
     ),
-    copy_2d(
-        EventKind::CudaMemcpy2DAsync,
-        &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"],
-        2,
+    on_stream(
+        7,
+        copy_2d(
+            EventKind::CudaMemcpy2DAsync,
+            &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"],
+            2,
+        ),
     ),
     // cudaMemcpy3D(const cudaMemcpy3DParms *p[, stream]): probed like cudaMemcpy2D, its
     // driver copy nested. Extent widths are bytes for linear memory (elements for arrays).
@@ -778,17 +796,23 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds"],
         copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost)),
     ),
-    call(
-        EventKind::CuMemcpyHtoDAsync,
-        CudaDriver,
-        &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"],
-        copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice)),
+    on_stream(
+        3,
+        call(
+            EventKind::CuMemcpyHtoDAsync,
+            CudaDriver,
+            &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"],
+            copy(0, 1, 2, DirectionFrom::Fixed(HostToDevice)),
+        ),
     ),
-    call(
-        EventKind::CuMemcpyDtoHAsync,
-        CudaDriver,
-        &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"],
-        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost)),
+    on_stream(
+        3,
+        call(
+            EventKind::CuMemcpyDtoHAsync,
+            CudaDriver,
+            &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"],
+            copy(0, 1, 2, DirectionFrom::Fixed(DeviceToHost)),
+        ),
     ),
     call(
         EventKind::CuMemcpy,
@@ -878,11 +902,14 @@ pub static CALL_PROBES: &[CallProbe] = &[
             },
         )
     },
-    call(
-        EventKind::CuMemcpyAsync,
-        CudaDriver,
-        &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
-        copy(0, 1, 2, DirectionFrom::Pointers),
+    on_stream(
+        3,
+        call(
+            EventKind::CuMemcpyAsync,
+            CudaDriver,
+            &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
+            copy(0, 1, 2, DirectionFrom::Pointers),
+        ),
     ),
     // The rest of the runtime's memory API.
     call(
@@ -932,11 +959,14 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaMemcpyPeer"],
         copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
     ),
-    call(
-        EventKind::CudaMemcpyPeerAsync,
-        CudaRuntime,
-        &["cudaMemcpyPeerAsync"],
-        copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+    on_stream(
+        5,
+        call(
+            EventKind::CudaMemcpyPeerAsync,
+            CudaRuntime,
+            &["cudaMemcpyPeerAsync"],
+            copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+        ),
     ),
     // cudaMemcpyToSymbol(symbol, src, count, offset, kind[, stream]): the symbol is device
     // memory named by its host shadow; the kind gives the direction.
@@ -946,11 +976,14 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaMemcpyToSymbol", "cudaMemcpyToSymbol_ptds"],
         copy(0, 1, 2, DirectionFrom::KindArg(4)),
     ),
-    call(
-        EventKind::CudaMemcpyToSymbolAsync,
-        CudaRuntime,
-        &["cudaMemcpyToSymbolAsync", "cudaMemcpyToSymbolAsync_ptsz"],
-        copy(0, 1, 2, DirectionFrom::KindArg(4)),
+    on_stream(
+        5,
+        call(
+            EventKind::CudaMemcpyToSymbolAsync,
+            CudaRuntime,
+            &["cudaMemcpyToSymbolAsync", "cudaMemcpyToSymbolAsync_ptsz"],
+            copy(0, 1, 2, DirectionFrom::KindArg(4)),
+        ),
     ),
     // cudaMemcpyFromSymbol(dst, symbol, count, offset, kind[, stream]).
     call(
@@ -959,14 +992,17 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cudaMemcpyFromSymbol", "cudaMemcpyFromSymbol_ptds"],
         copy(0, 1, 2, DirectionFrom::KindArg(4)),
     ),
-    call(
-        EventKind::CudaMemcpyFromSymbolAsync,
-        CudaRuntime,
-        &[
-            "cudaMemcpyFromSymbolAsync",
-            "cudaMemcpyFromSymbolAsync_ptsz",
-        ],
-        copy(0, 1, 2, DirectionFrom::KindArg(4)),
+    on_stream(
+        5,
+        call(
+            EventKind::CudaMemcpyFromSymbolAsync,
+            CudaRuntime,
+            &[
+                "cudaMemcpyFromSymbolAsync",
+                "cudaMemcpyFromSymbolAsync_ptsz",
+            ],
+            copy(0, 1, 2, DirectionFrom::KindArg(4)),
+        ),
     ),
     // cudaMemcpy2DToArray(dst, wOffset, hOffset, src, spitch, width, height, kind[, stream]):
     // height and kind on the stack.
@@ -1097,11 +1133,14 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cuMemcpyPeer", "cuMemcpyPeer_ptds"],
         copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
     ),
-    call(
-        EventKind::CuMemcpyPeerAsync,
-        CudaDriver,
-        &["cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"],
-        copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+    on_stream(
+        5,
+        call(
+            EventKind::CuMemcpyPeerAsync,
+            CudaDriver,
+            &["cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"],
+            copy(0, 2, 4, DirectionFrom::Fixed(DeviceToDevice)),
+        ),
     ),
     call(
         EventKind::CuMemcpyDtoD,
@@ -1109,11 +1148,14 @@ pub static CALL_PROBES: &[CallProbe] = &[
         &["cuMemcpyDtoD_v2", "cuMemcpyDtoD_v2_ptds"],
         copy(0, 1, 2, DirectionFrom::Fixed(DeviceToDevice)),
     ),
-    call(
-        EventKind::CuMemcpyDtoDAsync,
-        CudaDriver,
-        &["cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync_v2_ptsz"],
-        copy(0, 1, 2, DirectionFrom::Fixed(DeviceToDevice)),
+    on_stream(
+        3,
+        call(
+            EventKind::CuMemcpyDtoDAsync,
+            CudaDriver,
+            &["cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync_v2_ptsz"],
+            copy(0, 1, 2, DirectionFrom::Fixed(DeviceToDevice)),
+        ),
     ),
     call(
         EventKind::CuMemPrefetchAsync,
@@ -1452,6 +1494,14 @@ mod tests {
                 Arguments::Batch => 3,
                 Arguments::Registers => 6 + probe.stack_args as usize,
             };
+            if let Some(stream) = probe.stream {
+                assert!(
+                    matches!(probe.arguments, Arguments::Registers)
+                        && (stream as usize) < 6 + probe.stack_args as usize,
+                    "{:?}: stream argument {stream} is not captured",
+                    probe.kind
+                );
+            }
             assert!(
                 max < captured,
                 "{:?} reads argument {max} but captures {captured}",

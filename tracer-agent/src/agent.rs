@@ -420,6 +420,7 @@ mod tests {
             nested: false,
             partial: false,
             repeat: 1,
+            stream: 0,
             op: Op::Copy {
                 dst: 0xd000,
                 src: 0x1010,

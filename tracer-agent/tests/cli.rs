@@ -381,23 +381,45 @@ fn a_verbose_recording_exports_as_a_trace_a_json_parser_reads() {
             assert!(event["tid"].as_u64().is_some_and(|tid| tid > 0), "{event}");
         }
     }
-    // Every copy is on its allocation's track: the bytes add up to the history's.
-    let copied: u64 = events
+    // A track per allocation with a timeline (its life, one slice), and one per thread that
+    // copied, named for it.
+    let allocation_tracks: std::collections::BTreeSet<u64> = events
         .iter()
-        .filter(|e| e["ph"] == "i" && e["name"].as_str().is_some_and(|n| n.starts_with("copy")))
-        .map(|e| e["args"]["bytes"].as_u64().expect("bytes"))
-        .sum();
-    let stats = saved.stats();
-    assert_eq!(copied, stats.h2d_bytes + stats.d2h_bytes, "{stats:?}");
-    assert_eq!(copied, 2 * (2 * 10 + 3) * 64 * 1024);
-    // A track per allocation with a timeline, each with one life slice.
+        .filter(|e| e["ph"] == "X")
+        .map(|e| e["tid"].as_u64().expect("tid"))
+        .collect();
     let lives = events.iter().filter(|e| e["ph"] == "X").count();
-    let tracks = events
+    assert_eq!(lives, allocation_tracks.len());
+    assert!(lives >= 5, "the 5 pinned buffers at least: {lives}");
+    let thread_tracks: Vec<u64> = events
         .iter()
-        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
-        .count();
-    assert_eq!(lives, tracks);
-    assert!(tracks >= 5, "the 5 pinned buffers at least: {tracks}");
+        .filter(|e| {
+            e["name"] == "thread_name"
+                && e["args"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n == format!("thread {}", e["tid"]))
+        })
+        .map(|e| e["tid"].as_u64().expect("tid"))
+        .collect();
+    assert_eq!(thread_tracks.len(), 1, "the bench copies from one thread");
+    // Every copy is on its allocation's track and on its thread's: the bytes on each add up
+    // to the history's.
+    let copied_on = |tracks: &dyn Fn(u64) -> bool| -> u64 {
+        events
+            .iter()
+            .filter(|e| {
+                e["ph"] == "i"
+                    && e["name"].as_str().is_some_and(|n| n.starts_with("copy"))
+                    && tracks(e["tid"].as_u64().expect("tid"))
+            })
+            .map(|e| e["args"]["bytes"].as_u64().expect("bytes"))
+            .sum()
+    };
+    let stats = saved.stats();
+    let on_memory = copied_on(&|tid| allocation_tracks.contains(&tid));
+    assert_eq!(on_memory, stats.h2d_bytes + stats.d2h_bytes, "{stats:?}");
+    assert_eq!(on_memory, 2 * (2 * 10 + 3) * 64 * 1024);
+    assert_eq!(copied_on(&|tid| tid == thread_tracks[0]), on_memory);
 
     // A summary history has no timelines: a clear error, no file.
     let summary = standin.dir.join("summary.hotpin");

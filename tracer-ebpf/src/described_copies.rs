@@ -9,8 +9,8 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
 };
 use tracer_common::{
-    CallSiteRaw, DESCRIPTOR_LAYOUTS, DescriptorLayout, Event, FLAG_AT_ENTRY, FLAG_NESTED,
-    MAX_ARGS, MAX_BATCH_COPIES, ProbeCookie, counter,
+    CallSiteRaw, DESCRIPTOR_LAYOUTS, DescriptorLayout, Event, FLAG_AT_ENTRY, FLAG_NESTED, MAX_ARGS,
+    MAX_BATCH_COPIES, ProbeCookie, counter,
 };
 
 use crate::{

@@ -17,7 +17,7 @@ use crate::history::{HistoryData, InvalidHistory, MemHistory};
 pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
 /// Versions 1 (no host memory counters), 2 (no checkpoint time), 3 (no device memory) and 4
-/// (no unread copies) are still read.
+/// (no unread copies, no thread or stream per copy) are still read.
 pub const FORMAT_VERSION: u32 = 5;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
@@ -589,9 +589,9 @@ mod v3 {
 
     use serde::Deserialize;
 
-    use super::v4::KernelCounters;
+    use super::v4::{AllocEvent, KernelCounters};
     use crate::history::{
-        self, AllocEvent, AllocId, AllocKind, CallSite, CallSiteId, RecordingMeta, TransferStats,
+        self, AllocId, AllocKind, CallSite, CallSiteId, RecordingMeta, TransferStats,
     };
 
     // Formats 1 and 2 hold allocations and (2) statistics of this shape too.
@@ -657,7 +657,7 @@ mod v3 {
                 alloc_ns: a.alloc_ns,
                 free_ns: a.free_ns,
                 stats: a.stats,
-                events: a.events,
+                events: a.events.into_iter().map(Into::into).collect(),
                 pre_existing: false,
             }
         }
@@ -704,15 +704,108 @@ mod v3 {
     }
 }
 
-/// Format 4, read and converted: its kernel counters have no unread copies (read as zero).
+/// Format 4, read and converted: its kernel counters have no unread copies, and its copies
+/// no thread or stream (read as zero).
 mod v4 {
     use std::collections::BTreeMap;
 
     use serde::Deserialize;
 
-    use crate::history::{
-        self, Allocation, AllocId, CallSite, CallSiteId, DeviceMemory, RecordingMeta,
+    use crate::{
+        history::{
+            self, AllocId, AllocKind, CallSite, CallSiteId, DeviceMemory, RecordingMeta,
+            TransferStats,
+        },
+        registry::CopyDirection,
     };
+
+    // Formats 1-3 hold timeline events of this shape too.
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum AllocEvent {
+        Alloc {
+            ts_ns: u64,
+        },
+        Transfer {
+            ts_ns: u64,
+            direction: CopyDirection,
+            bytes: u64,
+        },
+        PageFault {
+            ts_ns: u64,
+            addr: u64,
+        },
+        Register {
+            ts_ns: u64,
+        },
+        Unregister {
+            ts_ns: u64,
+        },
+        Free {
+            ts_ns: u64,
+        },
+    }
+
+    impl From<AllocEvent> for history::AllocEvent {
+        fn from(old: AllocEvent) -> Self {
+            match old {
+                AllocEvent::Alloc { ts_ns } => history::AllocEvent::Alloc { ts_ns },
+                AllocEvent::Transfer {
+                    ts_ns,
+                    direction,
+                    bytes,
+                } => history::AllocEvent::Transfer {
+                    ts_ns,
+                    direction,
+                    bytes,
+                    tid: 0,
+                    stream: 0,
+                },
+                AllocEvent::PageFault { ts_ns, addr } => {
+                    history::AllocEvent::PageFault { ts_ns, addr }
+                }
+                AllocEvent::Register { ts_ns } => history::AllocEvent::Register { ts_ns },
+                AllocEvent::Unregister { ts_ns } => history::AllocEvent::Unregister { ts_ns },
+                AllocEvent::Free { ts_ns } => history::AllocEvent::Free { ts_ns },
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub struct Allocation {
+        id: AllocId,
+        pid: u32,
+        start: u64,
+        size: u64,
+        kind: AllocKind,
+        call_site: Option<CallSiteId>,
+        ordinal: u32,
+        alloc_ns: u64,
+        free_ns: Option<u64>,
+        stats: TransferStats,
+        events: Vec<AllocEvent>,
+        pre_existing: bool,
+    }
+
+    impl From<Allocation> for history::Allocation {
+        fn from(a: Allocation) -> Self {
+            history::Allocation {
+                id: a.id,
+                pid: a.pid,
+                start: a.start,
+                size: a.size,
+                kind: a.kind,
+                call_site: a.call_site,
+                ordinal: a.ordinal,
+                alloc_ns: a.alloc_ns,
+                free_ns: a.free_ns,
+                stats: a.stats,
+                events: a.events.into_iter().map(Into::into).collect(),
+                pre_existing: a.pre_existing,
+            }
+        }
+    }
 
     // Formats 1-3 hold kernel counters of this shape too.
 
@@ -784,7 +877,7 @@ mod v4 {
             history::HistoryData {
                 meta: old.meta,
                 call_sites: old.call_sites,
-                allocations: old.allocations,
+                allocations: old.allocations.into_iter().map(Into::into).collect(),
                 stats: history::HistoryStats {
                     calls_by_function: s.calls_by_function,
                     failed_by_function: s.failed_by_function,

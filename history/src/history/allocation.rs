@@ -93,6 +93,12 @@ pub enum AllocEvent {
         ts_ns: u64,
         direction: CopyDirection,
         bytes: u64,
+        /// The thread that made the copy (0: not known, as in histories before format 5).
+        #[serde(default)]
+        tid: u32,
+        /// The stream it was queued on (0: the default stream, or not known).
+        #[serde(default)]
+        stream: u64,
     },
     PageFault {
         ts_ns: u64,

@@ -107,6 +107,14 @@ pub struct HistoryStats {
     pub device_memory: BTreeMap<u32, DeviceMemory>,
 }
 
+/// Where a copy was made: its thread, and the stream it was queued on (0: the default
+/// stream, or not known).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queue {
+    pub tid: u32,
+    pub stream: u64,
+}
+
 /// A process's device memory, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceMemory {
@@ -654,6 +662,31 @@ impl MemHistory {
         ts_ns: u64,
         count: u64,
     ) -> Option<AllocId> {
+        self.transfers_on(
+            pid,
+            dst,
+            src,
+            bytes,
+            direction,
+            ts_ns,
+            count,
+            Queue::default(),
+        )
+    }
+
+    /// [`Self::transfers`], made by a known thread on a known stream (kept in the timeline).
+    #[allow(clippy::too_many_arguments)]
+    pub fn transfers_on(
+        &mut self,
+        pid: u32,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        direction: CopyDirection,
+        ts_ns: u64,
+        count: u64,
+        queue: Queue,
+    ) -> Option<AllocId> {
         let total = bytes.saturating_mul(count);
         let direction = match direction {
             CopyDirection::Unresolved => self.resolve_direction(pid, dst, src),
@@ -723,6 +756,8 @@ impl MemHistory {
             ts_ns,
             direction,
             bytes: total,
+            tid: queue.tid,
+            stream: queue.stream,
         });
         self.by_transfers.remove(&(old, id));
         self.by_transfers.insert((new, id));
@@ -1045,7 +1080,11 @@ impl MemHistory {
                 bytes,
                 direction,
             } => {
-                self.transfers(pid, dst, src, bytes, direction, ts, repeat);
+                let queue = Queue {
+                    tid: call.tid,
+                    stream: call.stream,
+                };
+                self.transfers_on(pid, dst, src, bytes, direction, ts, repeat, queue);
             }
             Op::Prefetch {
                 bytes, to_device, ..

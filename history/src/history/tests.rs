@@ -233,6 +233,7 @@ fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
         nested,
         partial,
         repeat: 1,
+        stream: 0,
         op: Op::Copy {
             dst: 0xd000,
             src: 0x1000,
