@@ -7,6 +7,7 @@ pub mod agent;
 pub mod error;
 pub mod filter;
 pub mod metrics;
+pub mod otlp;
 pub mod privileges;
 pub mod probes;
 pub mod recorder;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::text::encode,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
@@ -134,237 +134,236 @@ impl FinishedPrograms {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunLabels {
-    program: String,
-    pid: String,
+/// Whether a number only grows (a counter, cumulative from the daemon's start) or is a value
+/// as things stand (a gauge).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunDirection {
-    program: String,
-    pid: String,
-    direction: &'static str,
+/// One number with its labels: what both the Prometheus text and the OTLP export show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Without the `hotpin_` prefix (and without Prometheus's `_total` for counters).
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub labels: Vec<(&'static str, String)>,
+    pub value: u64,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunMemory {
-    program: String,
-    pid: String,
-    memory: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProgramLabels {
-    program: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProgramDirection {
-    program: String,
-    direction: &'static str,
-}
-
-fn counter<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Counter>
-where
-    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
-{
-    let family = Family::<L, Counter>::default();
-    registry.register(name, help, family.clone());
-    family
-}
-
-fn gauge<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Gauge>
-where
-    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
-{
-    let family = Family::<L, Gauge>::default();
-    registry.register(name, help, family.clone());
-    family
-}
-
-fn as_gauge(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// The metrics as Prometheus text (ends with `# EOF`, as OpenMetrics wants).
-pub fn render(
+/// Every metric, from the running runs, the finished programs and the tracer's own numbers:
+/// the one list of what the daemon reports.
+pub fn samples(
     running: &[RunningRun],
     finished: &FinishedPrograms,
     tracer: &TracerNumbers,
-) -> String {
-    let mut registry = Registry::with_prefix("hotpin");
-    let transfers = counter::<RunDirection>(
-        &mut registry,
-        "transfers",
-        "Host<->device copies of a running process, by direction",
-    );
-    let transfer_bytes = counter::<RunDirection>(
-        &mut registry,
-        "transfer_bytes",
-        "Bytes copied between host and device by a running process, by direction",
-    );
-    let host_memory = gauge::<RunMemory>(
-        &mut registry,
-        "host_memory_bytes",
-        "Live host memory of a running process: pinned, pageable, and hot (the cost model's \
-         judgement, a part of the other two)",
-    );
-    let untracked = counter::<RunLabels>(
-        &mut registry,
-        "untracked_bytes",
-        "Bytes a running process copied from or to host memory in no known allocation",
-    );
-    let device = gauge::<RunMemory>(
-        &mut registry,
-        "device_memory_bytes",
-        "Device memory of a running process: live and peak",
-    );
+) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let mut add = |name, help, kind, labels, value| {
+        out.push(Sample {
+            name,
+            help,
+            kind,
+            labels,
+            value,
+        });
+    };
+    use Kind::{Counter, Gauge};
     for run in running {
-        let pid = run.pid.to_string();
         let t = &run.traffic;
-        for (direction, count, bytes) in [
-            ("h2d", t.h2d_transfers, t.h2d_bytes),
-            ("d2h", t.d2h_transfers, t.d2h_bytes),
-        ] {
-            let labels = RunDirection {
-                program: run.program.clone(),
-                pid: pid.clone(),
-                direction,
-            };
-            transfers.get_or_create(&labels).inc_by(count);
-            transfer_bytes.get_or_create(&labels).inc_by(bytes);
-        }
-        for (memory, value, family) in [
-            ("pinned", t.pinned_bytes, &host_memory),
-            ("pageable", t.pageable_bytes, &host_memory),
-            ("hot", t.hot_bytes, &host_memory),
-            ("live", t.device_live_bytes, &device),
-            ("peak", t.device_peak_bytes, &device),
-        ] {
-            let labels = RunMemory {
-                program: run.program.clone(),
-                pid: pid.clone(),
-                memory,
-            };
-            family.get_or_create(&labels).set(as_gauge(value));
-        }
-        untracked
-            .get_or_create(&RunLabels {
-                program: run.program.clone(),
-                pid,
-            })
-            .inc_by(t.untracked_bytes);
-    }
-
-    let runs = counter::<ProgramLabels>(
-        &mut registry,
-        "program_runs",
-        "Finished runs of a program whose history was taken",
-    );
-    let program_transfers = counter::<ProgramDirection>(
-        &mut registry,
-        "program_transfers",
-        "Host<->device copies of a program's finished runs, by direction",
-    );
-    let program_bytes = counter::<ProgramDirection>(
-        &mut registry,
-        "program_transfer_bytes",
-        "Bytes copied between host and device by a program's finished runs, by direction",
-    );
-    let program_untracked = counter::<ProgramLabels>(
-        &mut registry,
-        "program_untracked_bytes",
-        "Bytes a program's finished runs copied in no known allocation",
-    );
-    let program_device_peak = gauge::<ProgramLabels>(
-        &mut registry,
-        "program_device_memory_peak_bytes",
-        "The highest device memory peak of a program's finished runs",
-    );
-    for (program, totals) in &finished.programs {
-        let labels = ProgramLabels {
-            program: program.clone(),
+        let labels = |more: Option<(&'static str, &'static str)>| {
+            let mut labels = vec![
+                ("program", run.program.clone()),
+                ("pid", run.pid.to_string()),
+            ];
+            labels.extend(more.map(|(k, v)| (k, v.to_owned())));
+            labels
         };
-        runs.get_or_create(&labels).inc_by(totals.runs);
-        let t = &totals.traffic;
-        program_untracked
-            .get_or_create(&labels)
-            .inc_by(t.untracked_bytes);
-        program_device_peak
-            .get_or_create(&labels)
-            .set(as_gauge(t.device_peak_bytes));
         for (direction, count, bytes) in [
             ("h2d", t.h2d_transfers, t.h2d_bytes),
             ("d2h", t.d2h_transfers, t.d2h_bytes),
         ] {
-            let labels = ProgramDirection {
-                program: program.clone(),
-                direction,
-            };
-            program_transfers.get_or_create(&labels).inc_by(count);
-            program_bytes.get_or_create(&labels).inc_by(bytes);
+            add(
+                "transfers",
+                "Host<->device copies of a running process, by direction",
+                Counter,
+                labels(Some(("direction", direction))),
+                count,
+            );
+            add(
+                "transfer_bytes",
+                "Bytes copied between host and device by a running process, by direction",
+                Counter,
+                labels(Some(("direction", direction))),
+                bytes,
+            );
+        }
+        for (memory, value) in [
+            ("pinned", t.pinned_bytes),
+            ("pageable", t.pageable_bytes),
+            ("hot", t.hot_bytes),
+        ] {
+            add(
+                "host_memory_bytes",
+                "Live host memory of a running process: pinned, pageable, and hot (the cost \
+                 model's judgement, a part of the other two)",
+                Gauge,
+                labels(Some(("memory", memory))),
+                value,
+            );
+        }
+        add(
+            "untracked_bytes",
+            "Bytes a running process copied from or to host memory in no known allocation",
+            Counter,
+            labels(None),
+            t.untracked_bytes,
+        );
+        for (memory, value) in [("live", t.device_live_bytes), ("peak", t.device_peak_bytes)] {
+            add(
+                "device_memory_bytes",
+                "Device memory of a running process: live and peak",
+                Gauge,
+                labels(Some(("memory", memory))),
+                value,
+            );
         }
     }
+    for (program, totals) in &finished.programs {
+        let labels = |more: Option<(&'static str, &'static str)>| {
+            let mut labels = vec![("program", program.clone())];
+            labels.extend(more.map(|(k, v)| (k, v.to_owned())));
+            labels
+        };
+        let t = &totals.traffic;
+        add(
+            "program_runs",
+            "Finished runs of a program whose history was taken",
+            Counter,
+            labels(None),
+            totals.runs,
+        );
+        for (direction, count, bytes) in [
+            ("h2d", t.h2d_transfers, t.h2d_bytes),
+            ("d2h", t.d2h_transfers, t.d2h_bytes),
+        ] {
+            add(
+                "program_transfers",
+                "Host<->device copies of a program's finished runs, by direction",
+                Counter,
+                labels(Some(("direction", direction))),
+                count,
+            );
+            add(
+                "program_transfer_bytes",
+                "Bytes copied between host and device by a program's finished runs, by direction",
+                Counter,
+                labels(Some(("direction", direction))),
+                bytes,
+            );
+        }
+        add(
+            "program_untracked_bytes",
+            "Bytes a program's finished runs copied in no known allocation",
+            Counter,
+            labels(None),
+            t.untracked_bytes,
+        );
+        add(
+            "program_device_memory_peak_bytes",
+            "The highest device memory peak of a program's finished runs",
+            Gauge,
+            labels(None),
+            t.device_peak_bytes,
+        );
+    }
+    for (name, help, kind, value) in [
+        (
+            "lost_events",
+            "Events the kernel side could not deliver (ring buffer full, arguments unreadable) \
+             or that did not decode",
+            Counter,
+            tracer.lost_events,
+        ),
+        (
+            "events",
+            "Events read from the kernel",
+            Counter,
+            tracer.events,
+        ),
+        (
+            "probes_attached",
+            "Probes attached",
+            Gauge,
+            tracer.probes_attached,
+        ),
+        (
+            "probe_attach_failures",
+            "Probes that could not be attached (a symbol missing, a kernel without kprobes)",
+            Gauge,
+            tracer.probes_unavailable,
+        ),
+        (
+            "processes_traced",
+            "Program runs traced now",
+            Gauge,
+            running.len() as u64,
+        ),
+        (
+            "histories_written",
+            "Histories written to the store",
+            Counter,
+            tracer.histories_written,
+        ),
+        (
+            "runs_without_calls",
+            "Runs that opened a CUDA library but made no CUDA call (not stored)",
+            Counter,
+            tracer.runs_without_calls,
+        ),
+        (
+            "store_errors",
+            "Histories that could not be written to the store",
+            Counter,
+            tracer.store_errors,
+        ),
+    ] {
+        add(name, help, kind, Vec::new(), value);
+    }
+    out
+}
 
-    let plain_counter = |registry: &mut Registry, name: &str, help: &str, value: u64| {
-        let metric = Counter::<u64>::default();
-        metric.inc_by(value);
-        registry.register(name, help, metric);
-    };
-    let plain_gauge = |registry: &mut Registry, name: &str, help: &str, value: u64| {
-        let metric = Gauge::<i64>::default();
-        metric.set(as_gauge(value));
-        registry.register(name, help, metric);
-    };
-    plain_counter(
-        &mut registry,
-        "lost_events",
-        "Events the kernel side could not deliver (ring buffer full) or that did not decode",
-        tracer.lost_events,
-    );
-    plain_counter(
-        &mut registry,
-        "events",
-        "Events read from the kernel",
-        tracer.events,
-    );
-    plain_gauge(
-        &mut registry,
-        "probes_attached",
-        "Probes attached",
-        tracer.probes_attached,
-    );
-    plain_gauge(
-        &mut registry,
-        "probe_attach_failures",
-        "Probes that could not be attached (a symbol missing, a kernel without kprobes)",
-        tracer.probes_unavailable,
-    );
-    plain_gauge(
-        &mut registry,
-        "processes_traced",
-        "Program runs traced now",
-        running.len() as u64,
-    );
-    plain_counter(
-        &mut registry,
-        "histories_written",
-        "Histories written to the store",
-        tracer.histories_written,
-    );
-    plain_counter(
-        &mut registry,
-        "runs_without_calls",
-        "Runs that opened a CUDA library but made no CUDA call (not stored)",
-        tracer.runs_without_calls,
-    );
-    plain_counter(
-        &mut registry,
-        "store_errors",
-        "Histories that could not be written to the store",
-        tracer.store_errors,
-    );
+type Labels = Vec<(&'static str, String)>;
+
+/// The samples as Prometheus text (ends with `# EOF`, as OpenMetrics wants).
+pub fn render(samples: &[Sample]) -> String {
+    let mut registry = Registry::with_prefix("hotpin");
+    let mut counters: BTreeMap<&str, Family<Labels, Counter>> = BTreeMap::new();
+    let mut gauges: BTreeMap<&str, Family<Labels, Gauge>> = BTreeMap::new();
+    for sample in samples {
+        match sample.kind {
+            Kind::Counter => {
+                let family = counters.entry(sample.name).or_insert_with(|| {
+                    let family = Family::default();
+                    registry.register(sample.name, sample.help, family.clone());
+                    family
+                });
+                family.get_or_create(&sample.labels).inc_by(sample.value);
+            }
+            Kind::Gauge => {
+                let family = gauges.entry(sample.name).or_insert_with(|| {
+                    let family = Family::default();
+                    registry.register(sample.name, sample.help, family.clone());
+                    family
+                });
+                family
+                    .get_or_create(&sample.labels)
+                    .set(i64::try_from(sample.value).unwrap_or(i64::MAX));
+            }
+        }
+    }
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String does not fail");
     text
@@ -393,7 +392,7 @@ mod tests {
         for i in 0..MAX_PROGRAMS + 5 {
             finished.add(&format!("p{i}"), &traffic);
         }
-        let text = render(&running, &finished, &TracerNumbers::default());
+        let text = render(&samples(&running, &finished, &TracerNumbers::default()));
         assert!(text.contains(
             "hotpin_transfers_total{program=\"app-0123456789ab\",pid=\"42\",direction=\"h2d\"} 3"
         ));

@@ -1,17 +1,26 @@
 //! `tracer daemon` with the CUDA stand-in (a test fixture, not CUDA): started first, it finds
 //! the programs started after it, writes one history per run to the store, serves metrics
-//! that a real HTTP client scrapes, and ends on SIGTERM with whole histories.
+//! that a real HTTP client scrapes and sends them to an OTLP collector, and ends on SIGTERM
+//! with whole histories.
 
 mod common;
 
 use std::{
     collections::HashMap,
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::mpsc,
+    sync::{Arc, Mutex, mpsc},
     time::{Duration, Instant},
 };
+
+use opentelemetry_proto::tonic::{
+    collector::metrics::v1::ExportMetricsServiceRequest,
+    common::v1::any_value,
+    metrics::v1::{metric, number_data_point},
+};
+use prost::Message as _;
 
 use tracer_agent::{dump, history::MemHistory, metrics::Traffic, report::HotPolicy, store::Store};
 
@@ -112,6 +121,92 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A stand-in OpenTelemetry collector on loopback: takes OTLP/HTTP protobuf exports, answers
+/// 200, and keeps each request, decoded with opentelemetry-proto.
+struct Collector {
+    port: u16,
+    received: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+}
+
+impl Collector {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the collector");
+        let port = listener.local_addr().expect("its address").port();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&received);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut request_line = String::new();
+                reader
+                    .read_line(&mut request_line)
+                    .expect("the request line");
+                assert!(
+                    request_line.starts_with("POST /v1/metrics "),
+                    "{request_line}"
+                );
+                let mut length = 0;
+                loop {
+                    let mut header = String::new();
+                    reader.read_line(&mut header).expect("a header");
+                    let header = header.trim();
+                    if header.is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = header.split_once(':') {
+                        if name.eq_ignore_ascii_case("content-length") {
+                            length = value.trim().parse().expect("a length");
+                        }
+                        if name.eq_ignore_ascii_case("content-type") {
+                            assert_eq!(value.trim(), "application/x-protobuf");
+                        }
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).expect("the body");
+                let request =
+                    ExportMetricsServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
+                keep.lock().unwrap().push(request);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+        Collector { port, received }
+    }
+
+    /// The value of metric `name` with these attributes in the latest export, if any.
+    fn latest(&self, name: &str, attributes: &[(&str, &str)]) -> Option<i64> {
+        let received = self.received.lock().unwrap();
+        let request = received.last()?;
+        let metric = request.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .find(|m| m.name == name)?;
+        let points = match metric.data.as_ref()? {
+            metric::Data::Sum(sum) => &sum.data_points,
+            metric::Data::Gauge(gauge) => &gauge.data_points,
+            _ => return None,
+        };
+        points
+            .iter()
+            .find(|point| {
+                attributes.iter().all(|(key, value)| {
+                    point.attributes.iter().any(|kv| {
+                        kv.key == *key
+                            && matches!(
+                                kv.value.as_ref().and_then(|v| v.value.as_ref()),
+                                Some(any_value::Value::StringValue(s)) if s == value
+                            )
+                    })
+                })
+            })
+            .and_then(|point| match point.value {
+                Some(number_data_point::Value::AsInt(value)) => Some(value),
+                _ => None,
+            })
     }
 }
 
@@ -238,7 +333,23 @@ fn the_daemon_keeps_a_history_per_run_and_serves_metrics() {
     let other = common::standin("daemon-bystander");
     let forking = common::compile_c(&standin, "forking");
     let store = standin.dir.join("store");
-    let daemon = Daemon::start(&store, &standin.dir);
+    let collector = Collector::start();
+    let daemon = Daemon::start_with(
+        &store,
+        &[
+            "--command".into(),
+            format!("*{}*", standin.dir.display()),
+            "--otlp".into(),
+            format!("http://127.0.0.1:{}", collector.port),
+            "--otlp-every".into(),
+            "1".into(),
+        ],
+    );
+    assert!(
+        daemon.ready.contains("every 1s to http://127.0.0.1:"),
+        "{}",
+        daemon.ready
+    );
 
     // Three runs the filter admits, started after the daemon, at once; one forks. And one
     // it leaves out (its stand-in lies elsewhere).
@@ -381,6 +492,25 @@ fn the_daemon_keeps_a_history_per_run_and_serves_metrics() {
     assert_eq!(metrics.value("hotpin_lost_events_total", &[]), Some(0.0));
     assert_eq!(metrics.value("hotpin_processes_traced", &[]), Some(0.0));
     assert!(metrics.value("hotpin_probes_attached", &[]).unwrap() > 0.0);
+
+    // The collector gets the same numbers over OTLP within a few exports.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while collector.latest("hotpin.histories_written", &[]) != Some(3) {
+        assert!(Instant::now() < deadline, "no export with the 3 histories");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        collector.latest("hotpin.program_runs", &[("program", &bench_program)]),
+        Some(2)
+    );
+    assert_eq!(
+        collector.latest(
+            "hotpin.program_transfers",
+            &[("program", &forking_program), ("direction", "h2d")]
+        ),
+        Some(truth[2].0 as i64)
+    );
+    assert_eq!(collector.latest("hotpin.lost_events", &[]), Some(0));
 
     let status = daemon.terminate();
     assert!(status.success(), "{status}");

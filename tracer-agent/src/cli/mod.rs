@@ -50,6 +50,13 @@ struct DaemonArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (default 127.0.0.1:9464), or "off".
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// Also send the metrics to an OpenTelemetry collector (OTLP/HTTP, protobuf), e.g.
+    /// http://127.0.0.1:4318 (path /v1/metrics unless given; no TLS). Off by default.
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
+    /// Seconds between OTLP exports (default 10).
+    #[arg(long, value_name = "SECONDS")]
+    otlp_every: Option<u64>,
     /// Trace only processes of this user id (repeat for several).
     #[arg(long = "user", value_name = "UID")]
     users: Vec<u32>,

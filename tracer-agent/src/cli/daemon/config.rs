@@ -3,11 +3,12 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
-use tracer_agent::{filter::ProcessFilter, store};
+use tracer_agent::{filter::ProcessFilter, otlp::Endpoint, store};
 
 use super::super::DaemonArgs;
 
@@ -22,6 +23,9 @@ struct File {
     store: Option<PathBuf>,
     /// `host:port`, or "off".
     metrics: Option<String>,
+    /// An OTLP/HTTP collector URL (`http://host:port[/path]`).
+    otlp: Option<String>,
+    otlp_every: Option<u64>,
     max_histories: Option<usize>,
     /// A size such as "10G".
     max_store_bytes: Option<String>,
@@ -38,6 +42,8 @@ struct File {
 pub struct Settings {
     pub store: PathBuf,
     pub metrics: Option<SocketAddr>,
+    /// Where OTLP metrics go, and how often.
+    pub otlp: Option<(Endpoint, Duration)>,
     pub retention: store::Retention,
     pub verbose: bool,
     pub stop_on_load: bool,
@@ -81,6 +87,17 @@ impl Settings {
                 format!("the metrics address {metrics_text:?} is not host:port (or \"off\")")
             })?)
         };
+        let otlp = match args.otlp.clone().or(file.otlp) {
+            Some(url) => {
+                let endpoint = url.parse::<Endpoint>()?;
+                let every = args.otlp_every.or(file.otlp_every).unwrap_or(10);
+                if every == 0 {
+                    bail!("OTLP exports need at least one second between them");
+                }
+                Some((endpoint, Duration::from_secs(every)))
+            }
+            None => None,
+        };
         let ring_mib = args.ring_mib.or(file.ring_mib).unwrap_or(16);
         if !ring_mib.is_power_of_two() {
             bail!("the ring size must be a power of two (MiB), not {ring_mib}");
@@ -112,6 +129,7 @@ impl Settings {
                 .or(file.store)
                 .unwrap_or_else(store::default_root),
             metrics,
+            otlp,
             retention: store::Retention {
                 max_histories: args
                     .max_histories
@@ -198,5 +216,16 @@ mod tests {
         args.metrics = None;
         args.commands = vec!["[".into()];
         assert!(Settings::load(&args).is_err());
+        args.commands = Vec::new();
+        args.otlp = Some("https://collector:4318".into());
+        let error = format!("{:#}", Settings::load(&args).unwrap_err());
+        assert!(error.contains("no TLS"), "{error}");
+        args.otlp = Some("http://collector:4318".into());
+        args.otlp_every = Some(0);
+        assert!(Settings::load(&args).is_err());
+        args.otlp_every = Some(3);
+        let (endpoint, every) = Settings::load(&args).unwrap().otlp.expect("OTLP on");
+        assert_eq!(endpoint.to_string(), "http://collector:4318/v1/metrics");
+        assert_eq!(every, Duration::from_secs(3));
     }
 }

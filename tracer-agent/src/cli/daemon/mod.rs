@@ -21,8 +21,8 @@ use tokio::{
 };
 use tracer_agent::{
     AgentConfig, TracerAgent,
-    metrics::{self, FinishedPrograms, RunningRun, TracerNumbers, Traffic},
-    privileges,
+    metrics::{self, FinishedPrograms, RunningRun, Sample, TracerNumbers, Traffic},
+    otlp, privileges,
     report::HotPolicy,
     sessions::Session,
     store::{ProgramKey, Store},
@@ -102,6 +102,9 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         match settings.metrics {
             Some(address) => format!("; metrics on http://{address}/metrics"),
             None => String::new(),
+        } + &match &settings.otlp {
+            Some((endpoint, every)) => format!(" and every {}s to {endpoint}", every.as_secs()),
+            None => String::new(),
         }
     );
     let mut daemon = Daemon {
@@ -149,6 +152,8 @@ impl Daemon {
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut hangup = signal(SignalKind::hangup())?;
         let mut collect = tokio::time::interval(COLLECT_EVERY);
+        let started_unix_ns = unix_ns();
+        let mut next_export = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = collect.tick() => {
@@ -156,9 +161,21 @@ impl Daemon {
                         self.write(session);
                     }
                 }
+                _ = tokio::time::sleep_until(next_export), if self.settings.otlp.is_some() => {
+                    if let Some((endpoint, every)) = self.settings.otlp.clone() {
+                        next_export = tokio::time::Instant::now() + every;
+                        let request = otlp::request(&self.samples(agent), started_unix_ns, unix_ns());
+                        // Off the loop: a slow collector delays no history and no scrape.
+                        tokio::task::spawn_blocking(move || {
+                            if let Err(error) = otlp::send(&endpoint, &request) {
+                                tracing::warn!(error = %anyhow::Error::from(error), "OTLP export failed");
+                            }
+                        });
+                    }
+                }
                 accepted = accept(listener.as_ref()) => match accepted {
                     Ok((stream, _)) => {
-                        let text = self.metrics(agent);
+                        let text = metrics::render(&self.samples(agent));
                         tokio::spawn(respond(stream, text));
                     }
                     Err(error) => tracing::warn!(%error, "cannot accept a metrics connection"),
@@ -280,8 +297,8 @@ impl Daemon {
         );
     }
 
-    /// The metrics text as things stand.
-    fn metrics(&self, agent: &TracerAgent) -> String {
+    /// The metrics as things stand.
+    fn samples(&self, agent: &TracerAgent) -> Vec<Sample> {
         let running: Vec<RunningRun> = agent
             .sessions()
             .running()
@@ -302,8 +319,14 @@ impl Daemon {
             runs_without_calls: self.without_calls,
             store_errors: self.store_errors,
         };
-        metrics::render(&running, &self.finished, &numbers)
+        metrics::samples(&running, &self.finished, &numbers)
     }
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The next metrics connection, or never when metrics are off.
