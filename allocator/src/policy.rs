@@ -347,6 +347,55 @@ mod tests {
         );
     }
 
+    /// A long-lived process's history, bounded while recorded: the step buffers folded into
+    /// an aggregate (each hot alone, copied 5 times) are judged as a group by site and size,
+    /// for the ordinals folded, those kept, and those of a longer run.
+    #[test]
+    fn folded_allocations_are_judged_as_a_group_by_site_and_size() {
+        let mut h = MemHistory::with_retention(hotpin_history::history::Retention {
+            timelines: false,
+            max_allocations: Some(100),
+        });
+        let step = h.intern_call_site(CallSite {
+            module: "/opt/train".into(),
+            offset: 0x400,
+            symbol: None,
+        });
+        for i in 0..1000u64 {
+            let ts = 10 * i;
+            h.alloc(1, 0x9000_0000, MIB, AllocKind::Pageable, Some(step), ts);
+            for c in 0..5 {
+                h.transfer(
+                    1,
+                    0xd000_0000,
+                    0x9000_0000,
+                    MIB,
+                    CopyDirection::HostToDevice,
+                    ts + 1 + c,
+                );
+            }
+            h.free(1, 0x9000_0000, ts + 9);
+            if i % 10 == 9 {
+                h.bound();
+            }
+        }
+        assert!(h.compacted_allocations() + 150 > 1000, "most steps folded");
+        let set = HotSet::from_history(&h, HotPolicy::transfers(4), Some(2 * MIB));
+        let site = SiteKey::new("train", 0x400);
+        for ordinal in [3, 999, 5000] {
+            assert_eq!(
+                set.judge(&site, ordinal, MIB),
+                Judged::Recycled(Verdict::Pin),
+                "{ordinal}"
+            );
+        }
+        assert_eq!(
+            set.pinned_groups(),
+            1,
+            "one block alive at a time fits the budget"
+        );
+    }
+
     #[test]
     fn a_budget_admits_the_most_transferred_first() {
         let set = HotSet::from_history(&history(), HotPolicy::transfers(4), Some(5 * MIB));

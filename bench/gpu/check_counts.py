@@ -7,8 +7,8 @@ history = json.load(open(sys.argv[1]))
 truth = json.loads([l for l in open(sys.argv[2]) if l.startswith("{")][-1])
 stats = history["stats"]
 traced = {
-    "h2d": sum(a["stats"]["h2d_count"] for a in history["allocations"]),
-    "d2h": sum(a["stats"]["d2h_count"] for a in history["allocations"]),
+    "h2d": sum(a["stats"]["h2d_count"] for a in history["allocations"] + history.get("compacted", [])),
+    "d2h": sum(a["stats"]["d2h_count"] for a in history["allocations"] + history.get("compacted", [])),
     "h2d_bytes": stats["h2d_bytes"],
     "d2h_bytes": stats["d2h_bytes"],
 }

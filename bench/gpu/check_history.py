@@ -6,8 +6,8 @@ history = json.load(open(sys.argv[1]))
 expected = json.loads(sys.argv[2])
 stats = history["stats"]
 n = expected["bytes_per_copy"]
-h2d = sum(a["stats"]["h2d_count"] for a in history["allocations"])
-d2h = sum(a["stats"]["d2h_count"] for a in history["allocations"])
+h2d = sum(a["stats"]["h2d_count"] for a in history["allocations"] + history.get("compacted", []))
+d2h = sum(a["stats"]["d2h_count"] for a in history["allocations"] + history.get("compacted", []))
 pinned = [a for a in history["allocations"] if a["kind"] in ("pinned", "registered")]
 result = {
     "program": sys.argv[3],

@@ -114,36 +114,49 @@ impl HotPolicy {
     /// allocations alive at once at most) pass the same test as one allocation's transfers.
     /// Allocations hot alone are judged alone and left out of groups.
     pub fn recycled_groups(&self, history: &MemHistory) -> Vec<RecycledGroup> {
-        let mut members: BTreeMap<(u32, CallSiteId, u64), Vec<&Allocation>> = BTreeMap::new();
+        /// A group's members: allocations kept one by one, and aggregates of folded ones.
+        #[derive(Default)]
+        struct Members<'a> {
+            kept: Vec<&'a Allocation>,
+            folded: u64,
+            folded_peak: u64,
+            stats: TransferStats,
+        }
+        let mut members: BTreeMap<(u32, CallSiteId, u64), Members> = BTreeMap::new();
         for a in history.allocations() {
             if !a.kind.is_host() || a.kind == AllocKind::Untracked || self.is_hot(a) {
                 continue;
             }
             if let Some(site) = a.call_site {
-                members.entry((a.pid, site, a.size)).or_default().push(a);
+                let group = members.entry((a.pid, site, a.size)).or_default();
+                group.kept.push(a);
+                group.stats.add(&a.stats);
+            }
+        }
+        // Folded allocations (a long-lived process's bounded history) count in their group
+        // whether or not each was hot: their ordinals no longer name one allocation each.
+        for g in history.compacted() {
+            if !g.kind.is_host() || g.kind == AllocKind::Untracked {
+                continue;
+            }
+            if let Some(site) = g.call_site {
+                let group = members.entry((g.pid, site, g.size)).or_default();
+                group.folded += g.allocations;
+                group.folded_peak = group.folded_peak.max(g.peak_live);
+                group.stats.add(&g.stats);
             }
         }
         let mut groups: Vec<RecycledGroup> = members
             .into_iter()
-            .filter(|(_, list)| list.len() >= 2)
-            .map(|((pid, call_site, size), list)| {
-                let mut stats = TransferStats::default();
-                for a in &list {
-                    stats.transfers += a.stats.transfers;
-                    stats.h2d_count += a.stats.h2d_count;
-                    stats.d2h_count += a.stats.d2h_count;
-                    stats.h2d_bytes += a.stats.h2d_bytes;
-                    stats.d2h_bytes += a.stats.d2h_bytes;
-                }
-                RecycledGroup {
-                    pid,
-                    call_site,
-                    size,
-                    allocations: list.len() as u64,
-                    transfers: stats.transfers,
-                    peak_live: peak_live(&list),
-                    stats,
-                }
+            .filter(|(_, m)| m.kept.len() as u64 + m.folded >= 2)
+            .map(|((pid, call_site, size), m)| RecycledGroup {
+                pid,
+                call_site,
+                size,
+                allocations: m.kept.len() as u64 + m.folded,
+                transfers: m.stats.transfers,
+                peak_live: peak_live(&m.kept).max(m.folded_peak),
+                stats: m.stats,
             })
             .filter(|g| self.pays(&g.stats, g.size, g.peak_live))
             .collect();
@@ -282,7 +295,13 @@ pub struct Report {
     pub h2d_bytes: u64,
     pub d2h_bytes: u64,
     pub lost_events: u64,
+    /// Host allocations, folded ones included.
     pub host_allocations: u64,
+    /// Freed allocations folded to bound the history (a long-lived process), and the groups
+    /// (process, call site, kind, size) they were folded into: counted in the totals and in
+    /// `recycled` and the site advice, not listed one by one.
+    pub folded_allocations: u64,
+    pub folded_groups: u64,
     pub hot: Vec<ReportRow>,
     /// Cold memory worth acting on: pinned and not hot (unpin it), or at least
     /// [`LARGE_BYTES`] and never copied; largest first.
@@ -450,6 +469,24 @@ impl Report {
                 }
             }
         }
+        let folded_host: Vec<_> = history
+            .compacted()
+            .iter()
+            .filter(|g| g.kind.is_host() && g.kind != AllocKind::Untracked)
+            .collect();
+        for g in folded_host.iter().filter(|g| g.kind.is_pinned()) {
+            let grouped = g
+                .call_site
+                .is_some_and(|site| in_group.contains(&(g.pid, site, g.size)));
+            let (entry, any_hot) = pinned_sites
+                .entry(g.call_site)
+                .or_insert_with(|| (empty(), false));
+            entry.allocations += g.allocations;
+            entry.bytes += g.size * g.peak_live.max(1);
+            entry.transfers += g.stats.transfers;
+            entry.add(policy.weigh(&g.stats, g.size, g.peak_live.max(1)));
+            *any_hot |= grouped;
+        }
         candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
         let mut cold: Vec<&Allocation> = host
             .iter()
@@ -481,7 +518,10 @@ impl Report {
             h2d_bytes: stats.h2d_bytes,
             d2h_bytes: stats.d2h_bytes,
             lost_events: stats.lost_events(),
-            host_allocations: host.len() as u64,
+            host_allocations: host.len() as u64
+                + folded_host.iter().map(|g| g.allocations).sum::<u64>(),
+            folded_allocations: history.compacted_allocations(),
+            folded_groups: history.compacted().len() as u64,
             hot: history
                 .hotspots(top)
                 .into_iter()
@@ -559,6 +599,14 @@ impl Report {
                 String::new()
             }
         );
+        if self.folded_allocations > 0 {
+            let _ = writeln!(
+                out,
+                "  bounded      {} freed allocations folded into {} groups by call site and \
+                 size (counted in the totals and recycled buffers, not listed)",
+                self.folded_allocations, self.folded_groups
+            );
+        }
         table(
             &mut out,
             "Hot host allocations (most transferred)",
@@ -850,6 +898,67 @@ mod tests {
             text.contains("load_batch")
                 && text.contains("pin the hot allocations of these call sites"),
             "{text}"
+        );
+    }
+
+    /// A long-lived process allocating a fresh buffer per step: bounded, its history folds
+    /// most steps, and the report and the recycled group are what the whole history gives.
+    #[test]
+    fn a_bounded_history_reports_the_same_recycled_group_as_the_whole_one() {
+        use crate::history::Retention;
+        const MIB: u64 = 1 << 20;
+        let steps = |retention| {
+            let mut h = MemHistory::with_retention(retention);
+            let site = h.intern_call_site(CallSite {
+                module: "/bin/train".into(),
+                offset: 0x10,
+                symbol: None,
+            });
+            for i in 0..3000 {
+                let ts = 10 * i;
+                h.alloc(1, 0x1000_0000, 8 * MIB, AllocKind::Pageable, Some(site), ts);
+                h.transfer(
+                    1,
+                    0xd000_0000,
+                    0x1000_0000,
+                    8 * MIB,
+                    CopyDirection::HostToDevice,
+                    ts + 1,
+                );
+                h.free(1, 0x1000_0000, ts + 2);
+                if i % 100 == 99 {
+                    h.bound();
+                }
+            }
+            h
+        };
+        let whole = steps(Retention::default());
+        let bounded = steps(Retention {
+            timelines: false,
+            max_allocations: Some(200),
+        });
+        assert!(bounded.allocations().len() <= 300);
+        let policy = HotPolicy::transfers(4);
+        assert_eq!(
+            policy.recycled_groups(&bounded),
+            policy.recycled_groups(&whole)
+        );
+        let (a, b) = (
+            Report::new(&whole, policy, 5),
+            Report::new(&bounded, policy, 5),
+        );
+        assert_eq!(b.host_allocations, 3000);
+        assert_eq!(
+            b.folded_allocations + bounded.allocations().len() as u64,
+            3000
+        );
+        assert_eq!(
+            (b.pin_bytes, b.transfers, b.h2d_bytes),
+            (a.pin_bytes, a.transfers, a.h2d_bytes)
+        );
+        assert!(
+            b.render()
+                .contains("freed allocations folded into 1 groups")
         );
     }
 

@@ -27,6 +27,11 @@ pub const TRACER_NAME: &str = concat!("hotpin tracer ", env!("CARGO_PKG_VERSION"
 /// CUDA call rate we have measured, between two drains.
 pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 
+/// Allocation entries a history keeps by default before folding the freed ones (see
+/// [`crate::history::Retention`]): about 24 MiB of history at about 240 bytes each, far more
+/// than a short run makes, so only a long-lived process's history is folded.
+pub const DEFAULT_MAX_ALLOCATIONS: usize = 100_000;
+
 /// How an agent traces.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {

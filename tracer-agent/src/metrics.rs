@@ -64,6 +64,13 @@ impl Traffic {
                 traffic.hot_bytes += allocation.size;
             }
         }
+        // Folded allocations (a bounded history) were freed: only their copies count.
+        for folded in history.compacted() {
+            traffic.h2d_transfers += folded.stats.h2d_count;
+            traffic.d2h_transfers += folded.stats.d2h_count;
+            traffic.h2d_bytes += folded.stats.h2d_bytes;
+            traffic.d2h_bytes += folded.stats.d2h_bytes;
+        }
         for memory in history.stats().device_memory.values() {
             traffic.device_live_bytes += memory.live_bytes;
             traffic.device_peak_bytes = traffic.device_peak_bytes.max(memory.peak_bytes);

@@ -21,7 +21,7 @@ use crate::{
     error::TracerError,
     events::{self, CudaCall, Op, RawSite, TraceEvent},
     filter::ProcessFilter,
-    history::MemHistory,
+    history::{MemHistory, Retention},
     probes::registry::CopyDirection,
     probes::{ProbeStatus, Probes},
     sessions::{SessionInfo, Sessions},
@@ -48,6 +48,9 @@ pub struct RecorderConfig {
     /// target, with a history of its own in [`Shared::sessions`] (`tracer daemon`). The
     /// filter may be replaced while recording.
     pub watch: Option<Arc<RwLock<ProcessFilter>>>,
+    /// What each history keeps in memory: timelines, and the bound past which freed
+    /// allocations are folded (applied between batches).
+    pub retention: Retention,
 }
 
 impl Default for RecorderConfig {
@@ -57,6 +60,10 @@ impl Default for RecorderConfig {
             rescan_interval: Duration::from_millis(100),
             interposers: Vec::new(),
             watch: None,
+            retention: Retention {
+                timelines: true,
+                max_allocations: Some(crate::agent::DEFAULT_MAX_ALLOCATIONS),
+            },
         }
     }
 }
@@ -144,6 +151,12 @@ impl Recorder {
         // stopped at a library open: a short program may be gone before the writer looks.
         let resolver = Arc::new(Mutex::new(resolver));
         let per_session = config.watch.is_some();
+        shared
+            .history
+            .write()
+            .expect("history lock poisoned")
+            .set_retention(config.retention);
+        shared.sessions().retention = config.retention;
         let writer = tokio::spawn(write_batches(
             rx,
             Arc::clone(&shared),
@@ -604,6 +617,7 @@ async fn write_batches(
                     apply(&mut history, &mut resolver, &mut spaces, event, callers);
                 }
             }
+            history.bound();
             continue;
         }
         let mut sessions = shared.sessions();
@@ -634,6 +648,7 @@ async fn write_batches(
                 }
             }
         }
+        sessions.bound();
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::{
-    history::{KernelCounters, MemHistory},
+    history::{KernelCounters, MemHistory, Retention},
     store::ProgramKey,
 };
 
@@ -61,8 +61,8 @@ pub struct Session {
 }
 
 impl Session {
-    fn new(info: SessionInfo, counters: KernelCounters) -> Self {
-        let mut history = MemHistory::default();
+    fn new(info: SessionInfo, counters: KernelCounters, retention: Retention) -> Self {
+        let mut history = MemHistory::with_retention(retention);
         let meta = history.meta_mut();
         meta.tracer = crate::agent::TRACER_NAME.to_owned();
         meta.started_unix_s = info.started_unix_s;
@@ -108,6 +108,8 @@ pub struct Sessions {
     ended: Vec<Session>,
     /// The tracer's kernel counters as last read.
     pub counters: KernelCounters,
+    /// What each new session's history keeps in memory.
+    pub retention: Retention,
 }
 
 impl Sessions {
@@ -124,7 +126,14 @@ impl Sessions {
         self.root_of.insert(root, root);
         self.running
             .entry(root)
-            .or_insert_with(|| Session::new(info, self.counters))
+            .or_insert_with(|| Session::new(info, self.counters, self.retention))
+    }
+
+    /// Applies each running history's bound (between batches: it renumbers allocations).
+    pub fn bound(&mut self) {
+        for session in self.running.values_mut() {
+            session.history.bound();
+        }
     }
 
     /// Whether `pid` belongs to a running session.

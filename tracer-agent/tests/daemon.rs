@@ -307,6 +307,21 @@ fn wait_for_histories(store: &Path, pids: &[u32]) -> HashMap<u32, PathBuf> {
     }
 }
 
+/// A process's resident memory in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
 fn traffic(history: &MemHistory) -> Traffic {
     Traffic::of(history, &HotPolicy::default())
 }
@@ -594,19 +609,6 @@ fn hundreds_of_short_runs_leave_the_daemon_memory_flat_and_nothing_lost() {
     let store = standin.dir.join("store");
     let daemon = Daemon::start(&store, &standin.dir);
     let bench = common::bench(&standin, &bench_args("1", "7", "1"));
-    let rss = |pid: u32| -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-        let line = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .expect("VmRSS");
-        line.split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-            * 1024
-    };
     let mut pids = Vec::new();
     let mut warm_rss = 0;
     for i in 0..RUNS {
@@ -663,6 +665,116 @@ fn hundreds_of_short_runs_leave_the_daemon_memory_flat_and_nothing_lost() {
         Some((RUNS * 2) as f64)
     );
     assert_eq!(metrics.value("hotpin_lost_events_total", &[]), Some(0.0));
+    assert!(daemon.terminate().success());
+}
+
+/// A process that lives long and allocates a fresh pinned buffer per step (copied both ways,
+/// freed): with a small bound, its history folds the freed buffers by call site and size,
+/// every count stays exact, and the daemon's memory stays flat while the process runs.
+#[test]
+fn a_long_lived_process_keeps_a_bounded_history_and_every_count() {
+    const STEPS: u64 = 150_000;
+    const BOUND: usize = 2_000;
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-long");
+    let store = standin.dir.join("store");
+    let daemon = Daemon::start_with(
+        &store,
+        &[
+            "--command".into(),
+            format!("*{}*", standin.dir.display()),
+            "--max-allocations".into(),
+            BOUND.to_string(),
+        ],
+    );
+    let steps = STEPS.to_string();
+    let bench = common::bench(
+        &standin,
+        &[
+            "--mode",
+            "pinned",
+            "--size",
+            "4K",
+            "--hot",
+            "1",
+            "--transfers",
+            "1",
+            "--cold",
+            "1",
+            "--steps",
+            &steps,
+        ],
+    );
+    let run = common::spawn_bench(&bench);
+    let pid = run.id();
+    // The daemon's resident memory every 100 ms while the process runs.
+    let daemon_pid = daemon.child.id();
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let sampling = Arc::clone(&sampling);
+        std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                samples.push(rss(daemon_pid));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            samples
+        })
+    };
+    let output = common::wait_with_timeout(run, Duration::from_secs(300));
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.join().expect("sampler");
+    assert_eq!(common::summary(&output)["copies"], 2 * (STEPS + 2));
+    let found = wait_for_histories(&store, &[pid]);
+    let history = dump::read(&found[&pid]).expect("a whole history");
+
+    // Every copy counted, by direction, in the entries kept and the aggregates together.
+    let seen = traffic(&history);
+    assert_eq!(
+        (seen.h2d_transfers, seen.d2h_transfers),
+        (STEPS + 2, STEPS + 2)
+    );
+    assert_eq!(
+        (seen.h2d_bytes, seen.d2h_bytes),
+        (4096 * (STEPS + 2), 4096 * (STEPS + 2))
+    );
+    assert_eq!(history.stats().lost_events(), 0);
+    let pinned_kept = history
+        .allocations()
+        .iter()
+        .filter(|a| a.kind == tracer_agent::history::AllocKind::Pinned)
+        .count() as u64;
+    assert_eq!(history.compacted_allocations() + pinned_kept, STEPS + 2);
+    assert!(
+        history.allocations().len() <= BOUND + BOUND / 4 + 64,
+        "{} entries kept under a bound of {BOUND}",
+        history.allocations().len()
+    );
+    // The steps' buffers: one group, one alive at a time.
+    let steps_group = history
+        .compacted()
+        .iter()
+        .max_by_key(|g| g.allocations)
+        .expect("folded allocations");
+    assert_eq!(steps_group.peak_live, 1, "{steps_group:?}");
+    assert!(steps_group.allocations > STEPS / 2, "{steps_group:?}");
+
+    // Flat: from a quarter of the run on, the daemon grows by less than the entries an
+    // unbounded history would add (about 240 bytes each, 25 MiB for 100k).
+    let quarter = samples.len() / 4;
+    assert!(samples.len() >= 8, "{} samples", samples.len());
+    let grown = samples[quarter..].iter().max().unwrap() - samples[quarter];
+    eprintln!(
+        "daemon RSS over {} samples: at a quarter {} KiB, most after {} KiB",
+        samples.len(),
+        samples[quarter] / 1024,
+        (samples[quarter] + grown) / 1024
+    );
+    assert!(
+        grown <= 8 << 20,
+        "the daemon grew by {grown} bytes: {samples:?}"
+    );
     assert!(daemon.terminate().success());
 }
 

@@ -64,6 +64,11 @@ struct Args {
     /// Number of cold buffers (one round trip each).
     #[arg(long, default_value_t = 25)]
     cold: usize,
+    /// Steps of a training loop after the other copies: each allocates a fresh buffer (from
+    /// the same call site), copies it to the device and back, and frees it, as a program
+    /// making a fresh host tensor per step does.
+    #[arg(long, default_value_t = 0)]
+    steps: usize,
     /// The history for `--mode use` (written by `tracer record`).
     #[arg(long, value_name = "FILE")]
     history: Option<std::path::PathBuf>,
@@ -92,6 +97,7 @@ struct Summary {
     hot: usize,
     cold: usize,
     transfers: usize,
+    steps: usize,
     /// Pinned before the run and held (`--prepin`), not counted in `bytes_pinned`.
     prepinned_bytes: u64,
     /// Host-to-device plus device-to-host calls made.
@@ -249,6 +255,11 @@ fn run(args: &Args) -> Result<Summary> {
     for buffer in &cold {
         round_trip(&cuda, buffer, device, size)?;
     }
+    for _ in 0..args.steps {
+        let buffer = alloc_host(&cuda, allocator, args.mode, size)?;
+        round_trip(&cuda, &buffer, device, size)?;
+        free_host(&cuda, buffer)?;
+    }
     cuda.device_synchronize()
         .map_err(|e| anyhow::anyhow!("cudaDeviceSynchronize: {e}"))?;
     let copied = copy_start.elapsed();
@@ -265,7 +276,8 @@ fn run(args: &Args) -> Result<Summary> {
     let stats = allocator.map(Allocator::stats);
     let pinned_bytes = match (args.mode, stats) {
         (_, Some(stats)) => stats.peak_pinned_bytes,
-        (Mode::Pinned, None) => ((args.hot + args.cold) * size) as u64,
+        // The most held at once: the step buffer lives beside the others.
+        (Mode::Pinned, None) => ((args.hot + args.cold + args.steps.min(1)) * size) as u64,
         _ => 0,
     };
     for buffer in hot.into_iter().chain(cold) {
@@ -284,7 +296,7 @@ fn run(args: &Args) -> Result<Summary> {
         unsafe { cuda.free_host(ptr) }.map_err(|e| anyhow::anyhow!("cudaFreeHost: {e}"))?;
     }
 
-    let copies = 2 * (args.hot * args.transfers + args.cold);
+    let copies = 2 * (args.hot * args.transfers + args.cold + args.steps);
     Ok(Summary {
         mode: args.mode,
         cudart: cuda.path().to_string(),
@@ -292,10 +304,11 @@ fn run(args: &Args) -> Result<Summary> {
         hot: args.hot,
         cold: args.cold,
         transfers: args.transfers,
+        steps: args.steps,
         prepinned_bytes: args.prepin.unwrap_or(0) as u64,
         copies,
         bytes_moved: copies as u64 * size as u64,
-        bytes_allocated: ((args.hot + args.cold) * size) as u64,
+        bytes_allocated: ((args.hot + args.cold + args.steps) * size) as u64,
         bytes_pinned: pinned_bytes,
         allocator: stats.map(|s| AllocatorStats {
             pinned_allocations: s.pinned_allocations,

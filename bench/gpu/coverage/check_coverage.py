@@ -76,7 +76,8 @@ def main(argv):
         return 0
 
     stats = history.get("stats") or {}
-    allocations = history.get("allocations") or []
+    # Folded allocations (a bounded history: --max-allocations) count like the others.
+    allocations = (history.get("allocations") or []) + (history.get("compacted") or [])
 
     def astats(a):
         return (a.get("stats") or {}) if isinstance(a, dict) else {}

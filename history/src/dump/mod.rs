@@ -18,7 +18,7 @@ pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
 /// Versions 1 (no host memory counters), 2 (no checkpoint time), 3 (no device memory) and 4
 /// (no unread copies, no thread or stream per copy) are still read.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
 /// Largest history file read, compressed or not (a history of 1M allocations is far below).
@@ -413,6 +413,9 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
     } else if version == 4 {
         let (old, used) = decode_body::<v4::HistoryData>(&body).map_err(corrupted)?;
         (old.into(), used)
+    } else if version == 5 {
+        let (old, used) = decode_body::<v5::HistoryData>(&body).map_err(corrupted)?;
+        (old.into(), used)
     } else {
         decode_body::<HistoryData>(&body).map_err(corrupted)?
     };
@@ -527,6 +530,7 @@ mod v1 {
                     ..Default::default()
                 },
                 callers: Default::default(),
+                compacted: Vec::new(),
             }
         }
     }
@@ -577,6 +581,7 @@ mod v2 {
                 allocations: old.allocations.into_iter().map(Into::into).collect(),
                 stats: old.stats.into(),
                 callers: old.callers.into_iter().collect(),
+                compacted: Vec::new(),
             }
         }
     }
@@ -699,6 +704,7 @@ mod v3 {
                 allocations: old.allocations.into_iter().map(Into::into).collect(),
                 stats: old.stats.into(),
                 callers: old.callers.into_iter().collect(),
+                compacted: Vec::new(),
             }
         }
     }
@@ -909,6 +915,41 @@ mod v4 {
                     device_memory: s.device_memory,
                 },
                 callers: old.callers,
+                compacted: Vec::new(),
+            }
+        }
+    }
+}
+
+/// Format 5, read and converted: it has no aggregates of folded allocations.
+mod v5 {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use crate::history::{
+        self, AllocId, Allocation, CallSite, CallSiteId, HistoryStats, RecordingMeta,
+    };
+
+    #[derive(Deserialize)]
+    pub struct HistoryData {
+        meta: RecordingMeta,
+        call_sites: Vec<CallSite>,
+        allocations: Vec<Allocation>,
+        stats: HistoryStats,
+        #[serde(with = "crate::history::pairs")]
+        callers: BTreeMap<AllocId, Vec<CallSiteId>>,
+    }
+
+    impl From<HistoryData> for history::HistoryData {
+        fn from(old: HistoryData) -> Self {
+            history::HistoryData {
+                meta: old.meta,
+                call_sites: old.call_sites,
+                allocations: old.allocations,
+                stats: old.stats,
+                callers: old.callers,
+                compacted: Vec::new(),
             }
         }
     }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::{
-    history::{AllocKind, CallSite, MemHistory},
+    history::{AllocKind, CallSite, MemHistory, Retention},
     registry::CopyDirection,
 };
 
@@ -24,7 +24,11 @@ impl Rng {
 /// reused addresses, frees, transfers in every direction, registers, faults.
 fn random_history(seed: u64) -> MemHistory {
     let mut rng = Rng(seed | 1);
-    let mut h = MemHistory::new();
+    // One in three is bounded, so folded allocations and renumbered ids round-trip too.
+    let mut h = MemHistory::with_retention(Retention {
+        timelines: true,
+        max_allocations: seed.is_multiple_of(3).then(|| 8 + rng.below(16) as usize),
+    });
     h.meta_mut().tracer = "test".into();
     h.meta_mut().pids = vec![1, 2];
     h.meta_mut().command = vec!["prog".into(), format!("--seed={seed}")];
@@ -81,6 +85,9 @@ fn random_history(seed: u64) -> MemHistory {
                 let direction = directions[rng.below(4) as usize];
                 h.transfer(pid, addr, other, 1 + rng.below(1 << 20), direction, ts);
             }
+        }
+        if ts % 7 == 6 {
+            h.bound();
         }
     }
     // Callers for some allocations (JSON once failed to read these back: numeric map keys).
@@ -317,4 +324,30 @@ fn a_format_4_history_loads() {
     assert_eq!(data.stats.h2d_bytes, 40 * 4096);
     assert_eq!(data.stats.d2h_bytes, 20 * 4096);
     assert_eq!(data.stats.kernel.unread_copies, 0);
+}
+
+/// A format-5 history (written before folded allocations were kept), stored by `tracer
+/// daemon` from the stand-in's transfer-bench (a test fixture, not CUDA): it loads, with no
+/// aggregates.
+#[test]
+fn a_format_5_history_loads() {
+    let bytes = include_bytes!("testdata/daemon-standin-v5.hotpin");
+    assert_eq!(&bytes[MAGIC.len()..MAGIC.len() + 4], &5u32.to_le_bytes());
+    let data = decode(bytes).expect("the format-5 history decodes");
+    assert_eq!(data.stats.transfers, 16);
+    assert_eq!(data.stats.h2d_bytes, 8 * 16384);
+    assert_eq!(data.stats.d2h_bytes, 8 * 16384);
+    assert!(data.compacted.is_empty());
+    MemHistory::from_data(data).expect("and is consistent");
+}
+
+/// The random histories that are bounded do fold allocations (or the round trip above would
+/// not test aggregates).
+#[test]
+fn bounded_random_histories_have_aggregates() {
+    let folded: usize = (1..=60)
+        .filter(|seed: &u64| seed.is_multiple_of(3))
+        .map(|seed| random_history(seed).compacted().len())
+        .sum();
+    assert!(folded > 20, "{folded} aggregates in 20 bounded histories");
 }

@@ -145,6 +145,25 @@ pub struct TransferStats {
     pub page_faults: u64,
 }
 
+impl TransferStats {
+    /// Adds `other`'s counts to these (first and last copy times widened).
+    pub fn add(&mut self, other: &TransferStats) {
+        self.transfers = self.transfers.saturating_add(other.transfers);
+        self.h2d_count = self.h2d_count.saturating_add(other.h2d_count);
+        self.d2h_count = self.d2h_count.saturating_add(other.d2h_count);
+        self.h2d_bytes = self.h2d_bytes.saturating_add(other.h2d_bytes);
+        self.d2h_bytes = self.d2h_bytes.saturating_add(other.d2h_bytes);
+        self.other_count = self.other_count.saturating_add(other.other_count);
+        self.other_bytes = self.other_bytes.saturating_add(other.other_bytes);
+        self.page_faults = self.page_faults.saturating_add(other.page_faults);
+        self.first_transfer_ns = match (self.first_transfer_ns, other.first_transfer_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_transfer_ns = self.last_transfer_ns.max(other.last_transfer_ns);
+    }
+}
+
 /// An allocation: what it is (the static part) and what happened to it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {

@@ -4,12 +4,14 @@
 //! One writer records while readers query: the agent keeps it behind an `RwLock` and applies
 //! events in batches, so readers wait for at most one batch.
 
+mod aggregate;
 mod allocation;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::registry::function_name;
 
+pub use aggregate::{Retention, SiteAggregate};
 pub use allocation::{
     AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, TransferStats,
 };
@@ -160,6 +162,9 @@ pub struct HistoryData {
     /// object keys are strings, which a map keyed by number does not read back.
     #[serde(default, with = "pairs")]
     pub callers: BTreeMap<AllocId, Vec<CallSiteId>>,
+    /// Freed allocations folded together to bound the history (see [`Retention`]).
+    #[serde(default)]
+    pub compacted: Vec<SiteAggregate>,
 }
 
 /// Why a history's content is inconsistent (a hand-edited or corrupted dump).
@@ -170,6 +175,12 @@ pub enum InvalidHistory {
     #[error("allocation {id} names call site {site}, but there are only {count}")]
     UnknownCallSite {
         id: AllocId,
+        site: CallSiteId,
+        count: usize,
+    },
+    #[error("aggregate at position {position} names call site {site}, but there are only {count}")]
+    UnknownAggregateSite {
+        position: usize,
         site: CallSiteId,
         count: usize,
     },
@@ -205,6 +216,10 @@ pub struct MemHistory {
     /// Blocks hotpin's allocator marked pinned, waiting for the allocation that hands them
     /// out (the marker returns before the allocation call does).
     pinned_marks: std::collections::HashSet<(u32, u64)>,
+    /// What to keep in memory.
+    retention: Retention,
+    /// Freed allocations in `data.allocations`: what [`Self::bound`] could fold.
+    freed: usize,
 }
 
 /// A map written as a list of (key, value) pairs.
@@ -254,6 +269,57 @@ fn next_start(index: &BTreeMap<(u32, u64), AllocId>, pid: u32, addr: u64) -> Opt
         .map(|(&(_, start), _)| start)
 }
 
+/// Why `data` is not a consistent history, if it is not: ids out of order, call sites that
+/// do not exist, two live allocations at one address.
+fn check(data: &HistoryData) -> Result<(), InvalidHistory> {
+    let sites = data.call_sites.len();
+    let mut live = std::collections::HashMap::new();
+    for (position, allocation) in data.allocations.iter().enumerate() {
+        let id = allocation.id;
+        if id != position as AllocId {
+            return Err(InvalidHistory::IdOutOfOrder { position, id });
+        }
+        if let Some(site) = allocation.call_site.filter(|&s| s as usize >= sites) {
+            return Err(InvalidHistory::UnknownCallSite {
+                id,
+                site,
+                count: sites,
+            });
+        }
+        let indexed = allocation.kind != AllocKind::Untracked && !allocation.kind.is_region();
+        if indexed
+            && allocation.is_live()
+            && let Some(first) = live.insert((allocation.pid, allocation.start), id)
+        {
+            return Err(InvalidHistory::DuplicateLive {
+                pid: allocation.pid,
+                start: allocation.start,
+                first,
+                second: id,
+            });
+        }
+    }
+    for (&id, callers) in &data.callers {
+        if let Some(&site) = callers.iter().find(|&&s| s as usize >= sites) {
+            return Err(InvalidHistory::UnknownCallSite {
+                id,
+                site,
+                count: sites,
+            });
+        }
+    }
+    for (position, aggregate) in data.compacted.iter().enumerate() {
+        if let Some(site) = aggregate.call_site.filter(|&s| s as usize >= sites) {
+            return Err(InvalidHistory::UnknownAggregateSite {
+                position,
+                site,
+                count: sites,
+            });
+        }
+    }
+    Ok(())
+}
+
 impl PartialEq for MemHistory {
     fn eq(&self, other: &Self) -> bool {
         self.data == other.data
@@ -267,31 +333,22 @@ impl MemHistory {
 
     /// Rebuilds a history and its indexes from its content, checking it is consistent.
     pub fn from_data(data: HistoryData) -> Result<Self, InvalidHistory> {
-        let mut history = MemHistory {
-            data: HistoryData::default(),
-            ..Default::default()
-        };
+        check(&data)?;
+        Ok(Self::index(data))
+    }
+
+    /// Builds the indexes over consistent content (checked by [`check`], or kept consistent
+    /// by folding).
+    fn index(data: HistoryData) -> Self {
+        let mut history = MemHistory::default();
         for (id, site) in data.call_sites.iter().enumerate() {
             history
                 .site_ids
                 .insert((site.module.clone(), site.offset), id as CallSiteId);
         }
-        for (position, allocation) in data.allocations.iter().enumerate() {
-            if allocation.id != position as AllocId {
-                return Err(InvalidHistory::IdOutOfOrder {
-                    position,
-                    id: allocation.id,
-                });
-            }
+        for allocation in &data.allocations {
             let id = allocation.id;
             if let Some(site) = allocation.call_site {
-                if site as usize >= data.call_sites.len() {
-                    return Err(InvalidHistory::UnknownCallSite {
-                        id,
-                        site,
-                        count: data.call_sites.len(),
-                    });
-                }
                 history.by_call_site.entry(site).or_default().push(id);
             }
             let next = history
@@ -303,6 +360,9 @@ impl MemHistory {
                 ))
                 .or_default();
             *next = (*next).max(allocation.ordinal.saturating_add(1));
+            if !allocation.is_live() {
+                history.freed += 1;
+            }
             if allocation.kind == AllocKind::Untracked {
                 history
                     .untracked
@@ -316,15 +376,8 @@ impl MemHistory {
                         history.heaps.insert(allocation.pid, id);
                     }
                 }
-            } else if allocation.is_live()
-                && let Some(first) = history.live.insert((allocation.pid, allocation.start), id)
-            {
-                return Err(InvalidHistory::DuplicateLive {
-                    pid: allocation.pid,
-                    start: allocation.start,
-                    first,
-                    second: id,
-                });
+            } else if allocation.is_live() {
+                history.live.insert((allocation.pid, allocation.start), id);
             }
             if allocation.kind.is_host() {
                 history
@@ -332,17 +385,17 @@ impl MemHistory {
                     .insert((allocation.stats.transfers, id));
             }
         }
-        for (&id, sites) in &data.callers {
-            if let Some(&site) = sites.iter().find(|&&s| s as usize >= data.call_sites.len()) {
-                return Err(InvalidHistory::UnknownCallSite {
-                    id,
-                    site,
-                    count: data.call_sites.len(),
-                });
-            }
+        // Folded allocations keep their ordinals counted: the next one at a site gets its
+        // true ordinal.
+        for aggregate in &data.compacted {
+            let next = history
+                .ordinals
+                .entry((aggregate.pid, aggregate.call_site, aggregate.kind.is_host()))
+                .or_default();
+            *next = (*next).max(aggregate.last_ordinal.saturating_add(1));
         }
         history.data = data;
-        Ok(history)
+        history
     }
 
     pub fn data(&self) -> &HistoryData {
@@ -510,7 +563,9 @@ impl MemHistory {
             events: Vec::new(),
             pre_existing: false,
         };
-        allocation.push_event(AllocEvent::Alloc { ts_ns });
+        if self.retention.timelines {
+            allocation.push_event(AllocEvent::Alloc { ts_ns });
+        }
         if kind.takes_device_memory() {
             let memory = self.data.stats.device_memory.entry(pid).or_default();
             memory.live_bytes = memory.live_bytes.saturating_add(size);
@@ -534,9 +589,15 @@ impl MemHistory {
     }
 
     fn close(&mut self, id: AllocId, ts_ns: u64) {
+        let keep = self.retention.timelines;
         let allocation = &mut self.data.allocations[id as usize];
+        if allocation.free_ns.is_none() {
+            self.freed += 1;
+        }
         allocation.free_ns = Some(ts_ns);
-        allocation.push_event(AllocEvent::Free { ts_ns });
+        if keep {
+            allocation.push_event(AllocEvent::Free { ts_ns });
+        }
         if allocation.kind.takes_device_memory()
             && let Some(memory) = self.data.stats.device_memory.get_mut(&allocation.pid)
         {
@@ -612,16 +673,21 @@ impl MemHistory {
         call_site: Option<CallSiteId>,
         ts_ns: u64,
     ) -> AllocId {
+        let keep = self.retention.timelines;
         match self.live.get(&(pid, addr)).copied() {
             Some(id) => {
                 let allocation = &mut self.data.allocations[id as usize];
                 allocation.kind = AllocKind::Registered;
-                allocation.push_event(AllocEvent::Register { ts_ns });
+                if keep {
+                    allocation.push_event(AllocEvent::Register { ts_ns });
+                }
                 id
             }
             None => {
                 let id = self.alloc(pid, addr, size, AllocKind::Registered, call_site, ts_ns);
-                self.data.allocations[id as usize].events[0] = AllocEvent::Register { ts_ns };
+                if let Some(first) = self.data.allocations[id as usize].events.first_mut() {
+                    *first = AllocEvent::Register { ts_ns };
+                }
                 id
             }
         }
@@ -630,9 +696,12 @@ impl MemHistory {
     /// Records `cudaHostUnregister`: the memory stays, pageable again.
     pub fn unregister(&mut self, pid: u32, addr: u64, ts_ns: u64) -> Option<AllocId> {
         let id = self.live.get(&(pid, addr)).copied()?;
+        let keep = self.retention.timelines;
         let allocation = &mut self.data.allocations[id as usize];
         allocation.kind = AllocKind::Pageable;
-        allocation.push_event(AllocEvent::Unregister { ts_ns });
+        if keep {
+            allocation.push_event(AllocEvent::Unregister { ts_ns });
+        }
         Some(id)
     }
 
@@ -752,13 +821,15 @@ impl MemHistory {
         s.first_transfer_ns = Some(s.first_transfer_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         s.last_transfer_ns = Some(s.last_transfer_ns.map_or(ts_ns, |t| t.max(ts_ns)));
         let new = s.transfers;
-        allocation.push_event(AllocEvent::Transfer {
-            ts_ns,
-            direction,
-            bytes: total,
-            tid: queue.tid,
-            stream: queue.stream,
-        });
+        if self.retention.timelines {
+            allocation.push_event(AllocEvent::Transfer {
+                ts_ns,
+                direction,
+                bytes: total,
+                tid: queue.tid,
+                stream: queue.stream,
+            });
+        }
         self.by_transfers.remove(&(old, id));
         self.by_transfers.insert((new, id));
         Some(id)
@@ -809,7 +880,9 @@ impl MemHistory {
                     let allocation = &mut self.data.allocations[id as usize];
                     allocation.stats.page_faults =
                         allocation.stats.page_faults.saturating_add(counted);
-                    allocation.push_event(AllocEvent::PageFault { ts_ns, addr: at });
+                    if self.retention.timelines {
+                        allocation.push_event(AllocEvent::PageFault { ts_ns, addr: at });
+                    }
                 }
                 None => {
                     let untracked = &mut self.data.stats.untracked_page_faults;

@@ -378,3 +378,138 @@ fn unmap_remap_and_break_follow_the_kernel() {
     assert_eq!((heap.kind, heap.size), (AllocKind::Heap, 66 * page));
     assert!(h.has_heap(PID));
 }
+
+/// A long-lived process: a fresh buffer per step, copied both ways and freed, beside two
+/// buffers that live throughout. Bounded, the history folds the freed ones by site and size
+/// and keeps every count.
+#[test]
+fn a_bounded_history_folds_freed_allocations_and_keeps_every_count() {
+    const STEPS: u64 = 10_000;
+    let mut h = MemHistory::with_retention(Retention {
+        timelines: false,
+        max_allocations: Some(400),
+    });
+    let step = site(&mut h, 0x10);
+    let held = site(&mut h, 0x20);
+    h.alloc(PID, 0x100_0000, MIB, AllocKind::Pinned, Some(held), 0);
+    h.alloc(PID, 0x200_0000, MIB, AllocKind::Pageable, Some(held), 0);
+    let mut peak_len = 0;
+    for i in 0..STEPS {
+        let ts = 10 + 10 * i;
+        // Two sizes from one site; addresses reused, as malloc reuses them.
+        let (addr, size) = (0x300_0000 + (i % 3) * 0x10_0000, 4096 << (i % 2));
+        h.alloc(PID, addr, size, AllocKind::Pageable, Some(step), ts);
+        h.transfer(
+            PID,
+            0xd000_0000,
+            addr,
+            size,
+            CopyDirection::HostToDevice,
+            ts + 1,
+        );
+        h.transfer(
+            PID,
+            addr,
+            0xd000_0000,
+            size,
+            CopyDirection::DeviceToHost,
+            ts + 2,
+        );
+        h.transfer(
+            PID,
+            0xd000_0000,
+            0x100_0000,
+            64,
+            CopyDirection::HostToDevice,
+            ts + 3,
+        );
+        h.free(PID, addr, ts + 4);
+        // The recorder bounds the history between batches.
+        if i % 50 == 49 {
+            h.bound();
+        }
+        peak_len = peak_len.max(h.allocations().len());
+    }
+    assert!(peak_len <= 400 + 50, "{peak_len} entries at most");
+    assert!(h.allocations().iter().all(|a| a.events.is_empty()));
+    // Nothing lost: the history's totals, and the entries' and aggregates' sums.
+    assert_eq!(h.stats().transfers, 3 * STEPS);
+    let mut sum = TransferStats::default();
+    for a in h.allocations() {
+        sum.add(&a.stats);
+    }
+    for g in h.compacted() {
+        sum.add(&g.stats);
+    }
+    assert_eq!((sum.h2d_count, sum.d2h_count), (2 * STEPS, STEPS));
+    assert_eq!(sum.h2d_bytes, h.stats().h2d_bytes);
+    assert_eq!(sum.d2h_bytes, h.stats().d2h_bytes);
+    let entries_at_step = h
+        .allocations()
+        .iter()
+        .filter(|a| a.call_site == Some(step))
+        .count() as u64;
+    assert_eq!(h.compacted_allocations() + entries_at_step, STEPS);
+    // One aggregate per size; one of each alive at a time.
+    assert_eq!(h.compacted().len(), 2);
+    for g in h.compacted() {
+        assert_eq!(
+            (g.call_site, g.kind, g.peak_live),
+            (Some(step), AllocKind::Pageable, 1)
+        );
+        // Even steps allocate 4 KiB, odd ones 8 KiB.
+        assert_eq!(g.first_ordinal as u64, g.size / 4096 - 1);
+    }
+    // The buffers that live on are still there, found by address and still hot.
+    assert_eq!(
+        h.find(PID, 0x100_0010).map(|a| a.stats.transfers),
+        Some(STEPS)
+    );
+    assert!(h.find(PID, 0x200_0000).is_some());
+    // Ordinals go on: the next allocation at the site is the STEPS-th.
+    let next = h.alloc(
+        PID,
+        0x900_0000,
+        4096,
+        AllocKind::Pageable,
+        Some(step),
+        u64::MAX / 2,
+    );
+    assert_eq!(h.allocation(next).map(|a| a.ordinal), Some(STEPS as u32));
+    // And the folded history is consistent.
+    MemHistory::from_data(h.data().clone()).expect("consistent after folding");
+}
+
+#[test]
+fn an_unbounded_history_keeps_every_allocation_and_its_timeline() {
+    let mut h = MemHistory::new();
+    for i in 0..100 {
+        h.alloc(PID, 0x1000, 64, AllocKind::Pageable, None, 2 * i);
+        h.free(PID, 0x1000, 2 * i + 1);
+    }
+    assert_eq!(h.bound(), 0);
+    assert_eq!(h.allocations().len(), 100);
+    assert!(h.allocations().iter().all(|a| a.events.len() == 2));
+    assert!(h.compacted().is_empty());
+}
+
+#[test]
+fn an_aggregate_naming_a_call_site_that_does_not_exist_is_refused() {
+    let mut h = MemHistory::with_retention(Retention {
+        timelines: true,
+        max_allocations: Some(4),
+    });
+    let s = site(&mut h, 1);
+    for i in 0..10 {
+        h.alloc(PID, 0x1000, 64, AllocKind::Pageable, Some(s), 2 * i);
+        h.free(PID, 0x1000, 2 * i + 1);
+    }
+    assert!(h.bound() > 0);
+    let mut data = h.into_data();
+    data.call_sites.clear();
+    data.allocations.clear();
+    assert!(matches!(
+        MemHistory::from_data(data),
+        Err(InvalidHistory::UnknownAggregateSite { .. })
+    ));
+}

@@ -76,6 +76,11 @@ struct DaemonArgs {
     /// Kernel ring buffer size in MiB (a power of two; default 16).
     #[arg(long, value_name = "MIB")]
     ring_mib: Option<u32>,
+    /// Most allocation entries each run's history keeps: past it, the oldest freed
+    /// allocations are folded into one aggregate per call site and size, counts kept
+    /// (default 100000; 0: no bound).
+    #[arg(long, value_name = "N")]
+    max_allocations: Option<usize>,
     /// Keep at most this many histories in the store (default 1000).
     #[arg(long, value_name = "N")]
     max_histories: Option<usize>,
@@ -162,6 +167,10 @@ struct RecordArgs {
     /// the driver are then told apart.
     #[arg(long)]
     runtime_copies: bool,
+    /// Most allocation entries the history keeps: past it, the oldest freed allocations are
+    /// folded into one aggregate per call site and size, counts kept (0: no bound).
+    #[arg(long, default_value_t = tracer_agent::agent::DEFAULT_MAX_ALLOCATIONS, value_name = "N")]
+    max_allocations: usize,
     /// Smallest libc allocation recorded with --libc-malloc (suffixes K, M, G).
     #[arg(long, default_value = "1M", value_parser = tracer_agent::report::parse_bytes, value_name = "BYTES")]
     malloc_floor: u64,

@@ -19,6 +19,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracer_agent::{
     AgentConfig, TracerAgent,
     dump::{self, Format},
+    history::Retention,
     privileges,
     probes::ProbeState,
     report::{HotPolicy, Report, bytes},
@@ -100,6 +101,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     config.probes.page_faults = args.page_faults;
     config.probes.libc_malloc = args.libc_malloc.then_some(args.malloc_floor);
     config.probes.runtime_copies = args.runtime_copies;
+    config.recorder.retention = Retention {
+        timelines: args.verbose,
+        max_allocations: Some(args.max_allocations).filter(|&n| n > 0),
+    };
     if let Some((program, rest)) = args.command.split_first() {
         let preload = args.preload.as_deref().map(interposer).transpose()?;
         if let Some((_, build_id)) = &preload {

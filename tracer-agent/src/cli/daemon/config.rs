@@ -27,6 +27,7 @@ struct File {
     otlp: Option<String>,
     otlp_every: Option<u64>,
     max_histories: Option<usize>,
+    max_allocations: Option<usize>,
     /// A size such as "10G".
     max_store_bytes: Option<String>,
     verbose: Option<bool>,
@@ -46,6 +47,8 @@ pub struct Settings {
     pub otlp: Option<(Endpoint, Duration)>,
     pub retention: store::Retention,
     pub verbose: bool,
+    /// Allocation entries each history keeps before folding freed ones (0: no bound).
+    pub max_allocations: usize,
     pub stop_on_load: bool,
     pub ring_mib: u32,
     pub filter: ProcessFilter,
@@ -138,11 +141,25 @@ impl Settings {
                 max_bytes: max_store_bytes,
             },
             verbose: args.verbose || file.verbose.unwrap_or(false),
+            max_allocations: args
+                .max_allocations
+                .or(file.max_allocations)
+                .unwrap_or(tracer_agent::agent::DEFAULT_MAX_ALLOCATIONS),
             stop_on_load: !args.no_stop_on_load && file.stop_on_load.unwrap_or(true),
             ring_mib,
             filter,
             file: path,
         })
+    }
+}
+
+impl Settings {
+    /// What each run's history keeps in memory: timelines when verbose, and the bound.
+    pub fn history_retention(&self) -> tracer_agent::history::Retention {
+        tracer_agent::history::Retention {
+            timelines: self.verbose,
+            max_allocations: Some(self.max_allocations).filter(|&n| n > 0),
+        }
     }
 }
 

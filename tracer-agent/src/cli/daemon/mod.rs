@@ -68,6 +68,7 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
     config.stop_on_library_open = settings.stop_on_load;
     config.seed_existing_memory = false;
     config.recorder.watch = Some(Arc::clone(&filter));
+    config.recorder.retention = settings.history_retention();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -180,7 +181,7 @@ impl Daemon {
                     }
                     Err(error) => tracing::warn!(%error, "cannot accept a metrics connection"),
                 },
-                _ = hangup.recv() => self.reload(args),
+                _ = hangup.recv() => self.reload(args, agent),
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,
             }
@@ -253,7 +254,7 @@ impl Daemon {
     /// Rereads the configuration file (the command line still overrides it): the filters,
     /// the store and its retention, the other settings. The metrics address and the ring size
     /// stay as they were until a restart.
-    fn reload(&mut self, args: &DaemonArgs) {
+    fn reload(&mut self, args: &DaemonArgs, agent: &TracerAgent) {
         let settings = match Settings::load(args) {
             Ok(settings) => settings,
             Err(error) => {
@@ -279,6 +280,8 @@ impl Daemon {
             );
         }
         *self.filter.write().unwrap_or_else(PoisonError::into_inner) = settings.filter.clone();
+        // Runs that start from now on.
+        agent.sessions().retention = settings.history_retention();
         self.store = store;
         let metrics = self.settings.metrics;
         let ring_mib = self.settings.ring_mib;
