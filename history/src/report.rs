@@ -192,22 +192,11 @@ impl RecycledGroup {
 
 /// The most of `allocations` alive at the same time (one never freed stays alive).
 fn peak_live(allocations: &[&Allocation]) -> u64 {
-    // Frees sort before allocations at the same instant: a block freed and taken again at
-    // once is one block.
-    let mut changes: Vec<(u64, i64)> = Vec::with_capacity(allocations.len() * 2);
-    for a in allocations {
-        changes.push((a.alloc_ns, 1));
-        if let Some(free) = a.free_ns {
-            changes.push((free, -1));
-        }
-    }
-    changes.sort_unstable();
-    let (mut live, mut peak) = (0i64, 0i64);
-    for (_, change) in changes {
-        live += change;
-        peak = peak.max(live);
-    }
-    peak as u64
+    let lives: Vec<(u64, u64)> = allocations
+        .iter()
+        .map(|a| (a.alloc_ns, a.free_ns.unwrap_or(u64::MAX)))
+        .collect();
+    crate::history::peak_alive(&lives)
 }
 
 /// One allocation in the report.

@@ -73,13 +73,15 @@ fn key_of(a: &Allocation) -> AggregateKey {
     (a.pid, a.call_site, a.kind, a.size)
 }
 
-/// The most of `lives` (allocation and free times) alive at once; a free sorts before an
-/// allocation at the same instant (a block freed and taken again at once is one block).
-fn peak_alive(lives: &[(u64, u64)]) -> u64 {
+/// The most of `lives` (allocation and free times) alive at once, at least one; a free sorts
+/// before an allocation at the same instant (a block freed and taken again at once is one
+/// block). A free stamped before its allocation (events from two CPUs) counts at the
+/// allocation.
+pub(crate) fn peak_alive(lives: &[(u64, u64)]) -> u64 {
     let mut changes: Vec<(u64, i64)> = Vec::with_capacity(lives.len() * 2);
     for &(alloc, free) in lives {
         changes.push((alloc, 1));
-        changes.push((free, -1));
+        changes.push((free.max(alloc), -1));
     }
     changes.sort_unstable();
     let (mut live, mut peak) = (0i64, 0i64);
@@ -87,7 +89,7 @@ fn peak_alive(lives: &[(u64, u64)]) -> u64 {
         live += change;
         peak = peak.max(live);
     }
-    peak as u64
+    (peak as u64).max(u64::from(!lives.is_empty()))
 }
 
 impl MemHistory {
@@ -201,5 +203,27 @@ impl MemHistory {
         self.retention = retention;
         self.pinned_marks = pinned_marks;
         folded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peak_alive;
+
+    #[test]
+    fn the_peak_counts_overlaps_and_at_least_one_block() {
+        assert_eq!(peak_alive(&[]), 0);
+        assert_eq!(peak_alive(&[(5, 5)]), 1, "freed at the instant it was made");
+        assert_eq!(
+            peak_alive(&[(5, 3)]),
+            1,
+            "a free stamped before its allocation"
+        );
+        assert_eq!(
+            peak_alive(&[(1, 4), (4, 6), (7, 9)]),
+            1,
+            "one after another"
+        );
+        assert_eq!(peak_alive(&[(1, 5), (2, 6), (3, 4), (8, 9)]), 3);
     }
 }
