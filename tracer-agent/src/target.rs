@@ -8,7 +8,9 @@ use std::{
 
 pub use hotpin_history::maps::{Mapping, ProcessMaps, parse_maps};
 
-use crate::{error::TracerError, events::RawSite, history::CallSite, probes::symbols::SymbolTable};
+use crate::{
+    error::TracerError, events::RawSite, history::CallSite, probes::symbols::FunctionIndex,
+};
 
 /// The memory map of `pid`, or an error that says the process is gone.
 pub fn read_maps(pid: u32) -> Result<ProcessMaps, TracerError> {
@@ -187,7 +189,7 @@ struct KnownModule {
     len: u64,
     /// Loaded when a call site first needs them; a file that cannot be opened now is tried
     /// again next time.
-    symbols: Option<SymbolTable>,
+    symbols: Option<FunctionIndex>,
 }
 
 /// Paths kept per file.
@@ -289,16 +291,12 @@ impl CallSiteResolver {
                             module.symbols = module
                                 .paths
                                 .iter()
-                                .find_map(|path| SymbolTable::read(path).ok());
+                                .find_map(|path| FunctionIndex::read(path).ok());
                         }
                         CallSite {
                             module: module.name.clone(),
                             offset,
-                            symbol: module
-                                .symbols
-                                .as_ref()
-                                .and_then(|t| t.function_at(offset))
-                                .map(str::to_string),
+                            symbol: module.symbols.as_mut().and_then(|t| t.function_at(offset)),
                         }
                     }
                     None => CallSite {

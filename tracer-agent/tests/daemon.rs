@@ -671,6 +671,7 @@ fn hundreds_of_short_runs_leave_the_daemon_memory_flat_and_nothing_lost() {
 /// A process that lives long and allocates a fresh pinned buffer per step (copied both ways,
 /// freed): with a small bound, its history folds the freed buffers by call site and size,
 /// every count stays exact, and the daemon's memory stays flat while the process runs.
+/// About 20 s.
 #[test]
 fn a_long_lived_process_keeps_a_bounded_history_and_every_count() {
     const STEPS: u64 = 150_000;
@@ -704,6 +705,11 @@ fn a_long_lived_process_keeps_a_bounded_history_and_every_count() {
             "1",
             "--steps",
             &steps,
+            // The rest of a training step: this test is about memory, not load (the load
+            // tests are), and a debug-built daemon on 2 cores lost events to a bench
+            // allocating 15k buffers a second with nothing between them.
+            "--step-pause-us",
+            "40",
         ],
     );
     let run = common::spawn_bench(&bench);

@@ -69,6 +69,9 @@ struct Args {
     /// making a fresh host tensor per step does.
     #[arg(long, default_value_t = 0)]
     steps: usize,
+    /// Microseconds each step sleeps after its copies (the rest of a training step).
+    #[arg(long, default_value_t = 0, value_name = "US")]
+    step_pause_us: u64,
     /// The history for `--mode use` (written by `tracer record`).
     #[arg(long, value_name = "FILE")]
     history: Option<std::path::PathBuf>,
@@ -259,6 +262,9 @@ fn run(args: &Args) -> Result<Summary> {
         let buffer = alloc_host(&cuda, allocator, args.mode, size)?;
         round_trip(&cuda, &buffer, device, size)?;
         free_host(&cuda, buffer)?;
+        if args.step_pause_us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(args.step_pause_us));
+        }
     }
     cuda.device_synchronize()
         .map_err(|e| anyhow::anyhow!("cudaDeviceSynchronize: {e}"))?;

@@ -441,12 +441,23 @@ impl MemHistory {
 
     /// The id of a call site, adding it if new.
     pub fn intern_call_site(&mut self, site: CallSite) -> CallSiteId {
-        let key = (site.module.clone(), site.offset);
+        // Called for every allocation and every frame of its callers: the module name is
+        // moved into the key, and copied only for a site not seen before.
+        let CallSite {
+            module,
+            offset,
+            symbol,
+        } = site;
+        let key = (module, offset);
         if let Some(&id) = self.site_ids.get(&key) {
             return id;
         }
         let id = self.data.call_sites.len() as CallSiteId;
-        self.data.call_sites.push(site);
+        self.data.call_sites.push(CallSite {
+            module: key.0.clone(),
+            offset,
+            symbol,
+        });
         self.site_ids.insert(key, id);
         id
     }

@@ -124,6 +124,154 @@ impl SymbolTable {
     }
 }
 
+/// The functions of a 64-bit ELF file by code offset, to name call sites. Lighter than
+/// [`SymbolTable`] for a large library (libtorch_cuda): the scan reads only the symbol
+/// entries (24 bytes each), no name and no code, and keeps 24 bytes per function; a name is
+/// read from the mapped file when a call site asks for it, and kept (shown) for the next.
+pub struct FunctionIndex {
+    data: memmap2::Mmap,
+    /// Sorted by start, one per start.
+    functions: Vec<IndexedFunction>,
+    /// Names shown so far, by position in `functions`: a call site is asked for again and
+    /// again (every allocation it makes, every frame of a walk), and demangling costs
+    /// microseconds.
+    shown: HashMap<usize, String>,
+}
+
+#[derive(Clone, Copy)]
+struct IndexedFunction {
+    /// File offset of the first instruction.
+    start: u64,
+    /// Where its NUL-terminated name starts in the file, and where that string table ends.
+    name: u64,
+    names_end: u64,
+    size: u64,
+}
+
+impl std::fmt::Debug for FunctionIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FunctionIndex")
+            .field("functions", &self.functions.len())
+            .finish()
+    }
+}
+
+impl FunctionIndex {
+    /// Indexes the function symbols of `path` (its dynamic and static symbol tables).
+    pub fn read(path: &Path) -> Result<Self, TracerError> {
+        use object::{
+            elf,
+            read::elf::{FileHeader as _, SectionHeader as _, Sym as _},
+        };
+        let io_error = |source| TracerError::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        };
+        let elf_error = |source| TracerError::Elf {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = fs::File::open(path).map_err(io_error)?;
+        // SAFETY: read-only; a file truncated meanwhile could fault, as with any reader of
+        // shared libraries.
+        let data = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
+        let mut functions = Vec::new();
+        {
+            let bytes: &[u8] = &data;
+            let header =
+                elf::FileHeader64::<object::Endianness>::parse(bytes).map_err(elf_error)?;
+            let endian = header.endian().map_err(elf_error)?;
+            let sections = header.sections(endian, bytes).map_err(elf_error)?;
+            for kind in [elf::SHT_DYNSYM, elf::SHT_SYMTAB] {
+                let table = sections.symbols(endian, bytes, kind).map_err(elf_error)?;
+                let Some((names, names_size)) = sections
+                    .section(table.string_section())
+                    .ok()
+                    .and_then(|s| s.file_range(endian))
+                else {
+                    continue;
+                };
+                for symbol in table.symbols() {
+                    let kind = symbol.st_type();
+                    let index = symbol.st_shndx(endian);
+                    if (kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC)
+                        || index == elf::SHN_UNDEF
+                        || index >= elf::SHN_LORESERVE
+                    {
+                        continue;
+                    }
+                    let Some((section_offset, section_address)) = sections
+                        .section(object::SectionIndex(index.into()))
+                        .ok()
+                        .and_then(|s| Some((s.file_range(endian)?.0, s.sh_addr(endian))))
+                    else {
+                        continue;
+                    };
+                    let Some(start) = symbol
+                        .st_value(endian)
+                        .checked_sub(section_address)
+                        .and_then(|delta| delta.checked_add(section_offset))
+                    else {
+                        continue;
+                    };
+                    functions.push(IndexedFunction {
+                        start,
+                        name: names + u64::from(symbol.st_name(endian)),
+                        names_end: names + names_size,
+                        size: symbol.st_size(endian),
+                    });
+                }
+            }
+        }
+        functions.sort_by_key(|f| f.start);
+        functions.dedup_by_key(|f| f.start);
+        functions.shrink_to_fit();
+        // The symbol entries were read once: give their pages back (the file keeps them in
+        // the page cache); a name read later brings in only its own page.
+        // SAFETY: the mapping is read-only and shared with the file, so dropping its pages
+        // loses nothing: they are read again from the file when touched.
+        let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        Ok(Self {
+            data,
+            functions,
+            shown: HashMap::new(),
+        })
+    }
+
+    /// The name of the function whose code contains the file offset `offset` (a Rust name
+    /// demangled, without its hash; a versioned name without its version).
+    pub fn function_at(&mut self, offset: u64) -> Option<String> {
+        let index = self
+            .functions
+            .partition_point(|f| f.start <= offset)
+            .checked_sub(1)?;
+        let function = self.functions[index];
+        if offset - function.start >= function.size.max(1) {
+            return None;
+        }
+        if let Some(shown) = self.shown.get(&index) {
+            return Some(shown.clone());
+        }
+        let names = self
+            .data
+            .get(function.name as usize..function.names_end as usize)?;
+        let name = &names[..names.iter().position(|&b| b == 0)?];
+        let name = std::str::from_utf8(name).ok()?;
+        let base = name.split('@').next().unwrap_or(name);
+        let shown = format!("{:#}", rustc_demangle::demangle(base));
+        self.shown.insert(index, shown.clone());
+        Some(shown)
+    }
+
+    pub fn len(&self) -> usize {
+        self.functions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.functions.is_empty()
+    }
+}
+
 /// How many bytes at the start of an x86-64 function a probe goes past: a leading `endbr64`,
 /// then a 5-byte nop (`nopl 0x0(%rax,%rax,1)`, what `-fpatchable-function-entry` and
 /// tracing hooks put there). Neither changes a register or memory, so arguments and the
@@ -190,6 +338,41 @@ mod tests {
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
+    /// The light index names every function as the full table does: the stand-in runtime
+    /// (C, endbr64) and this test binary (Rust, thousands of functions).
+    #[test]
+    fn the_function_index_names_functions_as_the_symbol_table_does() {
+        let dir = std::env::temp_dir().join(format!("index-test-{}", std::process::id()));
+        let installed = cuda_standin::install(&dir).expect("install the stand-in");
+        let exe = std::env::current_exe().expect("this test binary");
+        for path in [installed.runtime.as_path(), exe.as_path()] {
+            let table = SymbolTable::read(path).expect("symbol table");
+            let mut index = FunctionIndex::read(path).expect("function index");
+            assert_eq!(index.len(), table.functions.len(), "{}", path.display());
+            // Functions folded into one (identical code) share a start: any of their names
+            // is right.
+            let mut names_at: HashMap<u64, Vec<String>> = HashMap::new();
+            for (name, &at) in &table.offsets {
+                let shown = format!("{:#}", rustc_demangle::demangle(name));
+                names_at.entry(at).or_default().push(shown);
+            }
+            for &(start, size, ref name) in &table.functions {
+                for at in [start, start + size.max(1) - 1] {
+                    let found = index.function_at(at).expect("named");
+                    assert!(
+                        found == *name || names_at.get(&start).is_some_and(|n| n.contains(&found)),
+                        "{at:#x}: {found} for {name}"
+                    );
+                }
+            }
+            assert_eq!(
+                index.function_at(0),
+                table.function_at(0).map(str::to_string)
+            );
+        }
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
     #[test]
     fn a_probe_goes_past_endbr64_and_a_five_byte_nop_never_onto_them() {
         let endbr = [0xf3, 0x0f, 0x1e, 0xfa];
@@ -210,6 +393,11 @@ mod tests {
         let path = std::env::temp_dir().join(format!("not-elf-{}", std::process::id()));
         std::fs::write(&path, b"hello").expect("write a temp file");
         let error = SymbolTable::read(&path).expect_err("not ELF");
+        assert!(
+            error.to_string().contains(&path.display().to_string()),
+            "{error}"
+        );
+        let error = FunctionIndex::read(&path).expect_err("not ELF");
         assert!(
             error.to_string().contains(&path.display().to_string()),
             "{error}"
