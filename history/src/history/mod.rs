@@ -561,7 +561,7 @@ impl MemHistory {
         let ordinal = *ordinal_slot;
         *ordinal_slot += 1;
         let id = self.data.allocations.len() as AllocId;
-        let mut allocation = Allocation {
+        let allocation = Allocation {
             id,
             pid,
             start,
@@ -575,15 +575,13 @@ impl MemHistory {
             events: Vec::new(),
             pre_existing: false,
         };
-        if self.retention.timelines {
-            allocation.push_event(AllocEvent::Alloc { ts_ns });
-        }
         if kind.takes_device_memory() {
             let memory = self.data.stats.device_memory.entry(pid).or_default();
             memory.live_bytes = memory.live_bytes.saturating_add(size);
             memory.peak_bytes = memory.peak_bytes.max(memory.live_bytes);
         }
         self.data.allocations.push(allocation);
+        self.note(id, AllocEvent::Alloc { ts_ns });
         if kind.is_region() {
             if let Some(previous) = self.regions.insert((pid, start), id) {
                 self.close(previous, ts_ns);
@@ -601,19 +599,24 @@ impl MemHistory {
     }
 
     fn close(&mut self, id: AllocId, ts_ns: u64) {
-        let keep = self.retention.timelines;
         let allocation = &mut self.data.allocations[id as usize];
         if allocation.free_ns.is_none() {
             self.freed += 1;
         }
         allocation.free_ns = Some(ts_ns);
-        if keep {
-            allocation.push_event(AllocEvent::Free { ts_ns });
-        }
         if allocation.kind.takes_device_memory()
             && let Some(memory) = self.data.stats.device_memory.get_mut(&allocation.pid)
         {
             memory.live_bytes = memory.live_bytes.saturating_sub(allocation.size);
+        }
+        self.note(id, AllocEvent::Free { ts_ns });
+    }
+
+    /// Adds `event` to allocation `id`'s timeline, when timelines are kept
+    /// ([`Retention::timelines`]).
+    fn note(&mut self, id: AllocId, event: AllocEvent) {
+        if self.retention.timelines {
+            self.data.allocations[id as usize].push_event(event);
         }
     }
 
@@ -685,14 +688,10 @@ impl MemHistory {
         call_site: Option<CallSiteId>,
         ts_ns: u64,
     ) -> AllocId {
-        let keep = self.retention.timelines;
         match self.live.get(&(pid, addr)).copied() {
             Some(id) => {
-                let allocation = &mut self.data.allocations[id as usize];
-                allocation.kind = AllocKind::Registered;
-                if keep {
-                    allocation.push_event(AllocEvent::Register { ts_ns });
-                }
+                self.data.allocations[id as usize].kind = AllocKind::Registered;
+                self.note(id, AllocEvent::Register { ts_ns });
                 id
             }
             None => {
@@ -708,12 +707,8 @@ impl MemHistory {
     /// Records `cudaHostUnregister`: the memory stays, pageable again.
     pub fn unregister(&mut self, pid: u32, addr: u64, ts_ns: u64) -> Option<AllocId> {
         let id = self.live.get(&(pid, addr)).copied()?;
-        let keep = self.retention.timelines;
-        let allocation = &mut self.data.allocations[id as usize];
-        allocation.kind = AllocKind::Pageable;
-        if keep {
-            allocation.push_event(AllocEvent::Unregister { ts_ns });
-        }
+        self.data.allocations[id as usize].kind = AllocKind::Pageable;
+        self.note(id, AllocEvent::Unregister { ts_ns });
         Some(id)
     }
 
@@ -727,35 +722,12 @@ impl MemHistory {
         direction: CopyDirection,
         ts_ns: u64,
     ) -> Option<AllocId> {
-        self.transfers(pid, dst, src, bytes, direction, ts_ns, 1)
+        self.transfers_on(pid, dst, src, bytes, direction, ts_ns, 1, Queue::default())
     }
 
-    /// Records `count` identical copies (a run the kernel counted) as [`Self::transfer`]
-    /// does one; the allocation's timeline gets one event with their bytes together.
-    #[allow(clippy::too_many_arguments)]
-    pub fn transfers(
-        &mut self,
-        pid: u32,
-        dst: u64,
-        src: u64,
-        bytes: u64,
-        direction: CopyDirection,
-        ts_ns: u64,
-        count: u64,
-    ) -> Option<AllocId> {
-        self.transfers_on(
-            pid,
-            dst,
-            src,
-            bytes,
-            direction,
-            ts_ns,
-            count,
-            Queue::default(),
-        )
-    }
-
-    /// [`Self::transfers`], made by a known thread on a known stream (kept in the timeline).
+    /// Records `count` identical copies (a run the kernel counted) made by a thread on a
+    /// stream, as [`Self::transfer`] does one; the allocation's timeline gets one event with
+    /// their bytes together, and the thread and stream.
     #[allow(clippy::too_many_arguments)]
     pub fn transfers_on(
         &mut self,
@@ -833,15 +805,16 @@ impl MemHistory {
         s.first_transfer_ns = Some(s.first_transfer_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         s.last_transfer_ns = Some(s.last_transfer_ns.map_or(ts_ns, |t| t.max(ts_ns)));
         let new = s.transfers;
-        if self.retention.timelines {
-            allocation.push_event(AllocEvent::Transfer {
+        self.note(
+            id,
+            AllocEvent::Transfer {
                 ts_ns,
                 direction,
                 bytes: total,
                 tid: queue.tid,
                 stream: queue.stream,
-            });
-        }
+            },
+        );
         self.by_transfers.remove(&(old, id));
         self.by_transfers.insert((new, id));
         Some(id)
@@ -892,9 +865,7 @@ impl MemHistory {
                     let allocation = &mut self.data.allocations[id as usize];
                     allocation.stats.page_faults =
                         allocation.stats.page_faults.saturating_add(counted);
-                    if self.retention.timelines {
-                        allocation.push_event(AllocEvent::PageFault { ts_ns, addr: at });
-                    }
+                    self.note(id, AllocEvent::PageFault { ts_ns, addr: at });
                 }
                 None => {
                     let untracked = &mut self.data.stats.untracked_page_faults;
