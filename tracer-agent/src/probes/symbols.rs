@@ -17,9 +17,28 @@ pub struct SymbolTable {
     /// Functions whose probe goes past their first bytes (`endbr64`, a 5-byte nop), by file
     /// offset: how many bytes; see [`entry_skip`].
     skips: HashMap<u64, u64>,
-    /// (file offset, size, name), sorted by offset.
-    functions: Vec<(u64, u64, String)>,
     build_id: Option<Vec<u8>>,
+}
+
+/// The functions `file` defines (dynamic symbols, then static ones), as (name, file offset,
+/// size); call sites are named by [`FunctionIndex`], which reads the same entries more
+/// lightly.
+fn functions<'data, 'file>(
+    file: &'file object::File<'data>,
+) -> impl Iterator<Item = (&'data str, u64, u64)> + 'file {
+    file.dynamic_symbols()
+        .chain(file.symbols())
+        .filter(|symbol| symbol.kind() == object::SymbolKind::Text && symbol.is_definition())
+        .filter_map(|symbol| {
+            let name = symbol.name().ok()?;
+            let section = file.section_by_index(symbol.section_index()?).ok()?;
+            let (section_offset, _) = section.file_range()?;
+            let offset = symbol
+                .address()
+                .checked_sub(section.address())?
+                .checked_add(section_offset)?;
+            Some((name, offset, symbol.size()))
+        })
 }
 
 impl SymbolTable {
@@ -43,27 +62,7 @@ impl SymbolTable {
         let x86_64 = file.architecture() == object::Architecture::X86_64;
         let mut skips = HashMap::new();
         let mut offsets = HashMap::new();
-        let mut functions = Vec::new();
-        for symbol in file.dynamic_symbols().chain(file.symbols()) {
-            if symbol.kind() != object::SymbolKind::Text || !symbol.is_definition() {
-                continue;
-            }
-            let (Ok(name), Some(index)) = (symbol.name(), symbol.section_index()) else {
-                continue;
-            };
-            let Ok(section) = file.section_by_index(index) else {
-                continue;
-            };
-            let Some((section_offset, _)) = section.file_range() else {
-                continue;
-            };
-            let Some(offset) = symbol
-                .address()
-                .checked_sub(section.address())
-                .and_then(|delta| delta.checked_add(section_offset))
-            else {
-                continue;
-            };
+        for (name, offset, _) in functions(&file) {
             if x86_64 {
                 let code = data.get(offset as usize..).unwrap_or(&[]);
                 let skip = entry_skip(&code[..code.len().min(16)]);
@@ -74,16 +73,10 @@ impl SymbolTable {
             // A versioned name ("cudaMemcpy@@libcudart.so.13") is found under its base name too.
             let base = name.split('@').next().unwrap_or(name);
             offsets.entry(base.to_string()).or_insert(offset);
-            // Rust names are shown demangled, without the hash.
-            let shown = format!("{:#}", rustc_demangle::demangle(base));
-            functions.push((offset, symbol.size(), shown));
         }
-        functions.sort();
-        functions.dedup_by_key(|f| f.0);
         Ok(Self {
             offsets,
             skips,
-            functions,
             build_id,
         })
     }
@@ -91,16 +84,6 @@ impl SymbolTable {
     /// The ELF build id (the GNU build-id note), if the file has one.
     pub fn build_id(&self) -> Option<&[u8]> {
         self.build_id.as_deref()
-    }
-
-    /// The function whose code contains the file offset `offset`.
-    pub fn function_at(&self, offset: u64) -> Option<&str> {
-        let index = self
-            .functions
-            .partition_point(|f| f.0 <= offset)
-            .checked_sub(1)?;
-        let (start, size, name) = &self.functions[index];
-        (offset - start < (*size).max(1)).then_some(name.as_str())
     }
 
     /// The file offset of `name`, if the file defines it.
@@ -315,8 +298,9 @@ mod tests {
         let offset = table.offset("cudaMemcpy").expect("cudaMemcpy is exported");
         assert!(offset > 0, "a function cannot sit at offset 0");
         assert!(table.offset("cudaMemcpy2DAsync_ptsz").is_some());
-        assert_eq!(table.function_at(offset), Some("cudaMemcpy"));
-        assert_eq!(table.function_at(offset + 1), Some("cudaMemcpy"));
+        let mut index = FunctionIndex::read(&installed.runtime).expect("index the stand-in");
+        assert_eq!(index.function_at(offset).as_deref(), Some("cudaMemcpy"));
+        assert_eq!(index.function_at(offset + 1).as_deref(), Some("cudaMemcpy"));
         assert_eq!(
             table.build_id().map(<[u8]>::len),
             Some(20),
@@ -338,17 +322,33 @@ mod tests {
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
-    /// The light index names every function as the full table does: the stand-in runtime
-    /// (C, endbr64) and this test binary (Rust, thousands of functions).
+    /// The light index (object's low-level ELF reader) names every function as object's
+    /// high-level reader does: the stand-in runtime (C, endbr64) and this test binary (Rust,
+    /// thousands of functions).
     #[test]
-    fn the_function_index_names_functions_as_the_symbol_table_does() {
+    fn the_function_index_names_functions_as_the_high_level_reader_does() {
         let dir = std::env::temp_dir().join(format!("index-test-{}", std::process::id()));
         let installed = cuda_standin::install(&dir).expect("install the stand-in");
         let exe = std::env::current_exe().expect("this test binary");
         for path in [installed.runtime.as_path(), exe.as_path()] {
             let table = SymbolTable::read(path).expect("symbol table");
             let mut index = FunctionIndex::read(path).expect("function index");
-            assert_eq!(index.len(), table.functions.len(), "{}", path.display());
+            let data = std::fs::read(path).expect("read the file");
+            let file = object::File::parse(&*data).expect("ELF");
+            // (file offset, size, name shown), one per start: what the table used to keep.
+            let mut expected: Vec<(u64, u64, String)> = functions(&file)
+                .map(|(name, offset, size)| {
+                    let base = name.split('@').next().unwrap_or(name);
+                    (
+                        offset,
+                        size,
+                        format!("{:#}", rustc_demangle::demangle(base)),
+                    )
+                })
+                .collect();
+            expected.sort();
+            expected.dedup_by_key(|f| f.0);
+            assert_eq!(index.len(), expected.len(), "{}", path.display());
             // Functions folded into one (identical code) share a start: any of their names
             // is right.
             let mut names_at: HashMap<u64, Vec<String>> = HashMap::new();
@@ -356,7 +356,7 @@ mod tests {
                 let shown = format!("{:#}", rustc_demangle::demangle(name));
                 names_at.entry(at).or_default().push(shown);
             }
-            for &(start, size, ref name) in &table.functions {
+            for &(start, size, ref name) in &expected {
                 for at in [start, start + size.max(1) - 1] {
                     let found = index.function_at(at).expect("named");
                     assert!(
@@ -365,10 +365,13 @@ mod tests {
                     );
                 }
             }
-            assert_eq!(
-                index.function_at(0),
-                table.function_at(0).map(str::to_string)
-            );
+            // Nothing is named in the ELF header, as before.
+            let named_at = |at: u64| {
+                let i = expected.partition_point(|f| f.0 <= at).checked_sub(1)?;
+                let (start, size, name) = &expected[i];
+                (at - start < (*size).max(1)).then(|| name.clone())
+            };
+            assert_eq!(index.function_at(0), named_at(0));
         }
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
