@@ -5,7 +5,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let compiler = cc::Build::new().get_compiler();
     for (source, soname, libs) in [
-        ("c/driver.c", "libcuda.so.1", &[][..]),
+        ("c/driver.c", "libcuda.so.1", &["-lpthread"][..]),
         ("c/runtime.c", "libcudart.so.13", &["-ldl", "-lpthread"][..]),
     ] {
         println!("cargo:rerun-if-changed={source}");

@@ -2,13 +2,33 @@
 //! (`libcuda.so.1`), for machines without a GPU: CI, the build machine, and the no-GPU demo.
 //!
 //! It is not CUDA and is never shipped as CUDA. It exports the entry points the tracer probes
-//! with their real signatures and return codes; device memory is host memory, copies are
-//! memcpy, pinned memory is page-aligned and mlocked, and each runtime call goes through the
-//! driver function beneath it (the runtime dlopens `libcuda.so.1`, as the real one does).
+//! with their real signatures and return codes; device memory is host memory, pinned memory
+//! is page-aligned and mlocked, and each runtime call goes through the driver function
+//! beneath it (the runtime dlopens `libcuda.so.1`, as the real one does).
 //!
-//! Fault injection, read from the environment of the process that loads it:
+//! It models CUDA's synchronisation rules (`c/standin.h` has the details), so that a program
+//! whose results are right only because its "pageable" memory makes copies synchronous
+//! computes wrong results here once that memory is secretly pinned:
+//!
+//! - it knows every pinned (allocated or registered) and device block; any other host
+//!   address is pageable, and the pointer questions (`cuPointerGetAttribute(s)`,
+//!   `cudaPointerGetAttributes`, `cudaHostGetFlags`, ...) answer accordingly;
+//! - streams (legacy, per-thread, created) run their operations in order on worker threads,
+//!   each no earlier than `HOTPIN_STANDIN_ASYNC_DELAY_US` microseconds (default 20000) after
+//!   it was enqueued unless someone waits for it (then at once), so unsynchronised races
+//!   show every time while synchronised programs stay fast; the legacy stream and blocking
+//!   streams wait for each other;
+//! - an async copy of pinned (or device) memory happens later, on the stream; one from
+//!   pageable memory is staged at the call; one into pageable memory is synchronous;
+//!   synchronous copies wait for the legacy stream and every blocking stream;
+//! - events, host functions (`cuLaunchHostFunc`, the tests' kernels) and linear stream
+//!   capture into graphs, which refuses pageable copies and synchronisation (error 900) and
+//!   is then invalidated (901).
+//!
+//! Configuration, read from the environment of the process that loads it:
 //! `HOTPIN_STANDIN_NO_DEVICE=1` makes every call fail with "no device";
-//! `HOTPIN_STANDIN_FAIL_PIN_EVERY=N` makes every Nth pinning call fail with "out of memory".
+//! `HOTPIN_STANDIN_FAIL_PIN_EVERY=N` makes every Nth pinning call fail with "out of memory";
+//! `HOTPIN_STANDIN_ASYNC_DELAY_US=N` sets the delay above (0: none).
 
 use std::{
     fs, io,
