@@ -30,11 +30,18 @@ pub struct Real {
 }
 
 impl Real {
-    const fn new(name: &'static CStr) -> Self {
+    /// A function of the CUDA runtime.
+    pub const fn new(name: &'static CStr) -> Self {
         Self::in_files(name, &RUNTIMES)
     }
 
-    const fn driver(name: &'static CStr) -> Self {
+    /// A function of the CUDA runtime (the same as [`Real::new`]).
+    pub const fn runtime(name: &'static CStr) -> Self {
+        Self::new(name)
+    }
+
+    /// A function of the CUDA driver.
+    pub const fn driver(name: &'static CStr) -> Self {
         Self::in_files(name, &DRIVERS)
     }
 
@@ -168,15 +175,20 @@ const REGISTER_PORTABLE: c_uint = 1;
 /// only the driver (JAX, CuPy), through the driver; the CUDA error code, or None when neither
 /// can be asked (no CUDA library loaded, or no context the program made).
 pub fn register(ptr: *mut c_void, size: usize) -> Option<c_int> {
+    register_with(ptr, size, REGISTER_PORTABLE)
+}
+
+/// [`register`] with the registration flags `flags`.
+pub fn register_with(ptr: *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
     // SAFETY: HOST_REGISTER is cudaHostRegister, of this type.
     if let Some(register) = unsafe { function::<HostRegister>(&HOST_REGISTER) } {
         // SAFETY: a block of at least `size` bytes that the caller allocated and owns.
-        return Some(unsafe { register(ptr, size, REGISTER_PORTABLE) });
+        return Some(unsafe { register(ptr, size, flags) });
     }
     // SAFETY: CU_HOST_REGISTER is cuMemHostRegister_v2, of this type.
     let register = unsafe { function::<HostRegister>(&CU_HOST_REGISTER) }?;
     // SAFETY: as above.
-    in_context(|| unsafe { register(ptr, size, REGISTER_PORTABLE) })
+    in_context(|| unsafe { register(ptr, size, flags) })
 }
 
 /// Unregisters a block [`register`] registered, the same way.
@@ -251,3 +263,177 @@ fn in_context(call: impl FnOnce() -> c_int) -> Option<c_int> {
         result
     }
 }
+
+/// A stream handle (`CUstream` / `cudaStream_t`: the same handles in both APIs).
+pub type Stream = *mut c_void;
+/// `CU_STREAM_PER_THREAD`: what stream 0 means to a `_ptsz` entry point.
+pub const STREAM_PER_THREAD: usize = 2;
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` / `cudaErrorStreamCaptureUnsupported`: what CUDA
+/// answers a copy of pageable memory during stream capture.
+pub const ERROR_CAPTURE_UNSUPPORTED: c_int = 900;
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
+const CAPTURE_ACTIVE: c_int = 1;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: c_int = 2;
+
+type StreamSynchronize = unsafe extern "C" fn(Stream) -> c_int;
+type StreamIsCapturing = unsafe extern "C" fn(Stream, *mut c_int) -> c_int;
+type ExchangeCaptureMode = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+static CU_STREAM_SYNCHRONIZE: Real = Real::driver(c"cuStreamSynchronize");
+static CU_STREAM_IS_CAPTURING: Real = Real::driver(c"cuStreamIsCapturing");
+static CU_EXCHANGE_CAPTURE_MODE: Real = Real::driver(c"cuThreadExchangeStreamCaptureMode");
+
+/// Waits until everything queued on `stream` so far is done; the CUDA error code.
+pub fn synchronize(stream: Stream) -> c_int {
+    // SAFETY: CU_STREAM_SYNCHRONIZE is cuStreamSynchronize, of this type.
+    match unsafe { function::<StreamSynchronize>(&CU_STREAM_SYNCHRONIZE) } {
+        // SAFETY: a stream the program just queued a copy on.
+        Some(synchronize) => unsafe { synchronize(stream) },
+        None => ERROR_NO_RUNTIME,
+    }
+}
+
+/// Whether `stream` is being captured into a graph.
+pub fn capturing(stream: Stream) -> bool {
+    // SAFETY: CU_STREAM_IS_CAPTURING is cuStreamIsCapturing, of this type.
+    let Some(is_capturing) = (unsafe { function::<StreamIsCapturing>(&CU_STREAM_IS_CAPTURING) })
+    else {
+        return false;
+    };
+    let mut status = 0;
+    // SAFETY: a stream the program passed to a copy, and an out-pointer to a local.
+    unsafe { is_capturing(stream, &mut status) == 0 && status == CAPTURE_ACTIVE }
+}
+
+/// Runs `call` with this thread's stream capture mode relaxed, so that a registration made
+/// while the program captures a stream is allowed and does not end the capture.
+pub fn with_relaxed_capture<T>(call: impl FnOnce() -> T) -> T {
+    // SAFETY: CU_EXCHANGE_CAPTURE_MODE is cuThreadExchangeStreamCaptureMode, of this type.
+    let Some(exchange) = (unsafe { function::<ExchangeCaptureMode>(&CU_EXCHANGE_CAPTURE_MODE) })
+    else {
+        return call();
+    };
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: an in/out pointer to a local.
+    let exchanged = unsafe { exchange(&mut mode) } == 0;
+    let result = call();
+    if exchanged {
+        // SAFETY: as above: puts the program's mode back.
+        unsafe { exchange(&mut mode) };
+    }
+    result
+}
+
+type StreamCreate = unsafe extern "C" fn(*mut Stream, c_uint) -> c_int;
+type StreamDestroy = unsafe extern "C" fn(Stream) -> c_int;
+type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> c_int;
+type BeginCapture = unsafe extern "C" fn(Stream, c_int) -> c_int;
+type EndCapture = unsafe extern "C" fn(Stream, *mut *mut c_void) -> c_int;
+type GraphDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
+type CopyHtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, Stream) -> c_int;
+
+static CU_STREAM_CREATE: Real = Real::driver(c"cuStreamCreate");
+static CU_STREAM_DESTROY: Real = Real::driver(c"cuStreamDestroy_v2");
+static CU_MEM_ALLOC: Real = Real::driver(c"cuMemAlloc_v2");
+static CU_BEGIN_CAPTURE: Real = Real::driver(c"cuStreamBeginCapture_v2");
+static CU_END_CAPTURE: Real = Real::driver(c"cuStreamEndCapture");
+static CU_GRAPH_DESTROY: Real = Real::driver(c"cuGraphDestroy");
+
+/// What CUDA answered when asked to capture a copy of pageable memory: 0 not asked yet,
+/// else the CUDA error code plus one.
+static CAPTURE_ANSWER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// Device memory of ours (4 KiB, kept) that refused copies are aimed at.
+static REFUSAL_TARGET: AtomicUsize = AtomicUsize::new(0);
+const PROBE_SIZE: usize = 4096;
+
+/// What CUDA answers a copy of pageable memory made during stream capture (0: it captures
+/// it; CUDA 13 on the H100 does, older CUDA and the stand-in refuse it): asked once, with
+/// a copy from `pageable` (memory nobody registers, 4 KiB) on a stream of ours, in relaxed
+/// mode so that the question disturbs no capture of the program's.
+pub fn capture_of_pageable(pageable: *const c_void) -> c_int {
+    let known = CAPTURE_ANSWER.load(Ordering::Acquire);
+    if known != 0 {
+        return known - 1;
+    }
+    let answer = with_relaxed_capture(|| ask_capture_of_pageable(pageable))
+        .unwrap_or(ERROR_CAPTURE_UNSUPPORTED);
+    CAPTURE_ANSWER.store(answer + 1, Ordering::Release);
+    answer
+}
+
+fn ask_capture_of_pageable(pageable: *const c_void) -> Option<c_int> {
+    // SAFETY: each Real names the driver function of the type it is read as.
+    let (create, destroy, alloc, begin, end, graph_destroy, copy) = unsafe {
+        (
+            function::<StreamCreate>(&CU_STREAM_CREATE)?,
+            function::<StreamDestroy>(&CU_STREAM_DESTROY)?,
+            function::<MemAlloc>(&CU_MEM_ALLOC)?,
+            function::<BeginCapture>(&CU_BEGIN_CAPTURE)?,
+            function::<EndCapture>(&CU_END_CAPTURE)?,
+            function::<GraphDestroy>(&CU_GRAPH_DESTROY)?,
+            function::<CopyHtoDAsync>(&CU_COPY_HTOD_ASYNC)?,
+        )
+    };
+    let (mut stream, mut device, mut graph) = (std::ptr::null_mut(), 0u64, std::ptr::null_mut());
+    // SAFETY: out-pointers to locals; the stream is ours, made and destroyed here, the device
+    // block ours and kept; `pageable` holds PROBE_SIZE bytes.
+    unsafe {
+        if alloc(&mut device, PROBE_SIZE) != 0 {
+            return None;
+        }
+        REFUSAL_TARGET.store(device as usize, Ordering::Release);
+        if create(&mut stream, 1) != 0 {
+            return None;
+        }
+        let answer = if begin(stream, CAPTURE_MODE_RELAXED) == 0 {
+            let copied = copy(device, pageable, PROBE_SIZE, stream);
+            if end(stream, &mut graph) == 0 && !graph.is_null() {
+                graph_destroy(graph);
+            }
+            Some(copied)
+        } else {
+            None
+        };
+        destroy(stream);
+        answer
+    }
+}
+
+/// The API a copy came through: a refusal is made through the same one, so that it sets
+/// what that API sets (the runtime's last error).
+#[derive(Clone, Copy, Debug)]
+pub enum Layer {
+    Runtime,
+    Driver,
+}
+
+type RtCopyAsync = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, Stream) -> c_int;
+
+/// Makes CUDA refuse, on the capturing `stream`, a copy of the pageable `pageable` (4 KiB)
+/// into device memory of ours: as it refuses the program's copy of pageable memory, with
+/// the same error and the same end to the capture (invalidated). 0 if CUDA took it after all
+/// (then the caller goes on with the program's copy).
+pub fn refuse_as_pageable(stream: Stream, pageable: *const c_void, layer: Layer) -> c_int {
+    let device = REFUSAL_TARGET.load(Ordering::Acquire);
+    if device == 0 {
+        return ERROR_CAPTURE_UNSUPPORTED;
+    }
+    // SAFETY: each Real names the function of the type it is read as; the device block is
+    // ours and `pageable` holds PROBE_SIZE bytes.
+    unsafe {
+        match layer {
+            Layer::Runtime => match function::<RtCopyAsync>(&RT_COPY_ASYNC) {
+                Some(copy) => copy(device as *mut c_void, pageable, PROBE_SIZE, 1, stream),
+                None => ERROR_CAPTURE_UNSUPPORTED,
+            },
+            Layer::Driver => match function::<CopyHtoDAsync>(&CU_COPY_HTOD_ASYNC) {
+                Some(copy) => copy(device as u64, pageable, PROBE_SIZE, stream),
+                None => ERROR_CAPTURE_UNSUPPORTED,
+            },
+        }
+    }
+}
+
+static CU_COPY_HTOD_ASYNC: Real = Real::driver(c"cuMemcpyHtoDAsync_v2");
+static RT_COPY_ASYNC: Real = Real::new(c"cudaMemcpyAsync");

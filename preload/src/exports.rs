@@ -10,13 +10,15 @@
 //! `hotpin-preload`'s floor benchmark measures it (docs/benchmarks.md).
 
 use std::{
-    ffi::{c_int, c_uint, c_void},
+    ffi::{CStr, c_int, c_uint, c_void},
     panic::{AssertUnwindSafe, catch_unwind},
     sync::atomic::Ordering,
 };
 
 use crate::{
+    copies,
     cuda::{self, FreeHost, HostAlloc, HostRegister, HostUnregister, MallocHost},
+    questions,
     real::{
         __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc,
         valid_posix_alignment,
@@ -55,7 +57,7 @@ fn below_floor(size: usize) -> bool {
 
 /// Runs the judged part of a call; a panic in it (a bug of ours) is reported once and the
 /// call is served as libc or CUDA would, never unwound into C.
-fn judged(work: impl FnOnce()) {
+pub(crate) fn judged(work: impl FnOnce()) {
     if catch_unwind(AssertUnwindSafe(work)).is_err() {
         eprintln!("hotpin: internal error; this call was served without hotpin");
     }
@@ -490,17 +492,16 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const std::ffi::c_cha
     )
 }
 
-/// The functions `dlsym` may answer with ours: (name, the real one behind ours, ours).
-fn wrappers() -> [(&'static cuda::Real, usize); 12] {
-    [
-        (
-            &cuda::CU_GET_PROC_ADDRESS,
-            cuGetProcAddress_v2 as *const () as usize,
-        ),
-        (
-            &cuda::CU_GET_PROC_ADDRESS_V1,
-            cuGetProcAddress as *const () as usize,
-        ),
+/// One function hotpin answers for: the name `cuGetProcAddress` is asked for (None for the
+/// runtime's functions, which it never answers), the real function behind ours, ours.
+type Interposed = (Option<&'static CStr>, &'static cuda::Real, usize);
+
+/// Every function `dlsym` (by the real function's name) and `cuGetProcAddress` (by base name,
+/// when the driver's answer is the very function ours wraps) may answer with ours: so a
+/// second copy of a CUDA library is never redirected to the first, and a version or stream
+/// flavour the caller asked for is never swapped for another.
+fn interposed() -> impl Iterator<Item = Interposed> {
+    let runtime = [
         (&cuda::HOST_ALLOC, cudaHostAlloc as *const () as usize),
         (&cuda::MALLOC_HOST, cudaMallocHost as *const () as usize),
         (&cuda::FREE_HOST, cudaFreeHost as *const () as usize),
@@ -509,21 +510,51 @@ fn wrappers() -> [(&'static cuda::Real, usize); 12] {
             &cuda::HOST_UNREGISTER,
             cudaHostUnregister as *const () as usize,
         ),
-        (&cuda::CU_HOST_ALLOC, cuMemHostAlloc as *const () as usize),
+    ]
+    .into_iter()
+    .chain(copies::runtime_copies())
+    .map(|(real, ours)| (None, real, ours));
+    let driver = [
         (
+            c"cuMemHostAlloc",
+            &cuda::CU_HOST_ALLOC,
+            cuMemHostAlloc as *const () as usize,
+        ),
+        (
+            c"cuMemAllocHost",
             &cuda::CU_ALLOC_HOST,
             cuMemAllocHost_v2 as *const () as usize,
         ),
-        (&cuda::CU_FREE_HOST, cuMemFreeHost as *const () as usize),
         (
+            c"cuMemFreeHost",
+            &cuda::CU_FREE_HOST,
+            cuMemFreeHost as *const () as usize,
+        ),
+        (
+            c"cuMemHostRegister",
             &cuda::CU_HOST_REGISTER,
             cuMemHostRegister_v2 as *const () as usize,
         ),
         (
+            c"cuMemHostUnregister",
             &cuda::CU_HOST_UNREGISTER,
             cuMemHostUnregister as *const () as usize,
         ),
+        (
+            c"cuGetProcAddress",
+            &cuda::CU_GET_PROC_ADDRESS,
+            cuGetProcAddress_v2 as *const () as usize,
+        ),
+        (
+            c"cuGetProcAddress",
+            &cuda::CU_GET_PROC_ADDRESS_V1,
+            cuGetProcAddress as *const () as usize,
+        ),
     ]
+    .into_iter()
+    .chain(copies::driver_copies())
+    .map(|(base, real, ours)| (Some(base), real, ours));
+    runtime.chain(driver).chain(questions::questions())
 }
 
 /// # Safety
@@ -539,9 +570,8 @@ unsafe extern "C" fn dlsym_hook(handle: *mut c_void, name: *const std::ffi::c_ch
     }
     // SAFETY: dlsym found a symbol by this name, so it is a C string.
     let name = unsafe { std::ffi::CStr::from_ptr(name) };
-    let Some((real_function, ours)) = wrappers()
-        .into_iter()
-        .find(|(real_function, _)| real_function.name == name)
+    let Some((_, real_function, ours)) =
+        interposed().find(|(_, real_function, _)| real_function.name == name)
     else {
         return found;
     };
@@ -596,49 +626,6 @@ fn skipped_unregister(ptr: *mut c_void) -> bool {
     skipped
 }
 
-/// What `cuGetProcAddress` may be answered with: the driver's base name, the real function
-/// behind ours, ours. `cuMemAllocHost` and `cuMemHostRegister` are asked for by base name and
-/// come back as their `_v2`; ours is given only when the driver's answer is that very `_v2`.
-fn driver_entry_points() -> [(&'static std::ffi::CStr, &'static cuda::Real, usize); 7] {
-    [
-        (
-            c"cuMemHostAlloc",
-            &cuda::CU_HOST_ALLOC,
-            cuMemHostAlloc as *const () as usize,
-        ),
-        (
-            c"cuMemAllocHost",
-            &cuda::CU_ALLOC_HOST,
-            cuMemAllocHost_v2 as *const () as usize,
-        ),
-        (
-            c"cuMemFreeHost",
-            &cuda::CU_FREE_HOST,
-            cuMemFreeHost as *const () as usize,
-        ),
-        (
-            c"cuMemHostRegister",
-            &cuda::CU_HOST_REGISTER,
-            cuMemHostRegister_v2 as *const () as usize,
-        ),
-        (
-            c"cuMemHostUnregister",
-            &cuda::CU_HOST_UNREGISTER,
-            cuMemHostUnregister as *const () as usize,
-        ),
-        (
-            c"cuGetProcAddress",
-            &cuda::CU_GET_PROC_ADDRESS,
-            cuGetProcAddress_v2 as *const () as usize,
-        ),
-        (
-            c"cuGetProcAddress",
-            &cuda::CU_GET_PROC_ADDRESS_V1,
-            cuGetProcAddress as *const () as usize,
-        ),
-    ]
-}
-
 /// After the driver answered `symbol` with `*pfn`: ours instead, if the answer is the very
 /// function ours calls (CuPy and the CUDA runtime take the driver's functions this way).
 ///
@@ -655,8 +642,8 @@ unsafe fn answer_with_ours(symbol: *const std::ffi::c_char, pfn: *mut *mut c_voi
     }
     let Some(_busy) = Busy::enter() else { return };
     judged(|| {
-        for (base, real, ours) in driver_entry_points() {
-            if base == name && real.address() == Some(found as usize) {
+        for (base, real, ours) in interposed() {
+            if base == Some(name) && real.address() == Some(found as usize) {
                 // SAFETY: the caller's out-pointer.
                 unsafe { *pfn = ours as *mut c_void };
                 return;

@@ -9,7 +9,17 @@
 //!   `memalign`, `free`) at or above a size floor (`HOTPIN_MALLOC_FLOOR`, default 1 MiB): a
 //!   pageable allocation the history found hot is registered in place (`cudaHostRegister`,
 //!   *promoted*) and unregistered before it is freed or moved by `realloc`. Below the floor a
-//!   call goes straight to libc: no lock, no lookup.
+//!   call goes straight to libc: no lock, no lookup;
+//! - the asynchronous copies of both APIs (`copies`): one touching a promoted block completes
+//!   before it returns, as a copy of pageable memory does, and is refused during stream
+//!   capture, as CUDA refuses pageable memory there;
+//! - the questions about memory (`questions`): a promoted block is answered as pageable, a
+//!   demoted one is pinned on demand and answered truly.
+//!
+//! So the program computes what it computes without hotpin, takes the same branches and gets
+//! the same answers from CUDA; only its copies get faster (docs/transparency.md). The
+//! functions a program takes with `dlsym`, `cuGetProcAddress` or the runtime's
+//! `cudaGetDriverEntryPoint` are answered with ours too (`exports`).
 //!
 //! Modes (`HOTPIN_MODE`): `use` decides from the history (`HOTPIN_HISTORY`, else the
 //! program's latest in the history store `tracer daemon` writes, `HOTPIN_STORE`) with the cost
@@ -24,8 +34,10 @@
 //! (CUDA does not survive fork); it only frees. Nothing here fails an allocation libc would
 //! satisfy: a failed registration leaves the block pageable, a failed demotion pins.
 
+mod copies;
 mod cuda;
 mod exports;
+mod questions;
 mod real;
 mod state;
 

@@ -6,7 +6,7 @@
 
 use std::{
     cell::Cell,
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     ffi::c_void,
     io::Write as _,
     path::PathBuf,
@@ -37,6 +37,10 @@ pub static FLOOR: AtomicUsize = AtomicUsize::new(usize::MAX);
 pub static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Whether any block is registered by us: frees look nothing up until one is.
 pub static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Whether any block the program believes pinned is pageable (a demoted request or a
+/// registration not carried out): until one is, copies and questions about pointers look
+/// nothing up for it.
+pub static BELIEVED_PINNED: AtomicBool = AtomicBool::new(false);
 /// Set in a forked child: CUDA does not survive fork, so no CUDA call of ours is made there.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
@@ -116,6 +120,37 @@ pub struct Counters {
     /// (under 10%) or the budget was reached.
     pub pressure_fallbacks: u64,
     pub cache_releases: u64,
+    /// Pinned requests served pageable, and registrations skipped, that were registered
+    /// later because the program used them as only pinned memory can be used.
+    pub pinned_on_demand: u64,
+    /// Copies that touched memory hotpin registered behind the program's back: made to
+    /// complete before they returned, as copies of pageable memory do; and those refused
+    /// during stream capture, as CUDA refuses pageable memory there.
+    pub copies_waited: u64,
+    pub captures_refused: u64,
+    /// Questions about a pointer (`cudaPointerGetAttributes`, ...) answered as for pageable
+    /// memory, for memory hotpin registered behind the program's back.
+    pub questions_hidden: u64,
+}
+
+/// A pinned request served from libc.
+struct Demoted {
+    size: usize,
+    /// Registered since, because the program used it as only pinned memory can be used.
+    pinned_on_demand: bool,
+}
+
+/// The block of `map` (start -> size; blocks do not overlap) that overlaps `[start, start +
+/// len)`, if any: only the last block starting before the range's end can.
+fn overlapping<V>(
+    map: &BTreeMap<usize, V>,
+    size: impl Fn(&V) -> usize,
+    start: usize,
+    len: usize,
+) -> Option<(usize, &V)> {
+    let end = start.saturating_add(len.max(1));
+    let (&block, value) = map.range(..end).next_back()?;
+    (block.saturating_add(size(value)) > start).then_some((block, value))
 }
 
 struct State {
@@ -124,13 +159,16 @@ struct State {
     budget: Option<u64>,
     resolver: Resolver,
     ordinals: HashMap<SiteKey, u32>,
-    /// Blocks we registered in place: address -> size.
-    registered: HashMap<usize, usize>,
+    /// Blocks we registered in place: address -> size. Ordered, so that a copy's host
+    /// memory is looked up by interval.
+    registered: BTreeMap<usize, usize>,
     registered_bytes: u64,
-    /// Pinned requests served from libc: address -> size.
-    demoted: HashMap<usize, usize>,
-    /// Program registrations not carried out (or of blocks registered by us already).
-    skipped: HashMap<usize, usize>,
+    /// Pinned requests served from libc: address -> size, and whether it was pinned on
+    /// demand since (a question or a capture that needs it pinned).
+    demoted: BTreeMap<usize, Demoted>,
+    /// Program registrations not carried out (or of blocks registered by us already):
+    /// address -> (size, the program's registration flags).
+    skipped: BTreeMap<usize, (usize, u32)>,
     /// Blocks the program freed, kept registered (and in `registered`) for reuse: (address,
     /// size). At most `cache_limit` bytes (`HOTPIN_CACHE`, default 1 GiB).
     cache: Vec<(usize, usize)>,
@@ -144,6 +182,11 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// Counted by the copy and question hooks without the lock; written into the report's
+/// counters at exit.
+pub static COPIES_WAITED: AtomicU64 = AtomicU64::new(0);
+pub static CAPTURES_REFUSED: AtomicU64 = AtomicU64::new(0);
+pub static QUESTIONS_HIDDEN: AtomicU64 = AtomicU64::new(0);
 /// Allocations judged, for a cheap check in tests and the report.
 static JUDGED: AtomicU64 = AtomicU64::new(0);
 
@@ -198,10 +241,16 @@ extern "C" fn at_exit() {
         counters: &'a Counters,
         decisions: &'a [Decision],
     }
+    let counters = Counters {
+        copies_waited: COPIES_WAITED.load(Ordering::Relaxed),
+        captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
+        questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
+        ..state.counters.clone()
+    };
     let report = Report {
         pid: std::process::id(),
         mode: state.mode.name(),
-        counters: &state.counters,
+        counters: &counters,
         decisions: &state.log,
     };
     // One file per process: children inherit the variable.
@@ -237,10 +286,9 @@ fn stored_history() -> Result<PathBuf, String> {
 }
 
 impl State {
-    /// None without HOTPIN_MODE: nothing to do. Profile mode pins everything, as pin-all
-    /// does, while the tracer records (so a program that copies pageable memory through a
-    /// pinned bounce buffer of its own, as JAX does, shows which of its buffers it copies),
-    /// and keeps no cache of freed blocks (the tracer must see every allocation and free).
+    /// None without HOTPIN_MODE: nothing to do. Profile mode changes nothing (the tracer
+    /// records the program as it is) and keeps no cache of freed blocks (the tracer must see
+    /// every allocation and free).
     fn from_env() -> Result<Option<Self>, String> {
         let Some(name) = std::env::var("HOTPIN_MODE").ok() else {
             return Ok(None);
@@ -272,10 +320,10 @@ impl State {
             budget,
             resolver: Resolver::default(),
             ordinals: HashMap::new(),
-            registered: HashMap::new(),
+            registered: BTreeMap::new(),
             registered_bytes: 0,
-            demoted: HashMap::new(),
-            skipped: HashMap::new(),
+            demoted: BTreeMap::new(),
+            skipped: BTreeMap::new(),
             cache: Vec::new(),
             cache_bytes: 0,
             cache_limit: match mode {
@@ -313,7 +361,9 @@ impl State {
         asked_pinned: bool,
     ) -> (bool, &'static str) {
         match self.mode {
-            Mode::PinAll | Mode::Profile => (true, "pin-all"),
+            Mode::PinAll => (true, "pin-all"),
+            // The program as it is: what it asked for, so the history records its own copies.
+            Mode::Profile => (asked_pinned, "profile"),
             Mode::PinNone => (false, "pin-none"),
             Mode::Use => match self.hot.as_ref().map(|h| h.judge(site, ordinal, size)) {
                 Some(Judged::Known(Verdict::Pin)) => (true, "known"),
@@ -548,16 +598,34 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
 pub fn demoted(ptr: *mut c_void, size: usize) {
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
-    state.demoted.insert(ptr as usize, size);
+    state.demoted.insert(
+        ptr as usize,
+        Demoted {
+            size,
+            pinned_on_demand: false,
+        },
+    );
+    BELIEVED_PINNED.store(true, Ordering::Release);
     state.counters.demoted += 1;
     state.counters.demoted_bytes += size as u64;
 }
 
-/// `cudaFreeHost(ptr)`: true if `ptr` was demoted (and is to be freed to libc).
+/// `cudaFreeHost(ptr)`: true if `ptr` was demoted (and is to be freed to libc); a block
+/// pinned on demand since is unregistered first.
 pub fn free_demoted(ptr: *mut c_void) -> bool {
-    lock()
-        .as_mut()
-        .is_some_and(|state| state.demoted.remove(&(ptr as usize)).is_some())
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return false;
+    };
+    match state.demoted.remove(&(ptr as usize)) {
+        Some(demoted) => {
+            if demoted.pinned_on_demand {
+                let _ = cuda::unregister(ptr);
+            }
+            true
+        }
+        None => false,
+    }
 }
 
 /// `cudaHostRegister(ptr, size, flags)` from the call site `caller`: true if it is not to be
@@ -569,7 +637,7 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
     };
     if state.registered.contains_key(&(ptr as usize)) {
         // Promoted by us before the program asked (PyTorch registers what it mallocs).
-        state.skipped.insert(ptr as usize, size);
+        state.skipped.insert(ptr as usize, (size, flags));
         return true;
     }
     let (site, ordinal) = state.identify(caller);
@@ -587,7 +655,8 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
         state.counters.kept_pinned_bytes += size as u64;
         return false;
     }
-    state.skipped.insert(ptr as usize, size);
+    state.skipped.insert(ptr as usize, (size, flags));
+    BELIEVED_PINNED.store(true, Ordering::Release);
     state.counters.skipped_registers += 1;
     state.record(
         "cudaHostRegister",
@@ -606,6 +675,105 @@ pub fn skip_unregister(ptr: *mut c_void) -> bool {
     lock()
         .as_mut()
         .is_some_and(|state| state.skipped.remove(&(ptr as usize)).is_some())
+}
+
+/// What hotpin changed about the host memory a copy or a question touches.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Touched {
+    /// Some of it lies in a block hotpin registered that the program believes pageable.
+    pub hidden: bool,
+    /// Some of it lies in a block the program believes pinned that hotpin left pageable.
+    pub believed_pinned: bool,
+}
+
+impl State {
+    /// The block hotpin registered that holds part of `[start, start + len)` and that the
+    /// program believes pageable (not one it registered itself on top of ours).
+    fn hidden_block(&self, start: usize, len: usize) -> Option<usize> {
+        overlapping(&self.registered, |size| *size, start, len)
+            .map(|(block, _)| block)
+            .filter(|block| !self.skipped.contains_key(block))
+    }
+
+    /// The pageable block the program believes pinned that holds part of `[start, start +
+    /// len)`: (start, size, the registration flags that pin it as the program asked: none
+    /// for a demoted request, the program's own for a skipped registration).
+    fn believed_pinned_block(&self, start: usize, len: usize) -> Option<(usize, usize, u32)> {
+        if let Some((block, demoted)) = overlapping(&self.demoted, |d: &Demoted| d.size, start, len)
+            && !demoted.pinned_on_demand
+        {
+            return Some((block, demoted.size, 0));
+        }
+        overlapping(&self.skipped, |(size, _)| *size, start, len)
+            .filter(|(block, _)| !self.registered.contains_key(block))
+            .map(|(block, &(size, flags))| (block, size, flags))
+    }
+
+    /// Whether `ptr` lies in a pinned request served pageable (pinned on demand or not).
+    fn in_demoted(&self, ptr: usize) -> bool {
+        overlapping(&self.demoted, |d: &Demoted| d.size, ptr, 1).is_some()
+    }
+}
+
+/// What hotpin changed about the memory in `ranges` (address, length).
+pub fn touched(ranges: &[(usize, usize)]) -> Touched {
+    let guard = lock();
+    let Some(state) = guard.as_ref() else {
+        return Touched::default();
+    };
+    let mut touched = Touched::default();
+    for &(start, len) in ranges {
+        if start == 0 {
+            continue;
+        }
+        touched.hidden |= state.hidden_block(start, len).is_some();
+        touched.believed_pinned |= state.believed_pinned_block(start, len).is_some();
+    }
+    touched
+}
+
+/// The start of the block holding `ptr` that hotpin registered and the program believes
+/// pageable, if any.
+pub fn hidden_block(ptr: usize) -> Option<usize> {
+    lock().as_ref()?.hidden_block(ptr, 1)
+}
+
+/// Whether `ptr` lies in a pinned request hotpin served pageable.
+pub fn in_demoted(ptr: usize) -> bool {
+    lock().as_ref().is_some_and(|state| state.in_demoted(ptr))
+}
+
+/// Registers every block in `ranges` that the program believes pinned and hotpin left
+/// pageable, because the program is about to use it as only pinned memory can be used
+/// (captured into a CUDA graph, mapped, asked about). A demoted block stays hotpin's to free;
+/// a registration that had been skipped becomes the program's own again (its
+/// `cudaHostUnregister` goes to CUDA). Returns how many were registered.
+pub fn pin_on_demand(ranges: &[(usize, usize)]) -> usize {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return 0;
+    };
+    let mut pinned = 0;
+    for &(start, len) in ranges {
+        if start == 0 {
+            continue;
+        }
+        while let Some((block, size, flags)) = state.believed_pinned_block(start, len) {
+            let register = || cuda::register_with(block as *mut c_void, size, flags);
+            if cuda::with_relaxed_capture(register) != Some(0) {
+                state.counters.register_failures += 1;
+                break;
+            }
+            pinned += 1;
+            state.counters.pinned_on_demand += 1;
+            if let Some(demoted) = state.demoted.get_mut(&block) {
+                demoted.pinned_on_demand = true;
+            } else {
+                state.skipped.remove(&block);
+            }
+        }
+    }
+    pinned
 }
 
 /// Whether CUDA calls of ours may be made in this process.

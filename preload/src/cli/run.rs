@@ -23,9 +23,9 @@ const PRELOAD: &str = "libhotpin_preload.so";
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// profile: record the program with the tracer (`tracer record --libc-malloc`) while
-    /// everything is pinned; use: pin what the history says pays; pin-all, pin-none: the
-    /// baselines.
+    /// profile: record the program as it is with the tracer (`tracer record --libc-malloc`);
+    /// use: pin what the history says pays; pin-all, pin-none: the baselines. In every mode
+    /// the program computes what it computes without hotpin (docs/transparency.md).
     #[arg(long, default_value = "use", value_parser = ["profile", "use", "pin-all", "pin-none"])]
     mode: String,
     /// The history: written in profile mode (default: the tracer's name for it), read in use
@@ -107,10 +107,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     Err(anyhow::Error::from(error).context(format!("cannot start {}", program.to_string_lossy())))
 }
 
-/// Profile mode: the tracer records the program, libc's allocations above the floor included,
-/// so use mode can recognise them by call site, while the interposer pins everything: a
-/// program that stages pageable copies through pinned buffers of its own (JAX) copies its
-/// buffers directly once they are pinned, and the history sees which they are.
+/// Profile mode: the tracer records the program as it is, libc's allocations above the floor
+/// included, so use mode can recognise them by call site. The interposer is loaded but
+/// changes nothing: it only makes the program allocate as it will in use mode. (It used to pin
+/// everything, so that JAX, which copies pageable memory through a pinned bounce buffer of
+/// its own, would copy its buffers directly; since pinning is hidden from the program's
+/// questions, that no longer changes what JAX does, and a profile must record the program as
+/// it is: docs/transparency.md.)
 fn profile(
     args: &RunArgs,
     floor: u64,

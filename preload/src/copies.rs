@@ -1,0 +1,538 @@
+//! The program's asynchronous copies, in the runtime and in the driver: each one whose host
+//! memory hotpin registered behind the program's back keeps the promise CUDA makes for
+//! pageable memory.
+//!
+//! CUDA's rules ("API synchronization behavior"): an asynchronous copy *from* pageable memory
+//! returns once the source is staged, so the program may overwrite the source at once; one
+//! *into* pageable memory returns only when the data is there, so the program may read it at
+//! once; copies of pinned memory are fully asynchronous. So a copy touching a block hotpin
+//! promoted is queued as the program asked (at pinned speed), then waited for before it
+//! returns. During stream capture it gets CUDA's own answer for pageable memory, asked once:
+//! refused (before CUDA 13, and on the stand-in), or captured (CUDA 13 captures copies of
+//! pageable memory; the graph then holds this one as it is). Once every such copy has
+//! completed when it returns, no
+//! DMA can still read or write a promoted block when the program frees it, reallocates it, or
+//! hotpin's cache hands it to another allocation.
+//!
+//! A copy of memory the program believes pinned that hotpin left pageable (a demoted request,
+//! a skipped registration) already gets stronger semantics than it asked for, except in
+//! stream capture, which refuses pageable memory: such a block is registered first.
+//!
+//! A copy touching no block hotpin changed costs an atomic load, or while blocks are
+//! promoted, one lookup under a lock (docs/benchmarks.md measures it). Synchronous copies are
+//! not hooked: CUDA makes them synchronous to the host for pinned memory as for pageable.
+
+use std::{
+    cell::Cell,
+    ffi::{CStr, c_int, c_void},
+    sync::atomic::Ordering,
+};
+
+use crate::{
+    cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
+    exports::judged,
+    questions,
+    state::{self, ACTIVE, BELIEVED_PINNED, Busy, CAPTURES_REFUSED, COPIES_WAITED, Touched},
+};
+
+/// Host memory a copy may read or write: (address, length). Over-estimating is safe (a copy
+/// waited for that need not have been); under-estimating is not.
+type Range = (usize, usize);
+
+thread_local! {
+    /// This thread is inside a guarded copy: the driver copy a runtime copy makes beneath it
+    /// is not guarded twice.
+    static IN_COPY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether any block hotpin changed exists at all (nothing to look up otherwise).
+fn anything_changed() -> bool {
+    ACTIVE.load(Ordering::Acquire) || BELIEVED_PINNED.load(Ordering::Acquire)
+}
+
+/// Runs the program's copy `call`, queued on `stream`, touching `ranges`, with the semantics
+/// the program was promised for that memory.
+fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -> c_int) -> c_int {
+    if !anything_changed() || state::forked() || IN_COPY.get() {
+        return call();
+    }
+    let Some(busy) = Busy::enter() else {
+        return call();
+    };
+    let mut touched = Touched::default();
+    judged(|| touched = state::touched(ranges));
+    if touched.believed_pinned && cuda::capturing(stream) {
+        judged(|| {
+            state::pin_on_demand(ranges);
+        });
+    }
+    if !touched.hidden {
+        drop(busy);
+        return call();
+    }
+    if cuda::capturing(stream) {
+        // CUDA's own answer for pageable memory: refused (older CUDA, the stand-in), or
+        // captured (CUDA 13), as this copy then is.
+        let pageable = questions::reference() as *const c_void;
+        if cuda::capture_of_pageable(pageable) != 0 {
+            let refused = cuda::refuse_as_pageable(stream, pageable, layer);
+            if refused != 0 {
+                CAPTURES_REFUSED.fetch_add(1, Ordering::Relaxed);
+                return refused;
+            }
+        }
+        drop(busy);
+        return call();
+    }
+    drop(busy);
+    IN_COPY.set(true);
+    let queued = call();
+    IN_COPY.set(false);
+    if queued != 0 {
+        return queued;
+    }
+    COPIES_WAITED.fetch_add(1, Ordering::Relaxed);
+    let _busy = Busy::enter();
+    cuda::synchronize(stream)
+}
+
+/// A copy whose host memory cannot be told from its arguments (3D batches, 3D peer copies):
+/// while any block is promoted, waited for as a pageable copy is. During capture it passes
+/// as it is (a sync there would end the capture): docs/transparency.md names this gap.
+fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
+    if !ACTIVE.load(Ordering::Acquire) || state::forked() || IN_COPY.get() {
+        return call();
+    }
+    let capturing = {
+        let _busy = Busy::enter();
+        cuda::capturing(stream)
+    };
+    IN_COPY.set(true);
+    let queued = call();
+    IN_COPY.set(false);
+    if queued != 0 || capturing {
+        return queued;
+    }
+    COPIES_WAITED.fetch_add(1, Ordering::Relaxed);
+    let _busy = Busy::enter();
+    cuda::synchronize(stream)
+}
+
+/// What stream 0 means to a `_ptsz` entry point: the calling thread's default stream.
+fn per_thread(stream: Stream) -> Stream {
+    if stream.is_null() {
+        STREAM_PER_THREAD as Stream
+    } else {
+        stream
+    }
+}
+
+const fn cstr(text: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(text.as_bytes()) {
+        Ok(name) => name,
+        Err(_) => panic!("a function name with a NUL inside"),
+    }
+}
+
+/// Defines the exported copy `$name` (the real one behind it: `$real`, in the runtime or the
+/// driver), guarded on `$stream` over the host memory `$ranges` (an expression of the
+/// arguments), or `unknown`.
+macro_rules! copy {
+    ($real:ident = $layer:ident $name:ident ($($arg:ident: $ty:ty),*), $stream:expr, $guard:ident $(, $ranges:expr)?) => {
+        pub static $real: Real = Real::$layer(cstr(concat!(stringify!($name), "\0")));
+
+        /// # Safety
+        /// As the CUDA function of this name.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the real function of this name has this C type.
+            let Some(real) =
+                (unsafe { cuda::function::<unsafe extern "C" fn($($ty),*) -> c_int>(&$real) })
+            else {
+                return cuda::ERROR_NO_RUNTIME;
+            };
+            // SAFETY: the program's own call, passed on as it was made.
+            let call = || unsafe { real($($arg),*) };
+            copy!(@guard $guard, $stream, copy!(@layer $layer), call $(, $ranges)?)
+        }
+    };
+    (@guard guarded, $stream:expr, $layer:expr, $call:ident, $ranges:expr) => {{
+        // SAFETY: the program's own arguments, read as CUDA reads them.
+        #[allow(unused_unsafe)]
+        let ranges = unsafe { $ranges };
+        guarded(&ranges, $stream, $layer, $call)
+    }};
+    (@guard guarded_unknown, $stream:expr, $layer:expr, $call:ident) => {
+        guarded_unknown($stream, $call)
+    };
+    (@layer runtime) => { Layer::Runtime };
+    (@layer driver) => { Layer::Driver };
+}
+
+type Dev = u64;
+
+// The driver.
+copy!(CU_HTOD = driver cuMemcpyHtoDAsync_v2(dst: Dev, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n)]);
+copy!(CU_HTOD_PTSZ = driver cuMemcpyHtoDAsync_v2_ptsz(dst: Dev, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n)]);
+copy!(CU_DTOH = driver cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n)]);
+copy!(CU_DTOH_PTSZ = driver cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n)]);
+copy!(CU_COPY = driver cuMemcpyAsync(dst: Dev, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n), (src as usize, n)]);
+copy!(CU_COPY_PTSZ = driver cuMemcpyAsync_ptsz(dst: Dev, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n), (src as usize, n)]);
+copy!(CU_2D = driver cuMemcpy2DAsync_v2(c: *const Memcpy2D, s: Stream), s, guarded, Memcpy2D::ranges(c));
+copy!(CU_2D_PTSZ = driver cuMemcpy2DAsync_v2_ptsz(c: *const Memcpy2D, s: Stream), per_thread(s), guarded, Memcpy2D::ranges(c));
+copy!(CU_3D = driver cuMemcpy3DAsync_v2(c: *const Memcpy3D, s: Stream), s, guarded, Memcpy3D::ranges(c));
+copy!(CU_3D_PTSZ = driver cuMemcpy3DAsync_v2_ptsz(c: *const Memcpy3D, s: Stream), per_thread(s), guarded, Memcpy3D::ranges(c));
+copy!(CU_HTOA = driver cuMemcpyHtoAAsync_v2(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n)]);
+copy!(CU_HTOA_PTSZ = driver cuMemcpyHtoAAsync_v2_ptsz(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n)]);
+copy!(CU_ATOH = driver cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), s, guarded, [(dst as usize, n)]);
+copy!(CU_ATOH_PTSZ = driver cuMemcpyAtoHAsync_v2_ptsz(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n)]);
+copy!(CU_BATCH = driver cuMemcpyBatchAsync_v2(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), s, guarded, batch(d, r, z, n));
+copy!(CU_BATCH_PTSZ = driver cuMemcpyBatchAsync_v2_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
+copy!(CU_BATCH_V1 = driver cuMemcpyBatchAsync(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, f: *mut usize, s: Stream), s, guarded, batch(d, r, z, n));
+copy!(CU_BATCH_V1_PTSZ = driver cuMemcpyBatchAsync_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, f: *mut usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
+copy!(CU_3D_PEER = driver cuMemcpy3DPeerAsync(c: *const c_void, s: Stream), s, guarded_unknown);
+copy!(CU_3D_PEER_PTSZ = driver cuMemcpy3DPeerAsync_ptsz(c: *const c_void, s: Stream), per_thread(s), guarded_unknown);
+copy!(CU_3D_BATCH = driver cuMemcpy3DBatchAsync_v2(n: usize, o: *mut c_void, f: u64, s: Stream), s, guarded_unknown);
+copy!(CU_3D_BATCH_PTSZ = driver cuMemcpy3DBatchAsync_v2_ptsz(n: usize, o: *mut c_void, f: u64, s: Stream), per_thread(s), guarded_unknown);
+copy!(CU_3D_BATCH_V1 = driver cuMemcpy3DBatchAsync(n: usize, o: *mut c_void, x: *mut usize, f: u64, s: Stream), s, guarded_unknown);
+copy!(CU_3D_BATCH_V1_PTSZ = driver cuMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c_void, x: *mut usize, f: u64, s: Stream), per_thread(s), guarded_unknown);
+
+// The runtime (which, in most programs, makes each of these through the driver's above).
+type Kind = c_int;
+copy!(RT_COPY = runtime cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n), (src as usize, n)]);
+copy!(RT_COPY_PTSZ = runtime cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n), (src as usize, n)]);
+copy!(RT_2D = runtime cudaMemcpy2DAsync(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h), pitched(src as usize, sp, w, h)]);
+copy!(RT_2D_PTSZ = runtime cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(dst as usize, dp, w, h), pitched(src as usize, sp, w, h)]);
+copy!(RT_3D = runtime cudaMemcpy3DAsync(p: *const Memcpy3DParms, s: Stream), s, guarded, Memcpy3DParms::ranges(p));
+copy!(RT_3D_PTSZ = runtime cudaMemcpy3DAsync_ptsz(p: *const Memcpy3DParms, s: Stream), per_thread(s), guarded, Memcpy3DParms::ranges(p));
+copy!(RT_BATCH = runtime cudaMemcpyBatchAsync(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), s, guarded, batch(d, r, z, n));
+copy!(RT_BATCH_PTSZ = runtime cudaMemcpyBatchAsync_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
+copy!(RT_TO_SYMBOL = runtime cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(src as usize, n)]);
+copy!(RT_TO_SYMBOL_PTSZ = runtime cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(src as usize, n)]);
+copy!(RT_FROM_SYMBOL = runtime cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n)]);
+copy!(RT_FROM_SYMBOL_PTSZ = runtime cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n)]);
+copy!(RT_TO_ARRAY = runtime cudaMemcpy2DToArrayAsync(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(src as usize, sp, w, h)]);
+copy!(RT_TO_ARRAY_PTSZ = runtime cudaMemcpy2DToArrayAsync_ptsz(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(src as usize, sp, w, h)]);
+copy!(RT_FROM_ARRAY = runtime cudaMemcpy2DFromArrayAsync(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h)]);
+copy!(RT_FROM_ARRAY_PTSZ = runtime cudaMemcpy2DFromArrayAsync_ptsz(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(dst as usize, dp, w, h)]);
+copy!(RT_3D_PEER = runtime cudaMemcpy3DPeerAsync(p: *const c_void, s: Stream), s, guarded_unknown);
+copy!(RT_3D_PEER_PTSZ = runtime cudaMemcpy3DPeerAsync_ptsz(p: *const c_void, s: Stream), per_thread(s), guarded_unknown);
+copy!(RT_3D_BATCH = runtime cudaMemcpy3DBatchAsync(n: usize, o: *mut c_void, f: u64, s: Stream), s, guarded_unknown);
+copy!(RT_3D_BATCH_PTSZ = runtime cudaMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c_void, f: u64, s: Stream), per_thread(s), guarded_unknown);
+
+/// The driver's copies: (the name `cuGetProcAddress` is asked for, the real function, ours).
+/// The driver answers a base name with the version and stream flavour the caller asked for:
+/// ours is given only for the very function it wraps.
+pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 24] {
+    macro_rules! entry {
+        ($base:literal, $real:ident, $ours:ident) => {
+            ($base, &$real, $ours as *const () as usize)
+        };
+    }
+    [
+        entry!(c"cuMemcpyHtoDAsync", CU_HTOD, cuMemcpyHtoDAsync_v2),
+        entry!(
+            c"cuMemcpyHtoDAsync",
+            CU_HTOD_PTSZ,
+            cuMemcpyHtoDAsync_v2_ptsz
+        ),
+        entry!(c"cuMemcpyDtoHAsync", CU_DTOH, cuMemcpyDtoHAsync_v2),
+        entry!(
+            c"cuMemcpyDtoHAsync",
+            CU_DTOH_PTSZ,
+            cuMemcpyDtoHAsync_v2_ptsz
+        ),
+        entry!(c"cuMemcpyAsync", CU_COPY, cuMemcpyAsync),
+        entry!(c"cuMemcpyAsync", CU_COPY_PTSZ, cuMemcpyAsync_ptsz),
+        entry!(c"cuMemcpy2DAsync", CU_2D, cuMemcpy2DAsync_v2),
+        entry!(c"cuMemcpy2DAsync", CU_2D_PTSZ, cuMemcpy2DAsync_v2_ptsz),
+        entry!(c"cuMemcpy3DAsync", CU_3D, cuMemcpy3DAsync_v2),
+        entry!(c"cuMemcpy3DAsync", CU_3D_PTSZ, cuMemcpy3DAsync_v2_ptsz),
+        entry!(c"cuMemcpyHtoAAsync", CU_HTOA, cuMemcpyHtoAAsync_v2),
+        entry!(
+            c"cuMemcpyHtoAAsync",
+            CU_HTOA_PTSZ,
+            cuMemcpyHtoAAsync_v2_ptsz
+        ),
+        entry!(c"cuMemcpyAtoHAsync", CU_ATOH, cuMemcpyAtoHAsync_v2),
+        entry!(
+            c"cuMemcpyAtoHAsync",
+            CU_ATOH_PTSZ,
+            cuMemcpyAtoHAsync_v2_ptsz
+        ),
+        entry!(c"cuMemcpyBatchAsync", CU_BATCH, cuMemcpyBatchAsync_v2),
+        entry!(
+            c"cuMemcpyBatchAsync",
+            CU_BATCH_PTSZ,
+            cuMemcpyBatchAsync_v2_ptsz
+        ),
+        entry!(c"cuMemcpyBatchAsync", CU_BATCH_V1, cuMemcpyBatchAsync),
+        entry!(
+            c"cuMemcpyBatchAsync",
+            CU_BATCH_V1_PTSZ,
+            cuMemcpyBatchAsync_ptsz
+        ),
+        entry!(c"cuMemcpy3DPeerAsync", CU_3D_PEER, cuMemcpy3DPeerAsync),
+        entry!(
+            c"cuMemcpy3DPeerAsync",
+            CU_3D_PEER_PTSZ,
+            cuMemcpy3DPeerAsync_ptsz
+        ),
+        entry!(
+            c"cuMemcpy3DBatchAsync",
+            CU_3D_BATCH,
+            cuMemcpy3DBatchAsync_v2
+        ),
+        entry!(
+            c"cuMemcpy3DBatchAsync",
+            CU_3D_BATCH_PTSZ,
+            cuMemcpy3DBatchAsync_v2_ptsz
+        ),
+        entry!(
+            c"cuMemcpy3DBatchAsync",
+            CU_3D_BATCH_V1,
+            cuMemcpy3DBatchAsync
+        ),
+        entry!(
+            c"cuMemcpy3DBatchAsync",
+            CU_3D_BATCH_V1_PTSZ,
+            cuMemcpy3DBatchAsync_ptsz
+        ),
+    ]
+}
+
+/// The runtime's copies: (the real function, ours), for `dlsym`.
+pub fn runtime_copies() -> [(&'static Real, usize); 20] {
+    macro_rules! entry {
+        ($real:ident, $ours:ident) => {
+            (&$real, $ours as *const () as usize)
+        };
+    }
+    [
+        entry!(RT_COPY, cudaMemcpyAsync),
+        entry!(RT_COPY_PTSZ, cudaMemcpyAsync_ptsz),
+        entry!(RT_2D, cudaMemcpy2DAsync),
+        entry!(RT_2D_PTSZ, cudaMemcpy2DAsync_ptsz),
+        entry!(RT_3D, cudaMemcpy3DAsync),
+        entry!(RT_3D_PTSZ, cudaMemcpy3DAsync_ptsz),
+        entry!(RT_BATCH, cudaMemcpyBatchAsync),
+        entry!(RT_BATCH_PTSZ, cudaMemcpyBatchAsync_ptsz),
+        entry!(RT_TO_SYMBOL, cudaMemcpyToSymbolAsync),
+        entry!(RT_TO_SYMBOL_PTSZ, cudaMemcpyToSymbolAsync_ptsz),
+        entry!(RT_FROM_SYMBOL, cudaMemcpyFromSymbolAsync),
+        entry!(RT_FROM_SYMBOL_PTSZ, cudaMemcpyFromSymbolAsync_ptsz),
+        entry!(RT_TO_ARRAY, cudaMemcpy2DToArrayAsync),
+        entry!(RT_TO_ARRAY_PTSZ, cudaMemcpy2DToArrayAsync_ptsz),
+        entry!(RT_FROM_ARRAY, cudaMemcpy2DFromArrayAsync),
+        entry!(RT_FROM_ARRAY_PTSZ, cudaMemcpy2DFromArrayAsync_ptsz),
+        entry!(RT_3D_PEER, cudaMemcpy3DPeerAsync),
+        entry!(RT_3D_PEER_PTSZ, cudaMemcpy3DPeerAsync_ptsz),
+        entry!(RT_3D_BATCH, cudaMemcpy3DBatchAsync),
+        entry!(RT_3D_BATCH_PTSZ, cudaMemcpy3DBatchAsync_ptsz),
+    ]
+}
+
+/// `height` rows of `width` bytes, `pitch` apart, from `start`.
+fn pitched(start: usize, pitch: usize, width: usize, height: usize) -> Range {
+    let rows = pitch.saturating_mul(height.saturating_sub(1));
+    (start, rows.saturating_add(width))
+}
+
+/// The host memory of a batch: each copy's source and destination (either may be host
+/// memory: batches take unified addresses).
+///
+/// # Safety
+/// The arrays hold `count` elements each, as CUDA requires.
+unsafe fn batch(
+    dsts: *const Dev,
+    srcs: *const Dev,
+    sizes: *const usize,
+    count: usize,
+) -> Vec<Range> {
+    if dsts.is_null() || srcs.is_null() || sizes.is_null() {
+        return Vec::new();
+    }
+    (0..count)
+        .flat_map(|i| {
+            // SAFETY: within the arrays, as the caller promises.
+            let (dst, src, size) = unsafe { (*dsts.add(i), *srcs.add(i), *sizes.add(i)) };
+            [(dst as usize, size), (src as usize, size)]
+        })
+        .collect()
+}
+
+/// `CUmemorytype`: the side of a described copy that is host memory, or unified (may be).
+const MEMORY_HOST: u32 = 1;
+const MEMORY_UNIFIED: u32 = 4;
+
+/// cuda.h's `CUDA_MEMCPY2D`.
+#[repr(C)]
+pub struct Memcpy2D {
+    src_x: usize,
+    src_y: usize,
+    src_type: u32,
+    src_host: usize,
+    src_device: Dev,
+    src_array: usize,
+    src_pitch: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_type: u32,
+    dst_host: usize,
+    dst_device: Dev,
+    dst_array: usize,
+    dst_pitch: usize,
+    width: usize,
+    height: usize,
+}
+
+const _: () = assert!(std::mem::offset_of!(Memcpy2D, dst_type) == 72);
+const _: () = assert!(size_of::<Memcpy2D>() == 128);
+
+/// A described side's host address: its host pointer, or its unified address.
+fn host_side(kind: u32, host: usize, device: Dev) -> usize {
+    match kind {
+        MEMORY_HOST => host,
+        MEMORY_UNIFIED => device as usize,
+        _ => 0,
+    }
+}
+
+impl Memcpy2D {
+    /// # Safety
+    /// `c` is null or points to a descriptor, as CUDA requires.
+    unsafe fn ranges(c: *const Self) -> [Range; 2] {
+        // SAFETY: as the caller promises.
+        let Some(c) = (unsafe { c.as_ref() }) else {
+            return [(0, 0); 2];
+        };
+        let rows = |y: usize, pitch: usize, x: usize| {
+            (y.saturating_add(c.height))
+                .saturating_mul(pitch)
+                .saturating_add(x)
+                .saturating_add(c.width)
+        };
+        [
+            (
+                host_side(c.src_type, c.src_host, c.src_device),
+                rows(c.src_y, c.src_pitch, c.src_x),
+            ),
+            (
+                host_side(c.dst_type, c.dst_host, c.dst_device),
+                rows(c.dst_y, c.dst_pitch, c.dst_x),
+            ),
+        ]
+    }
+}
+
+/// cuda.h's `CUDA_MEMCPY3D`.
+#[repr(C)]
+pub struct Memcpy3D {
+    src_x: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_type: u32,
+    src_host: usize,
+    src_device: Dev,
+    src_array: usize,
+    reserved0: usize,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_type: u32,
+    dst_host: usize,
+    dst_device: Dev,
+    dst_array: usize,
+    reserved1: usize,
+    dst_pitch: usize,
+    dst_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+const _: () = assert!(std::mem::offset_of!(Memcpy3D, dst_type) == 120);
+const _: () = assert!(std::mem::offset_of!(Memcpy3D, depth) == 192);
+
+/// The bytes from a 3D side's base to the end of its last row (an over-estimate where the
+/// copy skips bytes).
+fn extent_3d(pos: [usize; 3], pitch: usize, slice_height: usize, size: [usize; 3]) -> usize {
+    let [x, y, z] = pos;
+    let [width, height, depth] = size;
+    let slices = z
+        .saturating_add(depth)
+        .saturating_mul(slice_height.max(y.saturating_add(height)));
+    slices
+        .saturating_mul(pitch)
+        .saturating_add(x)
+        .saturating_add(width)
+}
+
+impl Memcpy3D {
+    /// # Safety
+    /// `c` is null or points to a descriptor, as CUDA requires.
+    unsafe fn ranges(c: *const Self) -> [Range; 2] {
+        // SAFETY: as the caller promises.
+        let Some(c) = (unsafe { c.as_ref() }) else {
+            return [(0, 0); 2];
+        };
+        let size = [c.width, c.height, c.depth];
+        [
+            (
+                host_side(c.src_type, c.src_host, c.src_device),
+                extent_3d([c.src_x, c.src_y, c.src_z], c.src_pitch, c.src_height, size),
+            ),
+            (
+                host_side(c.dst_type, c.dst_host, c.dst_device),
+                extent_3d([c.dst_x, c.dst_y, c.dst_z], c.dst_pitch, c.dst_height, size),
+            ),
+        ]
+    }
+}
+
+/// driver_types.h's `cudaMemcpy3DParms`.
+#[repr(C)]
+pub struct Memcpy3DParms {
+    src_array: usize,
+    src_pos: [usize; 3],
+    src_ptr: PitchedPtr,
+    dst_array: usize,
+    dst_pos: [usize; 3],
+    dst_ptr: PitchedPtr,
+    extent: [usize; 3],
+    kind: c_int,
+}
+
+/// `cudaPitchedPtr`.
+#[repr(C)]
+struct PitchedPtr {
+    ptr: usize,
+    pitch: usize,
+    xsize: usize,
+    ysize: usize,
+}
+
+const _: () = assert!(std::mem::offset_of!(Memcpy3DParms, dst_ptr) == 96);
+const _: () = assert!(std::mem::offset_of!(Memcpy3DParms, kind) == 152);
+
+impl Memcpy3DParms {
+    /// Every side given by pointer may be host memory (with `cudaMemcpyDefault` the kind
+    /// does not say): both are looked up.
+    ///
+    /// # Safety
+    /// `p` is null or points to parameters, as CUDA requires.
+    unsafe fn ranges(p: *const Self) -> [Range; 2] {
+        // SAFETY: as the caller promises.
+        let Some(p) = (unsafe { p.as_ref() }) else {
+            return [(0, 0); 2];
+        };
+        let side = |ptr: &PitchedPtr, pos: [usize; 3]| {
+            (ptr.ptr, extent_3d(pos, ptr.pitch, ptr.ysize, p.extent))
+        };
+        [side(&p.src_ptr, p.src_pos), side(&p.dst_ptr, p.dst_pos)]
+    }
+}

@@ -1,0 +1,351 @@
+//! The program's questions about its memory (`cudaPointerGetAttributes`,
+//! `cuPointerGetAttribute(s)`, `cudaHostGetFlags`, `cudaHostGetDevicePointer` and the
+//! driver's), answered as they would be without hotpin. Frameworks branch on these: PyTorch's
+//! `pin_memory()` returns the tensor itself when it is pinned already, XLA copies directly
+//! instead of through its bounce buffer.
+//!
+//! - Memory hotpin registered behind the program's back: CUDA is asked the same question about
+//!   a buffer of ours that nobody ever registers, and the program gets that answer (error
+//!   code included), with our buffer's address put back to the program's where CUDA echoes
+//!   it. So the answer is CUDA's own for pageable memory, not ours.
+//! - Memory the program believes pinned that hotpin left pageable: registered first (pinned
+//!   on demand), then CUDA answers truly, and the program may use the answer (a mapped device
+//!   pointer).
+
+use std::{
+    ffi::{CStr, c_int, c_uint, c_void},
+    sync::atomic::{AtomicUsize, Ordering},
+};
+
+use crate::{
+    cuda::{self, Real},
+    exports::judged,
+    state::{self, ACTIVE, BELIEVED_PINNED, Busy, QUESTIONS_HIDDEN},
+};
+
+/// Pageable memory of ours that is never registered: what CUDA is asked about in place of a
+/// block the program does not know hotpin registered.
+#[repr(C, align(4096))]
+struct Reference([u8; 4096]);
+static REFERENCE: Reference = Reference([0; 4096]);
+
+pub(crate) fn reference() -> usize {
+    REFERENCE.0.as_ptr() as usize
+}
+
+/// The address CUDA is to be asked about in place of `ptr`: our reference for memory hotpin
+/// registered behind the program's back, else `ptr` itself (pinned first if the program
+/// believes it pinned).
+fn ask_about(ptr: usize) -> usize {
+    let changed = ACTIVE.load(Ordering::Acquire) || BELIEVED_PINNED.load(Ordering::Acquire);
+    if !changed || ptr == 0 || state::forked() {
+        return ptr;
+    }
+    let Some(_busy) = Busy::enter() else {
+        return ptr;
+    };
+    let mut asked = ptr;
+    judged(|| {
+        if state::hidden_block(ptr).is_some() {
+            QUESTIONS_HIDDEN.fetch_add(1, Ordering::Relaxed);
+            asked = reference();
+        } else if BELIEVED_PINNED.load(Ordering::Acquire) {
+            state::pin_on_demand(&[(ptr, 1)]);
+        }
+    });
+    asked
+}
+
+/// A pinned block of ours, allocated through one API's allocation call with no flags, as a
+/// demoted request was asked for: what CUDA is asked about in place of a demoted block when
+/// the answer depends on how the block was pinned (its flags). 4 KiB, made at the first
+/// need, kept.
+struct PinnedReference {
+    alloc: &'static Real,
+    address: AtomicUsize,
+}
+
+static PINNED_REFERENCE_RUNTIME: PinnedReference = PinnedReference {
+    alloc: &cuda::HOST_ALLOC,
+    address: AtomicUsize::new(0),
+};
+static PINNED_REFERENCE_DRIVER: PinnedReference = PinnedReference {
+    alloc: &cuda::CU_HOST_ALLOC,
+    address: AtomicUsize::new(0),
+};
+
+/// The pinned reference to ask about in place of `ptr` when `ptr` lies in a demoted request.
+fn demoted_reference(ptr: usize, reference: &PinnedReference) -> Option<usize> {
+    if !BELIEVED_PINNED.load(Ordering::Acquire) || ptr == 0 || state::forked() {
+        return None;
+    }
+    let _busy = Busy::enter()?;
+    let mut demoted = false;
+    judged(|| demoted = state::in_demoted(ptr));
+    if !demoted {
+        return None;
+    }
+    let known = reference.address.load(Ordering::Acquire);
+    if known != 0 {
+        return Some(known);
+    }
+    // SAFETY: `alloc` is cudaHostAlloc or cuMemHostAlloc, of this type.
+    let alloc = unsafe { cuda::function::<cuda::HostAlloc>(reference.alloc) }?;
+    let mut block = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local; the block is ours and never freed.
+    if unsafe { alloc(&mut block, 4096, 0) } != 0 || block.is_null() {
+        return None;
+    }
+    reference.address.store(block as usize, Ordering::Release);
+    Some(block as usize)
+}
+
+/// Where CUDA's answer holds the address it was asked about (`asked`), the program's own
+/// address (`ptr`) instead.
+///
+/// # Safety
+/// `out` is null or a writable address-sized answer.
+unsafe fn put_back(out: *mut usize, asked: usize, ptr: usize) {
+    // SAFETY: as the caller promises.
+    if asked != ptr
+        && let Some(out) = unsafe { out.as_mut() }
+        && *out == asked
+    {
+        *out = ptr;
+    }
+}
+
+/// `CU_POINTER_ATTRIBUTE_DEVICE_POINTER`, `CU_POINTER_ATTRIBUTE_HOST_POINTER`: the answers
+/// that are addresses.
+fn is_address(attribute: c_int) -> bool {
+    matches!(attribute, 3 | 4)
+}
+
+type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, c_int, u64) -> c_int;
+type PointerGetAttributes =
+    unsafe extern "C" fn(c_uint, *mut c_int, *mut *mut c_void, u64) -> c_int;
+type HostGetFlags = unsafe extern "C" fn(*mut c_uint, *mut c_void) -> c_int;
+type HostGetDevicePointer = unsafe extern "C" fn(*mut usize, *mut c_void, c_uint) -> c_int;
+type RtPointerGetAttributes = unsafe extern "C" fn(*mut c_void, *const c_void) -> c_int;
+
+pub static CU_POINTER_GET_ATTRIBUTE: Real = Real::driver(c"cuPointerGetAttribute");
+pub static CU_POINTER_GET_ATTRIBUTES: Real = Real::driver(c"cuPointerGetAttributes");
+pub static CU_HOST_GET_FLAGS: Real = Real::driver(c"cuMemHostGetFlags");
+pub static CU_HOST_GET_DEVICE_POINTER: Real = Real::driver(c"cuMemHostGetDevicePointer_v2");
+pub static RT_POINTER_GET_ATTRIBUTES: Real = Real::new(c"cudaPointerGetAttributes");
+pub static RT_HOST_GET_FLAGS: Real = Real::new(c"cudaHostGetFlags");
+pub static RT_HOST_GET_DEVICE_POINTER: Real = Real::new(c"cudaHostGetDevicePointer");
+
+/// # Safety
+/// As cuPointerGetAttribute.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_int,
+    ptr: u64,
+) -> c_int {
+    // SAFETY: the real function has this C type.
+    let Some(real) = (unsafe { cuda::function::<PointerGetAttribute>(&CU_POINTER_GET_ATTRIBUTE) })
+    else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    let asked = ask_about(ptr as usize);
+    // SAFETY: the program's question, about `asked`.
+    let rc = unsafe { real(data, attribute, asked as u64) };
+    if rc == 0 && is_address(attribute) {
+        // SAFETY: CUDA wrote an address there.
+        unsafe { put_back(data.cast(), asked, ptr as usize) };
+    }
+    rc
+}
+
+/// # Safety
+/// As cuPointerGetAttributes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: c_uint,
+    attributes: *mut c_int,
+    data: *mut *mut c_void,
+    ptr: u64,
+) -> c_int {
+    // SAFETY: the real function has this C type.
+    let Some(real) =
+        (unsafe { cuda::function::<PointerGetAttributes>(&CU_POINTER_GET_ATTRIBUTES) })
+    else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    let asked = ask_about(ptr as usize);
+    // SAFETY: the program's question, about `asked`.
+    let rc = unsafe { real(count, attributes, data, asked as u64) };
+    if rc == 0 && !attributes.is_null() && !data.is_null() {
+        for i in 0..count as usize {
+            // SAFETY: `count` attributes and answers, as CUDA requires.
+            unsafe {
+                if is_address(*attributes.add(i)) {
+                    put_back((*data.add(i)).cast(), asked, ptr as usize);
+                }
+            }
+        }
+    }
+    rc
+}
+
+/// # Safety
+/// As cuMemHostGetFlags.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int {
+    // SAFETY: the real function has this C type.
+    unsafe { host_get_flags(&CU_HOST_GET_FLAGS, &PINNED_REFERENCE_DRIVER, flags, ptr) }
+}
+
+/// # Safety
+/// As cudaHostGetFlags.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int {
+    // SAFETY: the real function has this C type.
+    unsafe { host_get_flags(&RT_HOST_GET_FLAGS, &PINNED_REFERENCE_RUNTIME, flags, ptr) }
+}
+
+/// # Safety
+/// `real` is cudaHostGetFlags or cuMemHostGetFlags; as those.
+unsafe fn host_get_flags(
+    real: &Real,
+    reference: &PinnedReference,
+    flags: *mut c_uint,
+    ptr: *mut c_void,
+) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(real) = (unsafe { cuda::function::<HostGetFlags>(real) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    // A demoted request's flags are those of a block allocated as the program asked (no
+    // flags: requests with flags are never demoted), in the same API, not a registration's.
+    let asked =
+        demoted_reference(ptr as usize, reference).unwrap_or_else(|| ask_about(ptr as usize));
+    // SAFETY: the program's question, about `asked`.
+    unsafe { real(flags, asked as *mut c_void) }
+}
+
+/// # Safety
+/// As cuMemHostGetDevicePointer_v2.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    out: *mut usize,
+    ptr: *mut c_void,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: the real function has this C type.
+    unsafe { host_get_device_pointer(&CU_HOST_GET_DEVICE_POINTER, out, ptr, flags) }
+}
+
+/// # Safety
+/// As cudaHostGetDevicePointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaHostGetDevicePointer(
+    out: *mut usize,
+    ptr: *mut c_void,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: the real function has this C type.
+    unsafe { host_get_device_pointer(&RT_HOST_GET_DEVICE_POINTER, out, ptr, flags) }
+}
+
+/// # Safety
+/// `real` is cudaHostGetDevicePointer or cuMemHostGetDevicePointer_v2; as those.
+unsafe fn host_get_device_pointer(
+    real: &Real,
+    out: *mut usize,
+    ptr: *mut c_void,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(real) = (unsafe { cuda::function::<HostGetDevicePointer>(real) }) else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    let asked = ask_about(ptr as usize);
+    // SAFETY: the program's question, about `asked`.
+    let rc = unsafe { real(out, asked as *mut c_void, flags) };
+    if rc == 0 {
+        // SAFETY: CUDA wrote an address there.
+        unsafe { put_back(out, asked, ptr as usize) };
+    }
+    rc
+}
+
+/// `cudaPointerAttributes`: {type, device, devicePointer, hostPointer}.
+#[repr(C)]
+struct PointerAttributes {
+    kind: c_int,
+    device: c_int,
+    device_pointer: usize,
+    host_pointer: usize,
+}
+
+/// # Safety
+/// As cudaPointerGetAttributes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaPointerGetAttributes(
+    attributes: *mut c_void,
+    ptr: *const c_void,
+) -> c_int {
+    // SAFETY: the real function has this C type.
+    let Some(real) =
+        (unsafe { cuda::function::<RtPointerGetAttributes>(&RT_POINTER_GET_ATTRIBUTES) })
+    else {
+        return cuda::ERROR_NO_RUNTIME;
+    };
+    let asked = ask_about(ptr as usize);
+    // SAFETY: the program's question, about `asked`.
+    let rc = unsafe { real(attributes, asked as *const c_void) };
+    if rc == 0 && !attributes.is_null() {
+        let attributes = attributes.cast::<PointerAttributes>();
+        // SAFETY: CUDA filled the caller's structure.
+        unsafe {
+            put_back(&raw mut (*attributes).device_pointer, asked, ptr as usize);
+            put_back(&raw mut (*attributes).host_pointer, asked, ptr as usize);
+        }
+    }
+    rc
+}
+
+/// The question functions: (the name `cuGetProcAddress` is asked for, or None for the
+/// runtime's; the real function; ours).
+pub fn questions() -> [(Option<&'static CStr>, &'static Real, usize); 7] {
+    [
+        (
+            Some(c"cuPointerGetAttribute"),
+            &CU_POINTER_GET_ATTRIBUTE,
+            cuPointerGetAttribute as *const () as usize,
+        ),
+        (
+            Some(c"cuPointerGetAttributes"),
+            &CU_POINTER_GET_ATTRIBUTES,
+            cuPointerGetAttributes as *const () as usize,
+        ),
+        (
+            Some(c"cuMemHostGetFlags"),
+            &CU_HOST_GET_FLAGS,
+            cuMemHostGetFlags as *const () as usize,
+        ),
+        (
+            Some(c"cuMemHostGetDevicePointer"),
+            &CU_HOST_GET_DEVICE_POINTER,
+            cuMemHostGetDevicePointer_v2 as *const () as usize,
+        ),
+        (
+            None,
+            &RT_POINTER_GET_ATTRIBUTES,
+            cudaPointerGetAttributes as *const () as usize,
+        ),
+        (
+            None,
+            &RT_HOST_GET_FLAGS,
+            cudaHostGetFlags as *const () as usize,
+        ),
+        (
+            None,
+            &RT_HOST_GET_DEVICE_POINTER,
+            cudaHostGetDevicePointer as *const () as usize,
+        ),
+    ]
+}
