@@ -143,6 +143,22 @@ static cudaError_t note(cudaError_t e) {
 
 #define DRIVER(call) return note(driver_ready() ? (cudaError_t)(call) : cudaErrorInsufficientDriver)
 
+/* The real runtime holds locks of its own while it calls the driver, and the driver
+ * functions it calls may be an interposer's (it takes them through cuGetProcAddress or
+ * dlsym). The stand-in holds one runtime-wide lock across the driver calls that allocate,
+ * free or register host memory and that queue asynchronous copies, so that an interposer
+ * holding a lock of its own across a runtime call, while another thread inside the runtime
+ * calls into it, deadlocks here as it can with CUDA. Recursive: a driver call may come back
+ * into the runtime on the same thread. */
+static pthread_mutex_t runtime_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+#define LOCKED_DRIVER(call) do { \
+        pthread_mutex_lock(&runtime_lock); \
+        cudaError_t locked_ = driver_ready() ? (cudaError_t)(call) : cudaErrorInsufficientDriver; \
+        pthread_mutex_unlock(&runtime_lock); \
+        return note(locked_); \
+    } while (0)
+
 #define P(x) ((CUdeviceptr)(uintptr_t)(x))
 
 EXPORT cudaError_t cudaGetDeviceCount(int *count) { DRIVER(drv.device_count(count)); }
@@ -169,11 +185,11 @@ EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
 EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) { DRIVER(drv.mem_alloc((CUdeviceptr *)devPtr, size)); }
 EXPORT cudaError_t cudaFree(void *devPtr) { DRIVER(drv.mem_free(P(devPtr))); }
-EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size) { DRIVER(drv.alloc_host(ptr, size)); }
-EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) { DRIVER(drv.host_alloc(pHost, size, flags)); }
-EXPORT cudaError_t cudaFreeHost(void *ptr) { DRIVER(drv.free_host(ptr)); }
-EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) { DRIVER(drv.host_register(ptr, size, flags)); }
-EXPORT cudaError_t cudaHostUnregister(void *ptr) { DRIVER(drv.host_unregister(ptr)); }
+EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size) { LOCKED_DRIVER(drv.alloc_host(ptr, size)); }
+EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) { LOCKED_DRIVER(drv.host_alloc(pHost, size, flags)); }
+EXPORT cudaError_t cudaFreeHost(void *ptr) { LOCKED_DRIVER(drv.free_host(ptr)); }
+EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) { LOCKED_DRIVER(drv.host_register(ptr, size, flags)); }
+EXPORT cudaError_t cudaHostUnregister(void *ptr) { LOCKED_DRIVER(drv.host_unregister(ptr)); }
 
 static cudaError_t memcpy_sync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
     switch (kind) {
@@ -188,11 +204,11 @@ static cudaError_t memcpy_sync(void *dst, const void *src, size_t count, enum cu
 
 static cudaError_t memcpy_async(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t s) {
     switch (kind) {
-    case cudaMemcpyHostToDevice: DRIVER(drv.htod_async(P(dst), src, count, s));
-    case cudaMemcpyDeviceToHost: DRIVER(drv.dtoh_async(dst, P(src), count, s));
+    case cudaMemcpyHostToDevice: LOCKED_DRIVER(drv.htod_async(P(dst), src, count, s));
+    case cudaMemcpyDeviceToHost: LOCKED_DRIVER(drv.dtoh_async(dst, P(src), count, s));
     case cudaMemcpyHostToHost:
     case cudaMemcpyDeviceToDevice:
-    case cudaMemcpyDefault: DRIVER(drv.copy_async(P(dst), P(src), count, s));
+    case cudaMemcpyDefault: LOCKED_DRIVER(drv.copy_async(P(dst), P(src), count, s));
     }
     return note(cudaErrorInvalidMemcpyDirection);
 }

@@ -50,6 +50,16 @@ fn anything_changed() -> bool {
     ACTIVE.load(Ordering::Acquire) || BELIEVED_PINNED.load(Ordering::Acquire)
 }
 
+/// Makes the program's copy `call`, marking this thread as inside it, so that the driver
+/// copy a runtime copy makes beneath it (through our wrapper) passes straight through: no
+/// lookup, no CUDA call of ours from inside CUDA.
+fn inside(call: impl FnOnce() -> c_int) -> c_int {
+    let outer = IN_COPY.replace(true);
+    let rc = call();
+    IN_COPY.set(outer);
+    rc
+}
+
 /// Runs the program's copy `call`, queued on `stream`, touching `ranges`, with the semantics
 /// the program was promised for that memory.
 fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -> c_int) -> c_int {
@@ -68,7 +78,7 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
     }
     if !touched.hidden {
         drop(busy);
-        return call();
+        return inside(call);
     }
     if cuda::capturing(stream) {
         // CUDA's own answer for pageable memory: refused (older CUDA, the stand-in), or
@@ -82,12 +92,10 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
             }
         }
         drop(busy);
-        return call();
+        return inside(call);
     }
     drop(busy);
-    IN_COPY.set(true);
-    let queued = call();
-    IN_COPY.set(false);
+    let queued = inside(call);
     if queued != 0 {
         return queued;
     }
@@ -107,9 +115,7 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
         let _busy = Busy::enter();
         cuda::capturing(stream)
     };
-    IN_COPY.set(true);
-    let queued = call();
-    IN_COPY.set(false);
+    let queued = inside(call);
     if queued != 0 || capturing {
         return queued;
     }

@@ -26,19 +26,6 @@ use crate::{
     state::{self, ACTIVE, Busy, ENABLED, FLOOR, PinnedRequest},
 };
 
-/// Defines an exported naked stub `$name` that passes the return address in `$reg` (the
-/// first free argument register) and jumps to `$at`.
-macro_rules! stub {
-    ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $reg:literal, $at:ident) => {
-        #[cfg(target_arch = "x86_64")]
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            core::arch::naked_asm!(concat!("mov ", $reg, ", [rsp]"), "jmp {at}", at = sym $at)
-        }
-    };
-}
-
 stub!(malloc(size: usize) -> *mut c_void, "rsi", malloc_at);
 stub!(calloc(count: usize, size: usize) -> *mut c_void, "rdx", calloc_at);
 stub!(realloc(ptr: *mut c_void, size: usize) -> *mut c_void, "rdx", realloc_at);

@@ -34,6 +34,19 @@
 //! (CUDA does not survive fork); it only frees. Nothing here fails an allocation libc would
 //! satisfy: a failed registration leaves the block pageable, a failed demotion pins.
 
+/// Defines an exported naked stub `$name` that passes the return address in `$reg` (the
+/// first free argument register) and jumps to `$at`.
+macro_rules! stub {
+    ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $reg:literal, $at:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(concat!("mov ", $reg, ", [rsp]"), "jmp {at}", at = sym $at)
+        }
+    };
+}
+
 mod copies;
 mod cuda;
 mod exports;

@@ -100,6 +100,58 @@ fn demoted_reference(ptr: usize, reference: &PinnedReference) -> Option<usize> {
     Some(block as usize)
 }
 
+/// The address to ask CUDA about for a question from `caller` about `ptr`: CUDA's own
+/// questions (the runtime asks the driver whether memory is pinned before it copies it) get
+/// the truth, so that it copies a promoted block as pinned memory; the program's get
+/// [`ask_about`]'s.
+fn asked_by(caller: usize, ptr: usize) -> usize {
+    if from_cuda(caller) {
+        ptr
+    } else {
+        ask_about(ptr)
+    }
+}
+
+thread_local! {
+    /// Return addresses this thread saw lately, and whether each lies in a CUDA library.
+    static CALLERS: std::cell::Cell<[(usize, bool); 8]> = const { std::cell::Cell::new([(0, false); 8]) };
+}
+
+/// Whether `caller` (a return address) lies in the CUDA runtime, the driver or NVIDIA's
+/// user-mode libraries, which call the driver's functions through the table
+/// `cuGetProcAddress` gave them, ours included. A static runtime inside the program counts
+/// as the program: its questions are answered as the program's (promoted memory looks
+/// pageable to it, which is slower but correct).
+fn from_cuda(caller: usize) -> bool {
+    if caller == 0 || !(ACTIVE.load(Ordering::Acquire) || BELIEVED_PINNED.load(Ordering::Acquire)) {
+        return false;
+    }
+    let mut seen = CALLERS.get();
+    if let Some(&(_, cuda)) = seen.iter().find(|(address, _)| *address == caller) {
+        return cuda;
+    }
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the loader's tables; `info` is ours.
+    let found = unsafe { libc::dladdr(caller as *const c_void, &mut info) } != 0;
+    let cuda = found && !info.dli_fname.is_null() && {
+        // SAFETY: dladdr gives the file name as a C string.
+        let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        [&b"libcuda.so"[..], b"libcudart", b"libnvidia-"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+    };
+    seen.rotate_right(1);
+    seen[0] = (caller, cuda);
+    CALLERS.set(seen);
+    cuda
+}
+
 /// Where CUDA's answer holds the address it was asked about (`asked`), the program's own
 /// address (`ptr`) instead.
 ///
@@ -136,20 +188,22 @@ pub static RT_POINTER_GET_ATTRIBUTES: Real = Real::new(c"cudaPointerGetAttribute
 pub static RT_HOST_GET_FLAGS: Real = Real::new(c"cudaHostGetFlags");
 pub static RT_HOST_GET_DEVICE_POINTER: Real = Real::new(c"cudaHostGetDevicePointer");
 
+stub!(cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: u64) -> c_int, "rcx", pointer_get_attribute_at);
+
 /// # Safety
 /// As cuPointerGetAttribute.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(
+unsafe extern "C" fn pointer_get_attribute_at(
     data: *mut c_void,
     attribute: c_int,
     ptr: u64,
+    caller: usize,
 ) -> c_int {
     // SAFETY: the real function has this C type.
     let Some(real) = (unsafe { cuda::function::<PointerGetAttribute>(&CU_POINTER_GET_ATTRIBUTE) })
     else {
         return cuda::ERROR_NO_RUNTIME;
     };
-    let asked = ask_about(ptr as usize);
+    let asked = asked_by(caller, ptr as usize);
     // SAFETY: the program's question, about `asked`.
     let rc = unsafe { real(data, attribute, asked as u64) };
     if rc == 0 && is_address(attribute) {
@@ -159,14 +213,16 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     rc
 }
 
+stub!(cuPointerGetAttributes(count: c_uint, attributes: *mut c_int, data: *mut *mut c_void, ptr: u64) -> c_int, "r8", pointer_get_attributes_at);
+
 /// # Safety
 /// As cuPointerGetAttributes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttributes(
+unsafe extern "C" fn pointer_get_attributes_at(
     count: c_uint,
     attributes: *mut c_int,
     data: *mut *mut c_void,
     ptr: u64,
+    caller: usize,
 ) -> c_int {
     // SAFETY: the real function has this C type.
     let Some(real) =
@@ -174,7 +230,7 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     else {
         return cuda::ERROR_NO_RUNTIME;
     };
-    let asked = ask_about(ptr as usize);
+    let asked = asked_by(caller, ptr as usize);
     // SAFETY: the program's question, about `asked`.
     let rc = unsafe { real(count, attributes, data, asked as u64) };
     if rc == 0 && !attributes.is_null() && !data.is_null() {
@@ -190,20 +246,45 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     rc
 }
 
+stub!(cuMemHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int, "rdx", cu_host_get_flags_at);
+stub!(cudaHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int, "rdx", host_get_flags_at);
+
 /// # Safety
 /// As cuMemHostGetFlags.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int {
+unsafe extern "C" fn cu_host_get_flags_at(
+    flags: *mut c_uint,
+    ptr: *mut c_void,
+    caller: usize,
+) -> c_int {
     // SAFETY: the real function has this C type.
-    unsafe { host_get_flags(&CU_HOST_GET_FLAGS, &PINNED_REFERENCE_DRIVER, flags, ptr) }
+    unsafe {
+        host_get_flags(
+            &CU_HOST_GET_FLAGS,
+            &PINNED_REFERENCE_DRIVER,
+            flags,
+            ptr,
+            caller,
+        )
+    }
 }
 
 /// # Safety
 /// As cudaHostGetFlags.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cudaHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int {
+unsafe extern "C" fn host_get_flags_at(
+    flags: *mut c_uint,
+    ptr: *mut c_void,
+    caller: usize,
+) -> c_int {
     // SAFETY: the real function has this C type.
-    unsafe { host_get_flags(&RT_HOST_GET_FLAGS, &PINNED_REFERENCE_RUNTIME, flags, ptr) }
+    unsafe {
+        host_get_flags(
+            &RT_HOST_GET_FLAGS,
+            &PINNED_REFERENCE_RUNTIME,
+            flags,
+            ptr,
+            caller,
+        )
+    }
 }
 
 /// # Safety
@@ -213,6 +294,7 @@ unsafe fn host_get_flags(
     reference: &PinnedReference,
     flags: *mut c_uint,
     ptr: *mut c_void,
+    caller: usize,
 ) -> c_int {
     // SAFETY: as the caller promises.
     let Some(real) = (unsafe { cuda::function::<HostGetFlags>(real) }) else {
@@ -220,34 +302,40 @@ unsafe fn host_get_flags(
     };
     // A demoted request's flags are those of a block allocated as the program asked (no
     // flags: requests with flags are never demoted), in the same API, not a registration's.
-    let asked =
-        demoted_reference(ptr as usize, reference).unwrap_or_else(|| ask_about(ptr as usize));
+    let asked = if from_cuda(caller) {
+        ptr as usize
+    } else {
+        demoted_reference(ptr as usize, reference).unwrap_or_else(|| ask_about(ptr as usize))
+    };
     // SAFETY: the program's question, about `asked`.
     unsafe { real(flags, asked as *mut c_void) }
 }
 
+stub!(cuMemHostGetDevicePointer_v2(out: *mut usize, ptr: *mut c_void, flags: c_uint) -> c_int, "rcx", cu_host_get_device_pointer_at);
+stub!(cudaHostGetDevicePointer(out: *mut usize, ptr: *mut c_void, flags: c_uint) -> c_int, "rcx", host_get_device_pointer_at);
+
 /// # Safety
 /// As cuMemHostGetDevicePointer_v2.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+unsafe extern "C" fn cu_host_get_device_pointer_at(
     out: *mut usize,
     ptr: *mut c_void,
     flags: c_uint,
+    caller: usize,
 ) -> c_int {
     // SAFETY: the real function has this C type.
-    unsafe { host_get_device_pointer(&CU_HOST_GET_DEVICE_POINTER, out, ptr, flags) }
+    unsafe { host_get_device_pointer(&CU_HOST_GET_DEVICE_POINTER, out, ptr, flags, caller) }
 }
 
 /// # Safety
 /// As cudaHostGetDevicePointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cudaHostGetDevicePointer(
+unsafe extern "C" fn host_get_device_pointer_at(
     out: *mut usize,
     ptr: *mut c_void,
     flags: c_uint,
+    caller: usize,
 ) -> c_int {
     // SAFETY: the real function has this C type.
-    unsafe { host_get_device_pointer(&RT_HOST_GET_DEVICE_POINTER, out, ptr, flags) }
+    unsafe { host_get_device_pointer(&RT_HOST_GET_DEVICE_POINTER, out, ptr, flags, caller) }
 }
 
 /// # Safety
@@ -257,12 +345,13 @@ unsafe fn host_get_device_pointer(
     out: *mut usize,
     ptr: *mut c_void,
     flags: c_uint,
+    caller: usize,
 ) -> c_int {
     // SAFETY: as the caller promises.
     let Some(real) = (unsafe { cuda::function::<HostGetDevicePointer>(real) }) else {
         return cuda::ERROR_NO_RUNTIME;
     };
-    let asked = ask_about(ptr as usize);
+    let asked = asked_by(caller, ptr as usize);
     // SAFETY: the program's question, about `asked`.
     let rc = unsafe { real(out, asked as *mut c_void, flags) };
     if rc == 0 {
@@ -281,12 +370,14 @@ struct PointerAttributes {
     host_pointer: usize,
 }
 
+stub!(cudaPointerGetAttributes(attributes: *mut c_void, ptr: *const c_void) -> c_int, "rdx", rt_pointer_get_attributes_at);
+
 /// # Safety
 /// As cudaPointerGetAttributes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cudaPointerGetAttributes(
+unsafe extern "C" fn rt_pointer_get_attributes_at(
     attributes: *mut c_void,
     ptr: *const c_void,
+    caller: usize,
 ) -> c_int {
     // SAFETY: the real function has this C type.
     let Some(real) =
@@ -294,7 +385,7 @@ pub unsafe extern "C" fn cudaPointerGetAttributes(
     else {
         return cuda::ERROR_NO_RUNTIME;
     };
-    let asked = ask_about(ptr as usize);
+    let asked = asked_by(caller, ptr as usize);
     // SAFETY: the program's question, about `asked`.
     let rc = unsafe { real(attributes, asked as *const c_void) };
     if rc == 0 && !attributes.is_null() {

@@ -421,20 +421,33 @@ impl State {
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
     }
 
-    /// Unregisters and frees every cached block (the program freed them already).
-    fn release_cache(&mut self) {
+    /// Takes every cached block out of the cache and the registered set (the program freed
+    /// them already): the caller unregisters and frees them with [`release_blocks`], once
+    /// the lock is let go.
+    fn take_cache(&mut self) -> Vec<(usize, usize)> {
         if self.cache.is_empty() {
-            return;
+            return Vec::new();
         }
         self.counters.cache_releases += 1;
-        for (ptr, size) in std::mem::take(&mut self.cache) {
+        let blocks = std::mem::take(&mut self.cache);
+        for &(ptr, size) in &blocks {
             self.registered.remove(&ptr);
             self.registered_bytes -= size as u64;
-            let _ = cuda::unregister(ptr as *mut c_void);
-            // SAFETY: a libc block the program freed, which we kept registered until now.
-            unsafe { __libc_free(ptr as *mut c_void) };
         }
         self.cache_bytes = 0;
+        blocks
+    }
+}
+
+/// Unregisters and frees blocks [`State::take_cache`] took. Never called with the lock held:
+/// no CUDA call is made under it, because CUDA calls back into the interposer (its own
+/// allocations, the driver functions the runtime takes from us) while holding locks of its
+/// own, and a thread holding ours while waiting for CUDA's would deadlock with it.
+fn release_blocks(blocks: Vec<(usize, usize)>) {
+    for (ptr, _) in blocks {
+        let _ = cuda::unregister(ptr as *mut c_void);
+        // SAFETY: a libc block the program freed, which we kept registered until now.
+        unsafe { __libc_free(ptr as *mut c_void) };
     }
 }
 
@@ -467,50 +480,66 @@ pub fn allocate(
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false);
     // Short of memory: the cache goes first; critically short, nothing new is pinned.
     let level = state.pressure.level();
-    if level >= Level::High {
-        state.release_cache();
-    }
+    let mut released = if level >= Level::High {
+        state.take_cache()
+    } else {
+        Vec::new()
+    };
     if pin
         && reuse
         && let Some(ptr) = state.take_cached(size, align)
     {
         state.counters.cache_hits += 1;
         state.record(call, &site, ordinal, size as u64, "pinned-from-cache", why);
+        drop(guard);
+        release_blocks(released);
         return ptr as *mut c_void;
     }
     let ptr = from_libc();
     if ptr.is_null() {
+        drop(guard);
+        release_blocks(released);
         return ptr;
     }
     if pin && !state.within_budget(size) {
         // Blocks kept for reuse are the first to go.
-        state.release_cache();
+        released.extend(state.take_cache());
     }
-    let action = if pin && level == Level::Critical {
+    let register = pin && level != Level::Critical && state.within_budget(size);
+    if pin && level == Level::Critical {
         state.counters.pressure_fallbacks += 1;
-        "pageable-pressure"
-    } else if pin && state.within_budget(size) {
-        match cuda::register(ptr, size) {
-            Some(0) => {
-                state.registered.insert(ptr as usize, size);
-                state.registered_bytes += size as u64;
-                state.counters.promoted += 1;
-                state.counters.promoted_bytes += size as u64;
-                state.counters.peak_promoted_bytes = state
-                    .counters
-                    .peak_promoted_bytes
-                    .max(state.registered_bytes);
-                ACTIVE.store(true, Ordering::Release);
-                "promoted"
-            }
-            _ => {
-                state.counters.register_failures += 1;
-                "register-failed"
-            }
-        }
-    } else {
+        state.record(call, &site, ordinal, size as u64, "pageable-pressure", why);
+    } else if !register {
         state.counters.pageable += 1;
-        "pageable"
+        state.record(call, &site, ordinal, size as u64, "pageable", why);
+    } else {
+        // The budget is held for this block while it is registered without the lock.
+        state.registered_bytes += size as u64;
+    }
+    drop(guard);
+    release_blocks(released);
+    if !register {
+        return ptr;
+    }
+    let registered = cuda::register(ptr, size) == Some(0);
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return ptr;
+    };
+    let action = if registered {
+        state.registered.insert(ptr as usize, size);
+        state.counters.promoted += 1;
+        state.counters.promoted_bytes += size as u64;
+        state.counters.peak_promoted_bytes = state
+            .counters
+            .peak_promoted_bytes
+            .max(state.registered_bytes);
+        ACTIVE.store(true, Ordering::Release);
+        "promoted"
+    } else {
+        state.registered_bytes -= size as u64;
+        state.counters.register_failures += 1;
+        "register-failed"
     };
     state.record(call, &site, ordinal, size as u64, action, why);
     ptr
@@ -556,6 +585,7 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
     }
     state.registered.remove(&(ptr as usize));
     state.registered_bytes -= size as u64;
+    drop(guard);
     let _ = cuda::unregister(ptr);
     Release::Unregistered
 }
@@ -617,15 +647,14 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
     let Some(state) = guard.as_mut() else {
         return false;
     };
-    match state.demoted.remove(&(ptr as usize)) {
-        Some(demoted) => {
-            if demoted.pinned_on_demand {
-                let _ = cuda::unregister(ptr);
-            }
-            true
-        }
-        None => false,
+    let Some(demoted) = state.demoted.remove(&(ptr as usize)) else {
+        return false;
+    };
+    drop(guard);
+    if demoted.pinned_on_demand {
+        let _ = cuda::unregister(ptr);
     }
+    true
 }
 
 /// `cudaHostRegister(ptr, size, flags)` from the call site `caller`: true if it is not to be
@@ -749,31 +778,50 @@ pub fn in_demoted(ptr: usize) -> bool {
 /// a registration that had been skipped becomes the program's own again (its
 /// `cudaHostUnregister` goes to CUDA). Returns how many were registered.
 pub fn pin_on_demand(ranges: &[(usize, usize)]) -> usize {
-    let mut guard = lock();
-    let Some(state) = guard.as_mut() else {
-        return 0;
-    };
     let mut pinned = 0;
     for &(start, len) in ranges {
         if start == 0 {
             continue;
         }
-        while let Some((block, size, flags)) = state.believed_pinned_block(start, len) {
+        while let Some((block, size, flags)) = claim_believed_pinned(start, len) {
             let register = || cuda::register_with(block as *mut c_void, size, flags);
-            if cuda::with_relaxed_capture(register) != Some(0) {
-                state.counters.register_failures += 1;
-                break;
+            let registered = cuda::with_relaxed_capture(register) == Some(0);
+            let mut guard = lock();
+            let Some(state) = guard.as_mut() else {
+                return pinned;
+            };
+            if registered {
+                pinned += 1;
+                state.counters.pinned_on_demand += 1;
+                continue;
             }
-            pinned += 1;
-            state.counters.pinned_on_demand += 1;
+            // Left as it was: pageable, the program believing it pinned.
+            state.counters.register_failures += 1;
             if let Some(demoted) = state.demoted.get_mut(&block) {
-                demoted.pinned_on_demand = true;
+                demoted.pinned_on_demand = false;
             } else {
-                state.skipped.remove(&block);
+                state.skipped.insert(block, (size, flags));
             }
+            break;
         }
     }
     pinned
+}
+
+/// The next block in `[start, start + len)` the program believes pinned that hotpin left
+/// pageable, marked as pinned (a demoted block) or given back to the program (a skipped
+/// registration) before the lock is let go, so that no other thread registers it too: the
+/// caller registers it, and undoes the mark if that fails.
+fn claim_believed_pinned(start: usize, len: usize) -> Option<(usize, usize, u32)> {
+    let mut guard = lock();
+    let state = guard.as_mut()?;
+    let (block, size, flags) = state.believed_pinned_block(start, len)?;
+    if let Some(demoted) = state.demoted.get_mut(&block) {
+        demoted.pinned_on_demand = true;
+    } else {
+        state.skipped.remove(&block);
+    }
+    Some((block, size, flags))
 }
 
 /// Whether CUDA calls of ours may be made in this process.
