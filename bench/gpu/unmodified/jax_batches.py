@@ -2,7 +2,8 @@
 step (jax.device_put), and a 32 MiB result brought back into a fresh numpy array
 (numpy.asarray). JAX reaches CUDA through the driver only (no shared libcudart), so hotpin's
 interposer sees it through dlsym and cuGetProcAddress. No hotpin code. Prints its own ground
-truth (copies and bytes per direction) and its time."""
+truth (copies and bytes per direction), its time and the checks of what it computed (every
+4th step and the last: the result against NumPy's, exactly; their time is not counted)."""
 import json
 import sys
 import time
@@ -21,6 +22,8 @@ step_fn = jax.jit(lambda x: (x[:out_floats] * 2.0 + 1.0))
 warm = numpy.asarray(step_fn(jax.device_put(batches[0], dev)))
 h2d, d2h = 1, 1
 h2d_bytes, d2h_bytes = batches[0].nbytes, warm.nbytes
+checks = mismatches = 0
+check_seconds = 0.0
 start = time.perf_counter()
 for step in range(steps):
     x = jax.device_put(batches[step % 4], dev)
@@ -29,6 +32,13 @@ for step in range(steps):
     result = numpy.asarray(step_fn(x))  # a fresh host array each step
     d2h += 1
     d2h_bytes += result.nbytes
-seconds = time.perf_counter() - start
+    if step % 4 == 0 or step == steps - 1:
+        began = time.perf_counter()
+        expected = batches[step % 4][:out_floats] * numpy.float32(2.0) + numpy.float32(1.0)
+        checks += 1
+        mismatches += int(not numpy.array_equal(result, expected))
+        check_seconds += time.perf_counter() - began
+seconds = time.perf_counter() - start - check_seconds
 print(json.dumps({"program": "jax_batches", "steps": steps, "seconds": seconds,
-                  "h2d": h2d, "h2d_bytes": h2d_bytes, "d2h": d2h, "d2h_bytes": d2h_bytes}))
+                  "h2d": h2d, "h2d_bytes": h2d_bytes, "d2h": d2h, "d2h_bytes": d2h_bytes,
+                  "checks": checks, "mismatches": mismatches}))
