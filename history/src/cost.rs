@@ -187,10 +187,16 @@ impl CostModel {
 
     /// Reads a cost file written by `hotpin calibrate`.
     pub fn load(path: &Path) -> Result<CostFile, CostFileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CostFileError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // A cost file is a few hundred bytes: 1 MiB bounds what a device or a pipe could send.
+        let text = crate::files::read_bounded(path, 1 << 20)
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })
+            .map_err(|source| CostFileError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let file: CostFile =
             serde_json::from_str(&text).map_err(|source| CostFileError::Format {
                 path: path.to_path_buf(),

@@ -11,6 +11,7 @@ pub mod cost;
 pub mod dump;
 pub mod events;
 pub mod export;
+pub mod files;
 pub mod history;
 pub mod maps;
 pub mod registry;

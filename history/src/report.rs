@@ -53,7 +53,9 @@ impl HotPolicy {
     /// The cost model this machine was calibrated with (the cost file at
     /// [`CostModel::default_path`], written by `hotpin calibrate`), else the built-in one.
     pub fn configured() -> Result<Self, crate::cost::CostFileError> {
-        match CostModel::default_path().filter(|path| path.exists()) {
+        // A file named by $HOTPIN_COSTS must be there: a typo is an error, not the defaults.
+        let named = std::env::var_os("HOTPIN_COSTS").is_some();
+        match CostModel::default_path().filter(|path| named || path.exists()) {
             Some(path) => Ok(Self::with_cost(CostModel::load(&path)?.model)),
             None => Ok(Self::default()),
         }

@@ -8,7 +8,6 @@ use std::{
     cell::Cell,
     collections::{BTreeMap, HashMap},
     ffi::c_void,
-    io::Write as _,
     path::PathBuf,
     sync::{
         Mutex, MutexGuard,
@@ -179,6 +178,10 @@ struct State {
     counters: Counters,
     log: Vec<Decision>,
     report: Option<PathBuf>,
+    /// Use mode: judged allocations the history knew (by call site, ordinal and size, or as
+    /// a recycled group or a hot site), and those it did not.
+    matched: u64,
+    judged_unknown: u64,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -202,10 +205,16 @@ pub fn init() {
     let Some(_busy) = Busy::enter() else { return };
     match State::from_env() {
         Ok(Some(state)) => {
-            let floor = std::env::var("HOTPIN_MALLOC_FLOOR")
-                .ok()
-                .and_then(|v| hotpin_history::report::parse_bytes(&v).ok())
-                .unwrap_or(DEFAULT_FLOOR as u64) as usize;
+            let floor = match std::env::var("HOTPIN_MALLOC_FLOOR") {
+                Ok(text) => hotpin_history::report::parse_bytes(&text).unwrap_or_else(|error| {
+                    eprintln!(
+                        "hotpin: HOTPIN_MALLOC_FLOOR={text:?} is not a size ({error}); the \
+                         floor is {DEFAULT_FLOOR} bytes"
+                    );
+                    DEFAULT_FLOOR as u64
+                }),
+                Err(_) => DEFAULT_FLOOR as u64,
+            } as usize;
             *lock() = Some(state);
             // SAFETY: registering plain extern "C" functions without captured state.
             unsafe {
@@ -233,6 +242,15 @@ extern "C" fn at_exit() {
     let Some(_busy) = Busy::enter() else { return };
     let guard = lock();
     let Some(state) = guard.as_ref() else { return };
+    if state.mode == Mode::Use && state.matched == 0 && state.judged_unknown > 0 {
+        eprintln!(
+            "hotpin: the history matched none of the {} allocations this program made at or \
+             above the floor (a history of another program, of a build before this one, or \
+             without libc call sites, such as the daemon's): nothing was pinned or unpinned \
+             from it",
+            state.judged_unknown
+        );
+    }
     let Some(path) = &state.report else { return };
     #[derive(Serialize)]
     struct Report<'a> {
@@ -257,10 +275,9 @@ extern "C" fn at_exit() {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{}.json", std::process::id()));
     let path = PathBuf::from(name);
-    let written = std::fs::File::create(&path).and_then(|mut file| {
-        serde_json::to_writer_pretty(&mut file, &report).map_err(std::io::Error::other)?;
-        file.flush()
-    });
+    let written = serde_json::to_vec_pretty(&report)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| hotpin_history::files::write_atomically(&path, &bytes, 0o644));
     if let Err(error) = written {
         eprintln!("hotpin: cannot write {}: {error}", path.display());
     }
@@ -305,6 +322,12 @@ impl State {
                 Some(path) => PathBuf::from(path),
                 None => stored_history()?,
             };
+            if hotpin_history::files::read_once(&path) {
+                return Err(format!(
+                    "HOTPIN_HISTORY={} can be read only once (a pipe or a device): give a file",
+                    path.display()
+                ));
+            }
             let policy = HotPolicy::configured()
                 .map_err(|e| format!("cost file: {:#}", anyhow::Error::from(e)))?;
             Some(
@@ -337,6 +360,8 @@ impl State {
             counters: Counters::default(),
             log: Vec::new(),
             report: std::env::var_os("HOTPIN_REPORT").map(PathBuf::from),
+            matched: 0,
+            judged_unknown: 0,
         }))
     }
 
@@ -386,6 +411,11 @@ impl State {
         why: &'static str,
     ) {
         JUDGED.fetch_add(1, Ordering::Relaxed);
+        match why {
+            "known" | "recycled" | "site-hot" => self.matched += 1,
+            "unknown" => self.judged_unknown += 1,
+            _ => {}
+        }
         if self.report.is_some() && self.log.len() < MAX_LOGGED {
             self.log.push(Decision {
                 call,

@@ -347,6 +347,16 @@ fn bad_input_is_refused_before_the_program_starts() {
             vec!["--mode", "pin-all", "--budget", "lots"],
             "--budget lots",
         ),
+        // A history that can be read only once: checked here, it would reach the program
+        // empty.
+        (
+            vec!["--mode", "use", "--history", "/dev/zero"],
+            "can be read only once",
+        ),
+        (
+            vec!["--mode", "pin-all", "--report", setup.dir.to_str().unwrap()],
+            "names a directory",
+        ),
     ] {
         let output = run(&args);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -354,6 +364,38 @@ fn bad_input_is_refused_before_the_program_starts() {
         assert!(stderr.contains(why), "{args:?}: {stderr}");
         assert!(!marker.exists(), "{args:?}: the program must not start");
     }
+}
+
+#[test]
+fn a_typo_in_profile_mode_keeps_the_history_and_a_signal_is_passed_on() {
+    let setup = setup("typo");
+    let keep = setup.dir.join("keep.hotpin");
+    std::fs::write(&keep, b"a good history").expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--mode", "profile", "--history"])
+        .arg(&keep)
+        .args(["--", "no-such-command-hotpin"])
+        .output()
+        .expect("run hotpin");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("cannot find the command"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&keep).expect("keep"), b"a good history");
+    let killed = setup.dir.join("killed.hotpin");
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--mode", "profile", "--history"])
+        .arg(&killed)
+        .args(["--", "sh", "-c", "kill -KILL $$"])
+        .output()
+        .expect("run hotpin");
+    assert_eq!(
+        output.status.code(),
+        Some(128 + libc::SIGKILL),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]
@@ -497,6 +539,58 @@ fn functions_a_program_looks_up_itself_are_interposed_at_both_api_layers() {
             count(&report, call, 4 * MIB, "demoted"),
             2,
             "{call}: {report:#}"
+        );
+    }
+}
+
+#[test]
+fn settings_that_cannot_be_used_are_said() {
+    let setup = setup("said");
+    // A history of another program: it matches nothing this one does.
+    let other = setup_program("said-other", "looked_up");
+    let history = setup.dir.join("other.hotpin");
+    let libraries = [
+        other.standin.runtime.as_path(),
+        other.standin.driver.as_path(),
+    ];
+    hotpin_run_with(
+        &other,
+        &["--mode", "profile", "--history", history.to_str().unwrap()],
+        &libraries,
+    );
+    let run = hotpin_run(
+        &setup,
+        &["--mode", "use", "--history", history.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("the history matched none"), "{stderr}");
+    // The interposer's own settings, as a user who preloads it by hand sets them.
+    let interposer = Path::new(env!("CARGO_BIN_EXE_hotpin")).with_file_name("libhotpin_preload.so");
+    for (name, value, said) in [
+        ("HOTPIN_MALLOC_FLOOR", "garbage", "is not a size"),
+        ("HOTPIN_COSTS", "/no/such/costs.json", "cost file"),
+    ] {
+        let output = Command::new(&setup.program)
+            .env("LD_LIBRARY_PATH", &setup.standin.dir)
+            .env("LD_PRELOAD", &interposer)
+            .env(
+                "HOTPIN_MODE",
+                if name == "HOTPIN_COSTS" {
+                    "use"
+                } else {
+                    "pin-all"
+                },
+            )
+            .env("HOTPIN_HISTORY", &history)
+            .env(name, value)
+            .output()
+            .expect("run the program");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{name}: {stderr}");
+        assert_eq!(
+            stderr.matches(said).count(),
+            1,
+            "{name}={value} is said once: {stderr}"
         );
     }
 }

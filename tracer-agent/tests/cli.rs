@@ -511,3 +511,153 @@ fn memory_from_before_a_pid_attach_is_credited_with_its_copies() {
         "the small block's heap, seeded: {little:?}"
     );
 }
+
+/// `tracer ARGS`, as a user runs it.
+fn tracer(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(args)
+        .output()
+        .expect("run tracer")
+}
+
+#[test]
+fn outputs_that_are_not_regular_files_are_refused_and_left_as_they_are() {
+    common::require_root();
+    let standin = common::standin("cli-not-regular");
+    let dir = standin.dir.clone();
+    let marker = dir.join("the-command-ran");
+    let target = dir.join("target.hotpin");
+    std::fs::write(&target, b"keep").expect("write the link's target");
+    let link = dir.join("link.hotpin");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    // A device of our own (the machine's /dev/null is not put at risk by the test).
+    let device = dir.join("mynull");
+    let _ = std::fs::remove_file(&device);
+    let name = std::ffi::CString::new(device.as_os_str().as_encoded_bytes()).expect("C path");
+    // SAFETY: a NUL-terminated path; makedev(1, 3) is the null device.
+    let made = unsafe { libc::mknod(name.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
+    assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
+    for (output, why) in [(&link, "symbolic link"), (&device, "character device")] {
+        let run = tracer(&[
+            "record".as_ref(),
+            "-o".as_ref(),
+            output.as_os_str(),
+            "--".as_ref(),
+            "touch".as_ref(),
+            marker.as_os_str(),
+        ]);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            !run.status.success() && stderr.contains(why),
+            "{why}: {stderr}"
+        );
+        assert!(!marker.exists(), "nothing started for an output refused");
+    }
+    let link_type = std::fs::symlink_metadata(&link).expect("link").file_type();
+    assert!(link_type.is_symlink(), "the link is still a link");
+    assert_eq!(std::fs::read(&target).expect("target"), b"keep");
+    use std::os::unix::fs::FileTypeExt as _;
+    let device_type = std::fs::symlink_metadata(&device)
+        .expect("device")
+        .file_type();
+    assert!(device_type.is_char_device(), "the device is still a device");
+}
+
+#[test]
+fn a_bad_command_line_gets_an_error_and_loses_nothing() {
+    common::require_root();
+    let standin = common::standin("cli-bad-line");
+    let keep = standin.dir.join("keep.hotpin");
+    std::fs::write(&keep, b"a good history").expect("write");
+    let keep_arg = keep.as_os_str();
+    for args in [
+        &["record".as_ref()][..],
+        &["record".as_ref(), "-o".as_ref(), keep_arg][..],
+        &["record".as_ref(), "--report".as_ref(), "--".as_ref()][..],
+    ] {
+        let run = tracer(args);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_ne!(run.status.code(), Some(101), "no panic: {stderr}");
+        assert!(!run.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--pid") && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
+    let run = tracer(&[
+        "record".as_ref(),
+        "-o".as_ref(),
+        keep_arg,
+        "--".as_ref(),
+        "no-such-command-hotpin".as_ref(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && stderr.contains("cannot find the command"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&keep).expect("keep"), b"a good history");
+}
+
+#[test]
+fn a_recording_that_saw_no_cuda_call_leaves_an_existing_history() {
+    common::require_root();
+    let standin = common::standin("cli-empty");
+    let keep = standin.dir.join("keep.hotpin");
+    std::fs::write(&keep, b"a good history").expect("write");
+    let record = |extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["record".as_ref(), "-o".as_ref()];
+        args.push(keep.as_os_str());
+        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+        args.extend([std::ffi::OsStr::new("--"), std::ffi::OsStr::new("true")]);
+        tracer(&args)
+    };
+    let run = record(&[]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && stderr.contains("left as it was"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&keep).expect("keep"), b"a good history");
+    let run = record(&["--replace-empty"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let history = tracer_agent::dump::read(&keep).expect("asked for: the empty history");
+    assert_eq!(history.stats().calls, 0);
+}
+
+#[test]
+fn a_command_killed_by_a_signal_passes_its_status_on() {
+    common::require_root();
+    let standin = common::standin("cli-signal");
+    let out = standin.dir.join("killed.hotpin");
+    let run = tracer(&[
+        "record".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--".as_ref(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        "kill -KILL $$".as_ref(),
+    ]);
+    assert_eq!(
+        run.status.code(),
+        Some(128 + libc::SIGKILL),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+#[test]
+fn an_endless_input_is_refused_at_the_limit() {
+    let run = tracer(&["report".as_ref(), "/dev/zero".as_ref()]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && stderr.contains("limit"),
+        "{stderr}"
+    );
+}

@@ -11,6 +11,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::files;
 use crate::history::{HistoryData, InvalidHistory, MemHistory};
 
 /// First bytes of a binary dump.
@@ -64,12 +65,8 @@ pub enum DumpError {
     NotAHistory { path: PathBuf, what: String },
     #[error("{}: format version {found} is newer than this tracer reads ({FORMAT_VERSION}); upgrade hotpin", path.display())]
     NewerVersion { path: PathBuf, found: u32 },
-    #[error("{}: file is {size} bytes, over the {limit}-byte limit for history files", path.display())]
-    TooLarge {
-        path: PathBuf,
-        size: u64,
-        limit: u64,
-    },
+    #[error("{}: holds over {limit} bytes, the limit for history files (counted as read: a device or a pipe has no size to check first)", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
     #[error("{}: decompresses to over {limit} bytes; refusing it as a decompression bomb", path.display())]
     Decompressed { path: PathBuf, limit: u64 },
     #[error("{}: truncated or corrupted ({what})", path.display())]
@@ -164,44 +161,25 @@ fn write_marked(
         &copy
     };
     let bytes = encode(data, format, verbose).map_err(io_error)?;
-    let dir = directory_of(path);
-    let name = path
-        .file_name()
-        .ok_or_else(|| io_error(io::Error::other("no file name")))?;
-    // Unique per write, so two writers of one path in one process cannot collide.
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{n}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(source) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_error(source));
-    }
-    Ok(())
+    files::write_atomically(path, &bytes, 0o600).map_err(io_error)
 }
 
-/// Checks, before anything is recorded, that a history can be written to `path`: it is not a
-/// directory, and its directory exists and takes a new file (one is created and removed).
+/// Checks, before anything is recorded, that a history can be written to `path`: nothing is
+/// there or a regular file is (never a link, a device or a directory: [`files::check_output`]),
+/// it is not immutable or otherwise unwritable, and its directory exists and takes a new file
+/// (one is created and removed).
 pub fn check_writable(path: &Path) -> Result<(), DumpError> {
-    if path.is_dir() {
-        return Err(DumpError::Io {
-            path: path.to_path_buf(),
-            source: io::Error::from(io::ErrorKind::IsADirectory),
-        });
+    let error = |source| DumpError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    files::check_output(path).map_err(error)?;
+    if path.exists() {
+        // Opened for writing, not truncated: an immutable or read-only file fails here.
+        fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(error)?;
     }
     check_directory(directory_of(path))
 }
@@ -257,9 +235,7 @@ pub fn write_or_fall_back(
 }
 
 fn directory_of(path: &Path) -> &Path {
-    path.parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
+    files::directory_of(path)
 }
 
 /// The bytes of a dump.
@@ -298,15 +274,17 @@ pub fn read(path: &Path) -> Result<MemHistory, DumpError> {
         path: path.to_path_buf(),
         source,
     };
-    let size = fs::metadata(path).map_err(io_error)?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(DumpError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-            limit: MAX_FILE_BYTES,
-        });
-    }
-    let bytes = fs::read(path).map_err(io_error)?;
+    // Bounded by what is read: a device or a pipe has no size to check first.
+    let bytes = files::read_bounded(path, MAX_FILE_BYTES).map_err(|error| {
+        if error.kind() == io::ErrorKind::FileTooLarge {
+            DumpError::TooLarge {
+                path: path.to_path_buf(),
+                limit: MAX_FILE_BYTES,
+            }
+        } else {
+            io_error(error)
+        }
+    })?;
     let data = decode(&bytes).map_err(|error| error.at(path))?;
     MemHistory::from_data(data).map_err(|source| DumpError::Invalid {
         path: path.to_path_buf(),

@@ -126,7 +126,8 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    std::fs::write(&path, serde_json::to_string_pretty(&file)? + "\n")
+    let text = serde_json::to_string_pretty(&file)? + "\n";
+    hotpin_history::files::write_atomically(&path, text.as_bytes(), 0o644)
         .with_context(|| format!("writing {}", path.display()))?;
     println!("{}", serde_json::to_string_pretty(&file.model)?);
     eprintln!("hotpin: costs written to {}", path.display());

@@ -68,7 +68,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }
         );
     }
+    if let Some(report) = &args.report
+        && (report.is_dir() || report.as_os_str().to_string_lossy().ends_with('/'))
+    {
+        bail!(
+            "--report {} names a directory: give a file name prefix (each process writes \
+             PREFIX.<pid>.json)",
+            report.display()
+        );
+    }
     if mode == Mode::Profile {
+        if args.budget.is_some() {
+            eprintln!("hotpin: --budget has no effect in profile mode, which pins nothing");
+        }
         return profile(&args, floor, static_runtime.is_none(), program, rest);
     }
     if let Some(budget) = &args.budget {
@@ -82,6 +94,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             Some(history) => history.clone(),
             None => latest_in_store(&args.store, program, rest)?,
         };
+        if hotpin_history::files::read_once(&history) {
+            bail!(
+                "the history {} can be read only once (a pipe or a device), and it is read \
+                 twice (checked here, used by the program): give a file",
+                history.display()
+            );
+        }
         hotpin_history::dump::read(&history)
             .with_context(|| format!("the history {} cannot be used", history.display()))?;
         command.env("HOTPIN_HISTORY", absolute(&history)?);

@@ -29,7 +29,9 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
         .output
         .unwrap_or_else(|| args.file.with_extension("trace.json"));
     let text = serde_json::to_vec(&trace)?;
-    std::fs::write(&output, text)
+    // Written in place (a device or a pipe such as /dev/stdout takes it), never through a link.
+    hotpin_history::files::create_streamed(&output, 0o644)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, &text))
         .with_context(|| format!("cannot write the trace to {}", output.display()))?;
     let events = trace["traceEvents"].as_array().map_or(0, Vec::len);
     eprintln!(

@@ -131,6 +131,10 @@ struct RecordArgs {
     /// Default: hotpin-<program>-<pid>.hotpin in the current directory.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Write the history over an existing output file even if the recording saw no CUDA
+    /// call (by default such a file is left as it was: a typo must not lose a good history).
+    #[arg(long)]
+    replace_empty: bool,
     /// Keep every allocation's event timeline in the dump (larger files).
     #[arg(long)]
     verbose: bool,

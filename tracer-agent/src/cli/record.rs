@@ -84,6 +84,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if !args.pids.is_empty() && !args.command.is_empty() {
         bail!("give either --pid or a command, not both");
     }
+    if args.pids.is_empty() && args.command.is_empty() {
+        bail!("give a process to trace (--pid PID) or a command to start (after `--`)");
+    }
+    // A command that cannot be started is said before anything is attached or written.
+    if let Some(program) = args.command.first()
+        && !which(Path::new(program)).is_some_and(|path| path.is_file())
+    {
+        bail!(
+            "cannot find the command {}: nothing was started or recorded",
+            Path::new(program).display()
+        );
+    }
     // Where the history goes is checked before anything is attached or started: a recording
     // must not be made only to be lost at the end.
     match &args.output {
@@ -92,6 +104,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         None => dump::check_directory(Path::new(".")),
     }
     .context("the history could not be written there")?;
+    // A history already there is not replaced by a recording that saw no CUDA call.
+    let protect = !args.replace_empty
+        && args
+            .output
+            .as_deref()
+            .and_then(|path| std::fs::metadata(path).ok())
+            .is_some_and(|metadata| metadata.len() > 0);
     let mut child: Option<PausedChild> = None;
     let mut config = AgentConfig::new(0);
     config.pids = args.pids.clone();
@@ -139,7 +158,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             bail!("process {pid} does not exist");
         }
     }
-    let pid = config.pids[0];
+    let Some(&pid) = config.pids.first() else {
+        bail!("no process to trace");
+    };
     let output = args
         .output
         .clone()
@@ -149,6 +170,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         format: Format::from_path(&output),
         verbose: args.verbose,
         every: (args.checkpoint > 0.0).then(|| Duration::from_secs_f64(args.checkpoint)),
+        protect,
     };
 
     let mut write_failed = false;
@@ -181,6 +203,20 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         eprintln!();
     }
     agent.stop_keeping_probes().context("stopping the tracer")?;
+    if protect && agent.history().stats().calls == 0 {
+        eprintln!(
+            "tracer: the recording saw no CUDA call, so {} is left as it was (--replace-empty \
+             writes the empty history over it)",
+            output.display()
+        );
+        agent.detach_uprobes();
+        release_after_exit();
+        drop(agent);
+        return Ok(match child_status {
+            Some(status) if !status.success() => exit_code(status),
+            _ => ExitCode::FAILURE,
+        });
+    }
     let written = dump::write_or_fall_back(
         &agent.history(),
         &output,
@@ -245,10 +281,22 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     Ok(match child_status {
         Some(status) if !status.success() => {
             eprintln!("tracer: the traced command exited with {status}");
-            ExitCode::from(status.code().map_or(1, |c| c.clamp(1, 255) as u8))
+            exit_code(status)
         }
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// The exit code that passes a failed command's status on as a shell does: its code, or
+/// 128 + the signal that killed it.
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt as _;
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 1,
+    };
+    ExitCode::from(code.clamp(1, 255) as u8)
 }
 
 fn report_probes(agent: &TracerAgent, started: bool) {
@@ -294,6 +342,8 @@ struct Checkpoints {
     format: Format,
     verbose: bool,
     every: Option<Duration>,
+    /// A history was at `path` before: no checkpoint replaces it until a CUDA call is seen.
+    protect: bool,
 }
 
 impl Checkpoints {
@@ -305,6 +355,9 @@ impl Checkpoints {
         }
         *last = Instant::now();
         let history = agent.history();
+        if self.protect && history.stats().calls == 0 {
+            return;
+        }
         if let Err(error) = dump::write_checkpoint(&history, &self.path, self.format, self.verbose)
         {
             tracing::warn!(error = %anyhow::Error::from(error), "checkpoint not written");
