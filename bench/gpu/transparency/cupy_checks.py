@@ -29,9 +29,7 @@ import time
 
 WALL0 = time.perf_counter()
 
-import json  # noqa: E402
 import sys  # noqa: E402
-import traceback  # noqa: E402
 
 import cupy as cp  # noqa: E402
 import cupyx  # noqa: E402
@@ -41,11 +39,7 @@ STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 12
 N = 8 << 20  # int32 elements: 32 MiB buffers
 DELAY_CYCLES = 20_000_000  # ~11 ms of GPU spin at 1.75 GHz
 
-checks = {}
-details = {}
-observed = {}
-errors = {}
-copies = {"h2d": 0, "d2h": 0, "h2d_bytes": 0, "d2h_bytes": 0}
+from tally import count, d2h, h2d, observed, run_all, salt  # noqa: E402,F401
 
 _spin = cp.RawKernel(r'''
 extern "C" __global__ void spin(long long cycles) {
@@ -58,30 +52,6 @@ extern "C" __global__ void spin(long long cycles) {
 def busy():
     """Keeps the current stream busy, so what is queued next on it waits."""
     _spin((1,), (1,), (np.int64(DELAY_CYCLES),))
-
-
-def count(name, ok, info=""):
-    c = checks.setdefault(name, [0, 0])
-    c[0] += 1
-    if not ok:
-        c[1] += 1
-        d = details.setdefault(name, [])
-        if len(d) < 5:
-            d.append(info)
-
-
-def h2d(nbytes):
-    copies["h2d"] += 1
-    copies["h2d_bytes"] += nbytes
-
-
-def d2h(nbytes):
-    copies["d2h"] += 1
-    copies["d2h_bytes"] += nbytes
-
-
-def salt(step, which=0):
-    return (step + 1) * 1009 + which * 100003
 
 
 def memory_type(ptr):
@@ -255,36 +225,20 @@ def main():
         s.synchronize()
     cp.cuda.Device(0).synchronize()
     start = time.perf_counter()
-    for name, fn, args in [
+    def recover():
+        if s.is_capturing():
+            s.end_capture()
+        cp.cuda.Device(0).synchronize()
+
+    observed["numpy_fresh_memory_type"] = memory_type(np.ones(N, dtype=np.int32).ctypes.data)
+    return run_all("cupy_checks", STEPS, WALL0, start, [
         ("asarray_overwrite", check_asarray_overwrite, (s, base, dev_base)),
         ("set_overwrite", check_set_overwrite, (s, base, dev_base)),
         ("get", check_get, (s, base, dev_base)),
         ("free_then_alloc", check_free_then_alloc, (s, base, dev_base)),
         ("empty_pinned", check_empty_pinned, (s, base, dev_base)),
         ("graph_pinned", check_graph_pinned, (s, base)),
-    ]:
-        try:
-            fn(*args)
-        except Exception as e:  # a crash of one check: recorded, the others still run
-            traceback.print_exc()
-            errors[name] = f"{type(e).__name__}: {e}"[:400]
-            try:
-                if s.is_capturing():
-                    s.end_capture()
-            except Exception:  # noqa: BLE001
-                pass
-            try:
-                cp.cuda.Device(0).synchronize()
-            except Exception:  # noqa: BLE001
-                pass
-    seconds = time.perf_counter() - start
-    observed["numpy_fresh_memory_type"] = memory_type(np.ones(N, dtype=np.int32).ctypes.data)
-    print(json.dumps({"program": "cupy_checks", "steps": STEPS, "seconds": seconds,
-                      "wall_seconds": time.perf_counter() - WALL0, "checks": checks,
-                      "observed": observed, "copies": copies, "errors": errors,
-                      "details": details}), flush=True)
-    return 1 if errors else 0
-
+    ], recover=recover)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,9 +18,7 @@ import time
 
 WALL0 = time.perf_counter()
 
-import json  # noqa: E402
 import sys  # noqa: E402
-import traceback  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -29,35 +27,7 @@ import numpy as np  # noqa: E402
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 12
 N = 8 << 20  # int32 elements: 32 MiB buffers
 
-checks = {}
-details = {}
-observed = {}
-errors = {}
-copies = {"h2d": 0, "d2h": 0, "h2d_bytes": 0, "d2h_bytes": 0}
-
-
-def count(name, ok, info=""):
-    c = checks.setdefault(name, [0, 0])
-    c[0] += 1
-    if not ok:
-        c[1] += 1
-        d = details.setdefault(name, [])
-        if len(d) < 5:
-            d.append(info)
-
-
-def h2d(nbytes):
-    copies["h2d"] += 1
-    copies["h2d_bytes"] += nbytes
-
-
-def d2h(nbytes):
-    copies["d2h"] += 1
-    copies["d2h_bytes"] += nbytes
-
-
-def salt(step, which=0):
-    return (step + 1) * 1009 + which * 100003
+from tally import count, d2h, h2d, observed, run_all, salt  # noqa: E402,F401
 
 
 @jax.jit
@@ -157,25 +127,13 @@ def main():
     # Compile once outside the timed part.
     np.asarray(f(jax.device_put(base, dev), np.int32(0)))
     start = time.perf_counter()
-    for name, fn in [
-        ("put_compute_get", check_put_compute_get),
-        ("fresh_put_free_alloc", check_fresh_put_free_alloc),
-        ("d2h", check_d2h),
-        ("pinned_host", check_pinned_host),
-    ]:
-        try:
-            fn(dev, base)
-        except Exception as e:  # a crash of one check: recorded, the others still run
-            traceback.print_exc()
-            errors[name] = f"{type(e).__name__}: {e}"[:400]
-    seconds = time.perf_counter() - start
     observed["jax_version"] = jax.__version__
-    print(json.dumps({"program": "jax_checks", "steps": STEPS, "seconds": seconds,
-                      "wall_seconds": time.perf_counter() - WALL0, "checks": checks,
-                      "observed": observed, "copies": copies, "errors": errors,
-                      "details": details}), flush=True)
-    return 1 if errors else 0
-
+    return run_all("jax_checks", STEPS, WALL0, start, [
+        ("put_compute_get", check_put_compute_get, (dev, base)),
+        ("fresh_put_free_alloc", check_fresh_put_free_alloc, (dev, base)),
+        ("d2h", check_d2h, (dev, base)),
+        ("pinned_host", check_pinned_host, (dev, base)),
+    ])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,9 +29,7 @@ import time
 WALL0 = time.perf_counter()
 
 import gc  # noqa: E402
-import json  # noqa: E402
 import sys  # noqa: E402
-import traceback  # noqa: E402
 
 import torch  # noqa: E402
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset  # noqa: E402
@@ -41,31 +39,7 @@ N = 8 << 20  # int32 elements: 32 MiB buffers
 DELAY_CYCLES = 20_000_000  # ~11 ms of GPU spin at 1.75 GHz
 DEV = torch.device("cuda")
 
-checks = {}
-details = {}
-observed = {}
-errors = {}
-copies = {"h2d": 0, "d2h": 0, "h2d_bytes": 0, "d2h_bytes": 0}
-
-
-def count(name, ok, info=""):
-    c = checks.setdefault(name, [0, 0])
-    c[0] += 1
-    if not ok:
-        c[1] += 1
-        d = details.setdefault(name, [])
-        if len(d) < 5:
-            d.append(info)
-
-
-def h2d(nbytes):
-    copies["h2d"] += 1
-    copies["h2d_bytes"] += nbytes
-
-
-def d2h(nbytes):
-    copies["d2h"] += 1
-    copies["d2h_bytes"] += nbytes
+from tally import count, d2h, h2d, observed, run_all, salt  # noqa: E402,F401
 
 
 def busy():
@@ -77,10 +51,6 @@ def busy():
         busy.m = m
         for _ in range(40):
             m = m @ busy.m * 1e-3
-
-
-def salt(step, which=0):
-    return (step + 1) * 1009 + which * 100003
 
 
 def bad_elements(a, b):
@@ -255,30 +225,14 @@ def main():
     dev_base = torch.arange(N, dtype=torch.int32, device=DEV)
     torch.cuda.synchronize()
     start = time.perf_counter()
-    for name, fn, args in [
+    return run_all("torch_checks", STEPS, WALL0, start, [
         ("h2d_overwrite", check_h2d_overwrite, (cpu_base, dev_base)),
         ("d2h_read_at_once", check_d2h_read_at_once, (cpu_base, dev_base)),
         ("free_then_alloc", check_free_then_alloc, (cpu_base, dev_base)),
         ("pin_memory", check_pin_memory, (cpu_base, dev_base)),
         ("dataloader", check_dataloader, ()),
         ("cuda_graph", check_cuda_graph, (cpu_base,)),
-    ]:
-        try:
-            fn(*args)
-        except Exception as e:  # a crash of one check: recorded, the others still run
-            traceback.print_exc()
-            errors[name] = f"{type(e).__name__}: {e}"[:400]
-            try:
-                torch.cuda.synchronize()
-            except Exception:
-                pass
-    seconds = time.perf_counter() - start
-    print(json.dumps({"program": "torch_checks", "steps": STEPS, "seconds": seconds,
-                      "wall_seconds": time.perf_counter() - WALL0, "checks": checks,
-                      "observed": observed, "copies": copies, "errors": errors,
-                      "details": details}), flush=True)
-    return 1 if errors else 0
-
+    ], recover=torch.cuda.synchronize)
 
 if __name__ == "__main__":
     sys.exit(main())
