@@ -84,17 +84,20 @@ impl Config {
 /// A budget in bytes (with an optional K, M or G suffix, powers of 1024), or as a share of RAM
 /// (`25%`).
 pub fn parse_budget(text: &str) -> Result<u64, InitError> {
-    let bad = || InitError::BadBudget(text.to_string());
+    let bad = |why: String| InitError::BadBudget(text.to_string(), why);
     if let Some(percent) = text.strip_suffix('%') {
-        let share: f64 = percent.trim().parse().map_err(|_| bad())?;
+        let share: f64 = percent
+            .trim()
+            .parse()
+            .map_err(|_| bad("not a number before %".into()))?;
         if !(0.0..=100.0).contains(&share) {
-            return Err(bad());
+            return Err(bad("a share is 0% to 100%".into()));
         }
         // SAFETY: sysconf has no preconditions.
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) } as f64;
         return Ok((pages * pool::page_size() as f64 * share / 100.0) as u64);
     }
-    hotpin_history::report::parse_bytes(text).map_err(|_| bad())
+    hotpin_history::report::parse_bytes(text).map_err(bad)
 }
 
 /// Why the allocator could not be set up.
@@ -102,8 +105,8 @@ pub fn parse_budget(text: &str) -> Result<u64, InitError> {
 pub enum InitError {
     #[error("HOTPIN_MODE={0:?} is not one of pin-none, pin-all, profile, use")]
     BadMode(String),
-    #[error("pinned budget {0:?} is neither bytes (like 512M) nor a share of RAM (like 25%)")]
-    BadBudget(String),
+    #[error("pinned budget {0:?}: {1}; give bytes (like 512M) or a share of RAM (like 25%)")]
+    BadBudget(String, String),
     #[error("use mode needs a history (HOTPIN_HISTORY or Allocator::use_history)")]
     NoHistory,
     #[error("cannot use the history")]

@@ -221,6 +221,10 @@ fn budgets_parse_as_bytes_or_a_share_of_ram() {
     assert_eq!(parse_budget("512M").expect("MiB"), 512 << 20);
     assert_eq!(parse_budget("2G").expect("GiB"), 2 << 30);
     assert!(parse_budget("99999999999G").is_err(), "overflow");
+    // 16 EiB is past u64: said as too large, not as "not bytes" (#25).
+    let error = parse_budget("16E").expect_err("too large").to_string();
+    assert!(error.contains("too large"), "{error}");
+    assert_eq!(parse_budget("1T").expect("TiB"), 1 << 40);
     assert!(parse_budget("M").is_err());
     assert!(parse_budget("10%").expect("share") > 0);
     assert!(parse_budget("150%").is_err());

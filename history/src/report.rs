@@ -782,6 +782,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         Some(b'K' | b'k') => (&text[..text.len() - 1], 10),
         Some(b'M' | b'm') => (&text[..text.len() - 1], 20),
         Some(b'G' | b'g') => (&text[..text.len() - 1], 30),
+        Some(b'T' | b't') => (&text[..text.len() - 1], 40),
+        Some(b'P' | b'p') => (&text[..text.len() - 1], 50),
+        Some(b'E' | b'e') => (&text[..text.len() - 1], 60),
         _ => (text, 0),
     };
     let value: u64 = digits
@@ -789,7 +792,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .map_err(|e| format!("bad size {text:?}: {e}"))?;
     value
         .checked_mul(1 << shift)
-        .ok_or_else(|| format!("size {text:?} is too large"))
+        .ok_or_else(|| format!("size {text:?} is too large (over 16 EiB)"))
 }
 
 #[cfg(test)]

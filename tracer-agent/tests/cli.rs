@@ -601,6 +601,23 @@ fn a_bad_command_line_gets_an_error_and_loses_nothing() {
 }
 
 #[test]
+fn a_ring_too_large_is_said_as_such() {
+    common::require_root();
+    let run = tracer(&[
+        "record".as_ref(),
+        "--ring-mib".as_ref(),
+        "65536".as_ref(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && stderr.contains("too large") && !stderr.contains("CAP_BPF"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_recording_that_saw_no_cuda_call_leaves_an_existing_history() {
     common::require_root();
     let standin = common::standin("cli-empty");

@@ -28,6 +28,9 @@ use tracer_agent::{
 
 use super::RecordArgs;
 
+/// The largest ring buffer `--ring-mib` takes, in MiB.
+const MAX_RING_MIB: u32 = 1024;
+
 /// How long a started command has to exit after the tracer passed it a signal.
 const CHILD_GRACE: Duration = Duration::from_secs(10);
 
@@ -80,6 +83,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     privileges::check()?;
     if !args.ring_mib.is_power_of_two() {
         bail!("--ring-mib must be a power of two, not {}", args.ring_mib);
+    }
+    // The ring's size in bytes must fit the kernel's u32 (and what it will map): 1 GiB at most.
+    if args.ring_mib > MAX_RING_MIB {
+        bail!(
+            "--ring-mib {} is too large: at most {MAX_RING_MIB} (1 GiB)",
+            args.ring_mib
+        );
     }
     if !args.pids.is_empty() && !args.command.is_empty() {
         bail!("give either --pid or a command, not both");
@@ -187,9 +197,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             .filter(|a| a.pre_existing)
             .count();
         let pids: Vec<String> = args.pids.iter().map(u32::to_string).collect();
+        let ends = match args.duration {
+            Some(seconds) => {
+                format!("after {seconds} s, or earlier if the process exits or on Ctrl-C")
+            }
+            None => "when the process exits, or on Ctrl-C".to_string(),
+        };
         eprintln!(
             "tracer: recording {} ({seeded} mappings that existed already recorded as \
-             pre-existing); it ends when the process exits, or on Ctrl-C",
+             pre-existing); it ends {ends}",
             pids.join(", ")
         );
     }

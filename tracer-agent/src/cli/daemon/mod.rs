@@ -129,7 +129,7 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         daemon.write(session);
     }
     eprintln!(
-        "tracer daemon: stopped; {} histories written to {} ({unfinished} of runs still going, \
+        "tracer daemon: stopped; {} histories written to {} ({unfinished} runs still going, \
          marked as checkpoints), {} could not be written",
         daemon.written,
         daemon.settings.store.display(),
