@@ -728,3 +728,70 @@ fn a_store_that_cannot_be_made_names_its_folder() {
         "the error names the folder: {error}"
     );
 }
+
+/// Script names a user controls (`python3.12 NAME`), as the daemon keys them, never name
+/// anything but one folder right inside the store: no `/`, no `..`, no hidden name, no
+/// control character, within a file name's length (#25, the store as an attack surface).
+#[test]
+fn any_script_name_keys_one_folder_inside_the_store() {
+    let dir = TempDir::new("hostile");
+    let python = dir.path().join("python3.12");
+    write_executable(&python, &elf_file(&BUILD_ID, true, true));
+    let root = Path::new("/var/lib/hotpin/histories");
+    let mut names: Vec<String> = [
+        "..",
+        "../..",
+        "../../etc/passwd",
+        "/etc/shadow",
+        ".hidden",
+        "a/../../b",
+        "\n",
+        "a\nb",
+        "é✓",
+        "x\0y",
+        "-",
+        "--",
+        ".",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    names.push("a".repeat(5000));
+    names.push("../".repeat(400));
+    // Random names from bytes a file name may hold and worse (a fixed xorshift: repeatable).
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let alphabet: Vec<char> = "./\\\n\t -_~é\u{202e}$*?aZ09".chars().collect();
+    for _ in 0..2000 {
+        let mut name = String::new();
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        for _ in 0..(state % 300) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            name.push(alphabet[(state % alphabet.len() as u64) as usize]);
+        }
+        names.push(name);
+    }
+    for name in names {
+        let args = [name.clone()];
+        let Ok(key) = ProgramKey::from_exe_on(&python, &args, None) else {
+            continue;
+        };
+        let folder = root.join(key.as_str());
+        assert_eq!(folder.parent(), Some(root), "{name:?} -> {key}");
+        assert!(
+            !key.as_str().starts_with('.')
+                && !key.as_str().contains('/')
+                && key.as_str().len() <= 255
+                && key.as_str().chars().all(|c| c.is_ascii_graphic()),
+            "{name:?} -> {key:?}"
+        );
+        // Read back as a stored key it is accepted: the same checks hold both ways.
+        assert_eq!(
+            ProgramKey::try_from(key.as_str().to_string()).expect("a valid key"),
+            key
+        );
+    }
+}
