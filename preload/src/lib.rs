@@ -34,6 +34,13 @@
 //! (CUDA does not survive fork); it only frees. Nothing here fails an allocation libc would
 //! satisfy: a failed registration leaves the block pageable, a failed demotion pins.
 
+// Nothing here may panic on what a user, a program, the environment or a file hands it:
+// checked by these lints outside tests (an index or an unwrap needs a written reason).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 /// Defines an exported naked stub `$name` that passes the return address in `$reg` (the
 /// first free argument register) and jumps to `$at`.
 macro_rules! stub {

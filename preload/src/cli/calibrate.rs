@@ -32,7 +32,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     let devices = cuda.device_count().map_err(|e| anyhow::anyhow!("{e}"))?;
     anyhow::ensure!(devices > 0, "no CUDA device");
     let repeat = args.repeat.max(1);
-    let largest = *SIZES.last().expect("sizes") as usize;
+    let largest = SIZES.iter().copied().max().unwrap_or(0) as usize;
     let device = cuda
         .malloc(largest)
         .map_err(|e| anyhow::anyhow!("cudaMalloc: {e}"))?;
@@ -82,8 +82,14 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     let (small, large) = (1 << 20, 256 << 20);
     let mut register = [Duration::ZERO; 2];
     let mut unregister = [Duration::ZERO; 2];
-    for (i, size) in [small, large].into_iter().enumerate() {
-        let block = &mut pageable[..size];
+    for ((size, register), unregister) in [small, large]
+        .into_iter()
+        .zip(&mut register)
+        .zip(&mut unregister)
+    {
+        let block = pageable
+            .get_mut(..size)
+            .context("the pageable buffer is smaller than the sizes measured")?;
         let ptr = block.as_mut_ptr().cast::<c_void>();
         let mut pin = Vec::new();
         let mut unpin = Vec::new();
@@ -97,8 +103,8 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             unsafe { cuda.host_unregister(ptr) }.map_err(|e| anyhow::anyhow!("{e}"))?;
             unpin.push(start.elapsed());
         }
-        register[i] = middle(pin);
-        unregister[i] = middle(unpin);
+        *register = middle(pin);
+        *unregister = middle(unpin);
     }
     model.register = fit(register[0], register[1], small, large);
     model.unregister = fit(unregister[0], unregister[1], small, large);

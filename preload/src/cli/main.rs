@@ -6,6 +6,13 @@
 //! hotpin calibrate                                         # copy and pinning costs here
 //! ```
 
+// Nothing here may panic on what a user, a program, the environment or a file hands it:
+// checked by these lints outside tests (an index or an unwrap needs a written reason).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 mod calibrate;
 mod run;
 

@@ -51,10 +51,18 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let mode = Mode::from_name(&args.mode).expect("clap checked the mode");
+    let mode = Mode::from_name(&args.mode).with_context(|| {
+        format!(
+            "--mode {} is not one of profile, use, pin-all, pin-none",
+            args.mode
+        )
+    })?;
     let floor = hotpin_history::report::parse_bytes(&args.floor)
         .map_err(|e| anyhow::anyhow!("--floor {}: {e}", args.floor))?;
-    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("give the command to run after `--`")?;
     let static_runtime = which(Path::new(program)).filter(|exe| carries_cuda_runtime(exe));
     if let Some(executable) = &static_runtime {
         eprintln!(

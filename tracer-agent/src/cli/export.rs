@@ -33,7 +33,10 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
     hotpin_history::files::create_streamed(&output, 0o644)
         .and_then(|mut file| std::io::Write::write_all(&mut file, &text))
         .with_context(|| format!("cannot write the trace to {}", output.display()))?;
-    let events = trace["traceEvents"].as_array().map_or(0, Vec::len);
+    let events = trace
+        .get("traceEvents")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len);
     eprintln!(
         "tracer: {events} trace events written to {} (open it in ui.perfetto.dev)",
         output.display()

@@ -1,5 +1,12 @@
 //! The `tracer` command line.
 
+// Nothing here may panic on what a user, a program, the environment or a file hands it:
+// checked by these lints outside tests (an index or an unwrap needs a written reason).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 mod daemon;
 mod export;
 mod probes;

@@ -348,7 +348,7 @@ async fn respond(mut stream: TcpStream, text: String) {
         while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
             match stream.read(&mut buffer).await {
                 Ok(0) | Err(_) => return false,
-                Ok(n) => request.extend_from_slice(&buffer[..n]),
+                Ok(n) => request.extend_from_slice(buffer.get(..n).unwrap_or_default()),
             }
         }
         true
