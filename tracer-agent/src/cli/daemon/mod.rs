@@ -169,7 +169,7 @@ impl Daemon {
                         // Off the loop: a slow collector delays no history and no scrape.
                         tokio::task::spawn_blocking(move || {
                             if let Err(error) = otlp::send(&endpoint, &request) {
-                                tracing::warn!(error = %anyhow::Error::from(error), "OTLP export failed");
+                                tracing::warn!(error = format!("{:#}", anyhow::Error::from(error)), "OTLP export failed");
                             }
                         });
                     }
