@@ -31,13 +31,8 @@ pub struct Real {
 
 impl Real {
     /// A function of the CUDA runtime.
-    pub const fn new(name: &'static CStr) -> Self {
-        Self::in_files(name, &RUNTIMES)
-    }
-
-    /// A function of the CUDA runtime (the same as [`Real::new`]).
     pub const fn runtime(name: &'static CStr) -> Self {
-        Self::new(name)
+        Self::in_files(name, &RUNTIMES)
     }
 
     /// A function of the CUDA driver.
@@ -70,11 +65,11 @@ impl Real {
     }
 }
 
-pub static HOST_ALLOC: Real = Real::new(c"cudaHostAlloc");
-pub static MALLOC_HOST: Real = Real::new(c"cudaMallocHost");
-pub static FREE_HOST: Real = Real::new(c"cudaFreeHost");
-pub static HOST_REGISTER: Real = Real::new(c"cudaHostRegister");
-pub static HOST_UNREGISTER: Real = Real::new(c"cudaHostUnregister");
+pub static HOST_ALLOC: Real = Real::runtime(c"cudaHostAlloc");
+pub static MALLOC_HOST: Real = Real::runtime(c"cudaMallocHost");
+pub static FREE_HOST: Real = Real::runtime(c"cudaFreeHost");
+pub static HOST_REGISTER: Real = Real::runtime(c"cudaHostRegister");
+pub static HOST_UNREGISTER: Real = Real::runtime(c"cudaHostUnregister");
 
 pub static CU_HOST_ALLOC: Real = Real::driver(c"cuMemHostAlloc");
 pub static CU_ALLOC_HOST: Real = Real::driver(c"cuMemAllocHost_v2");
@@ -436,4 +431,4 @@ pub fn refuse_as_pageable(stream: Stream, pageable: *const c_void, layer: Layer)
 }
 
 static CU_COPY_HTOD_ASYNC: Real = Real::driver(c"cuMemcpyHtoDAsync_v2");
-static RT_COPY_ASYNC: Real = Real::new(c"cudaMemcpyAsync");
+static RT_COPY_ASYNC: Real = Real::runtime(c"cudaMemcpyAsync");

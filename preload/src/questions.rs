@@ -184,9 +184,9 @@ pub static CU_POINTER_GET_ATTRIBUTE: Real = Real::driver(c"cuPointerGetAttribute
 pub static CU_POINTER_GET_ATTRIBUTES: Real = Real::driver(c"cuPointerGetAttributes");
 pub static CU_HOST_GET_FLAGS: Real = Real::driver(c"cuMemHostGetFlags");
 pub static CU_HOST_GET_DEVICE_POINTER: Real = Real::driver(c"cuMemHostGetDevicePointer_v2");
-pub static RT_POINTER_GET_ATTRIBUTES: Real = Real::new(c"cudaPointerGetAttributes");
-pub static RT_HOST_GET_FLAGS: Real = Real::new(c"cudaHostGetFlags");
-pub static RT_HOST_GET_DEVICE_POINTER: Real = Real::new(c"cudaHostGetDevicePointer");
+pub static RT_POINTER_GET_ATTRIBUTES: Real = Real::runtime(c"cudaPointerGetAttributes");
+pub static RT_HOST_GET_FLAGS: Real = Real::runtime(c"cudaHostGetFlags");
+pub static RT_HOST_GET_DEVICE_POINTER: Real = Real::runtime(c"cudaHostGetDevicePointer");
 
 stub!(cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: u64) -> c_int, "rcx", pointer_get_attribute_at);
 
