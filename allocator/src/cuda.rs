@@ -73,7 +73,7 @@ pub struct CudaRuntime {
     get_device_count: CountFn,
     path: String,
     // Keeps the function pointers above valid; dropped last.
-    _library: Library,
+    library: Library,
 }
 
 fn check(code: i32) -> Result<(), CudaError> {
@@ -119,13 +119,20 @@ impl CudaRuntime {
             device_synchronize: sym!("cudaDeviceSynchronize"),
             get_device_count: sym!("cudaGetDeviceCount"),
             path: shown.clone(),
-            _library: library,
+            library,
         })
     }
 
     /// What it was loaded from.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Whether this is the CUDA stand-in (a test fixture that is not CUDA: its copies are
+    /// memcpy and its timings mean nothing), which exports `hotpin_cuda_standin` to say so.
+    pub fn is_standin(&self) -> bool {
+        // SAFETY: only the symbol's presence is asked; nothing is read through it.
+        unsafe { self.library.get::<*const u8>(b"hotpin_cuda_standin\0") }.is_ok()
     }
 
     pub fn device_count(&self) -> Result<i32, CudaError> {

@@ -143,6 +143,10 @@ static cudaError_t note(cudaError_t e) {
 
 #define DRIVER(call) return note(driver_ready() ? (cudaError_t)(call) : cudaErrorInsufficientDriver)
 
+/* Says to whoever looks (hotpin calibrate) that this runtime is the stand-in, not CUDA. */
+__attribute__((visibility("default"))) const char hotpin_cuda_standin[] =
+    "CUDA stand-in: a test fixture, not CUDA; its copies are memcpy and its timings mean nothing";
+
 /* The real runtime holds locks of its own while it calls the driver, and the driver
  * functions it calls may be an interposer's (it takes them through cuGetProcAddress or
  * dlsym). The stand-in holds one runtime-wide lock across the driver calls that allocate,

@@ -544,6 +544,26 @@ fn functions_a_program_looks_up_itself_are_interposed_at_both_api_layers() {
 }
 
 #[test]
+fn calibrating_the_stand_in_writes_no_cost_file() {
+    let setup = setup("calibrate");
+    let costs = setup.dir.join("costs.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["calibrate", "--cudart"])
+        .arg(&setup.standin.runtime)
+        .arg("-o")
+        .arg(&costs)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run hotpin calibrate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("stand-in"),
+        "{stderr}"
+    );
+    assert!(!costs.exists(), "no cost file of meaningless numbers");
+}
+
+#[test]
 fn settings_that_cannot_be_used_are_said() {
     let setup = setup("said");
     // A history of another program: it matches nothing this one does.

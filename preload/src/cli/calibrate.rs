@@ -29,6 +29,12 @@ pub struct CalibrateArgs {
 pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     let cuda = CudaRuntime::load(&args.cudart)
         .with_context(|| format!("loading {}", args.cudart.display()))?;
+    anyhow::ensure!(
+        !cuda.is_standin(),
+        "{} is the CUDA stand-in, a test fixture that is not CUDA: its timings mean nothing, \
+         so no cost file is written; calibrate with the machine's real libcudart",
+        args.cudart.display()
+    );
     let devices = cuda.device_count().map_err(|e| anyhow::anyhow!("{e}"))?;
     anyhow::ensure!(devices > 0, "no CUDA device");
     let repeat = args.repeat.max(1);
