@@ -104,7 +104,8 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
     cuda::synchronize(stream)
 }
 
-/// A copy whose host memory cannot be told from its arguments (3D batches, 3D peer copies):
+/// A copy whose host memory cannot be told from its arguments (3D batches, and the runtime's
+/// 3D peer copy, whose driver copy beneath is read precisely):
 /// while any block is promoted, waited for as a pageable copy is. During capture it passes
 /// as it is (a sync there would end the capture): docs/transparency.md names this gap.
 fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
@@ -196,8 +197,10 @@ copy!(CU_BATCH = driver cuMemcpyBatchAsync_v2(d: *const Dev, r: *const Dev, z: *
 copy!(CU_BATCH_PTSZ = driver cuMemcpyBatchAsync_v2_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
 copy!(CU_BATCH_V1 = driver cuMemcpyBatchAsync(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, f: *mut usize, s: Stream), s, guarded, batch(d, r, z, n));
 copy!(CU_BATCH_V1_PTSZ = driver cuMemcpyBatchAsync_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, f: *mut usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
-copy!(CU_3D_PEER = driver cuMemcpy3DPeerAsync(c: *const c_void, s: Stream), s, guarded_unknown);
-copy!(CU_3D_PEER_PTSZ = driver cuMemcpy3DPeerAsync_ptsz(c: *const c_void, s: Stream), per_thread(s), guarded_unknown);
+// `CUDA_MEMCPY3D_PEER` is `CUDA_MEMCPY3D` with the contexts where the latter's reserved
+// fields are (cuda.h), so its host sides are read the same way.
+copy!(CU_3D_PEER = driver cuMemcpy3DPeerAsync(c: *const Memcpy3D, s: Stream), s, guarded, Memcpy3D::ranges(c));
+copy!(CU_3D_PEER_PTSZ = driver cuMemcpy3DPeerAsync_ptsz(c: *const Memcpy3D, s: Stream), per_thread(s), guarded, Memcpy3D::ranges(c));
 copy!(CU_3D_BATCH = driver cuMemcpy3DBatchAsync_v2(n: usize, o: *mut c_void, f: u64, s: Stream), s, guarded_unknown);
 copy!(CU_3D_BATCH_PTSZ = driver cuMemcpy3DBatchAsync_v2_ptsz(n: usize, o: *mut c_void, f: u64, s: Stream), per_thread(s), guarded_unknown);
 copy!(CU_3D_BATCH_V1 = driver cuMemcpy3DBatchAsync(n: usize, o: *mut c_void, x: *mut usize, f: u64, s: Stream), s, guarded_unknown);
