@@ -834,3 +834,90 @@ fn sighup_rereads_the_filters_from_the_configuration_file() {
     );
     assert!(daemon.terminate().success());
 }
+
+/// The store as another user sees it (#25): the daemon runs as root and hands each history to
+/// its run's user. A run of user `nobody` gets its history, readable by that user alone; the
+/// store's folders are root's, so no user can plant a link or a file there for the daemon to
+/// write through, and another user cannot read the history.
+#[test]
+fn another_user_can_neither_read_a_history_nor_plant_a_link_in_the_store() {
+    use std::os::unix::{
+        fs::{MetadataExt as _, PermissionsExt as _},
+        process::CommandExt as _,
+    };
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-users");
+    let store = standin.dir.join("store");
+    let daemon = Daemon::start(&store, &standin.dir);
+    const NOBODY: u32 = 65534;
+    const OTHER: u32 = 65533;
+    let bench = common::bench(&standin, &bench_args("1", "10", "0"));
+    let mut command = Command::new(common::workload());
+    command
+        .args(&bench.args)
+        .envs(bench.env.iter().cloned())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::null());
+    let status = command.status().expect("run transfer-bench as nobody");
+    assert!(status.success(), "the run as nobody: {status}");
+    let found = {
+        let start = Instant::now();
+        loop {
+            let found = stored(&store);
+            if !found.is_empty() {
+                break found;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no history stored"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    drop(daemon);
+    let history = found.values().next().expect("one history");
+    let metadata = std::fs::metadata(history).expect("the history");
+    assert_eq!(
+        metadata.uid(),
+        NOBODY,
+        "the history is given to its run's user"
+    );
+    assert_eq!(
+        metadata.permissions().mode() & 0o777,
+        0o600,
+        "and to no one else"
+    );
+    let folder = history.parent().expect("its program's folder");
+    for dir in [folder, store.as_path()] {
+        let metadata = std::fs::metadata(dir).expect("a store folder");
+        assert_eq!(metadata.uid(), 0, "{} is root's", dir.display());
+        assert_eq!(
+            metadata.permissions().mode() & 0o022,
+            0,
+            "{} is not writable by others",
+            dir.display()
+        );
+    }
+    // As another user: no reading the history, no link planted beside it.
+    let as_other = |program: &str, args: &[&std::ffi::OsStr]| {
+        Command::new(program)
+            .args(args)
+            .uid(OTHER)
+            .gid(OTHER)
+            .output()
+            .expect("run as another user")
+    };
+    let read = as_other("cat", &[history.as_os_str()]);
+    assert!(!read.status.success(), "another user read the history");
+    let planted = folder.join("planted.hotpin");
+    let link = as_other(
+        "ln",
+        &["-s".as_ref(), "/etc/passwd".as_ref(), planted.as_os_str()],
+    );
+    assert!(
+        !link.status.success() && std::fs::symlink_metadata(&planted).is_err(),
+        "a link was planted in the store"
+    );
+}
