@@ -44,6 +44,15 @@ pub static BELIEVED_PINNED: AtomicBool = AtomicBool::new(false);
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 const DEFAULT_FLOOR: usize = 1 << 20;
+/// Exit statuses of strict mode (`HOTPIN_STRICT=1`, `hotpin run --strict`): a setting the
+/// interposer cannot use; a use-mode history that matched none of the program's allocations.
+const STRICT_SETTING: i32 = 2;
+const STRICT_UNMATCHED: i32 = 3;
+
+/// Whether what would only be said is to be an error (`HOTPIN_STRICT=1`).
+fn strict() -> bool {
+    std::env::var_os("HOTPIN_STRICT").is_some_and(|v| v == "1")
+}
 /// Decisions kept for the report file, at most.
 const MAX_LOGGED: usize = 100_000;
 
@@ -207,6 +216,14 @@ pub fn init() {
         Ok(Some(state)) => {
             let floor = match std::env::var("HOTPIN_MALLOC_FLOOR") {
                 Ok(text) => hotpin_history::report::parse_bytes(&text).unwrap_or_else(|error| {
+                    if strict() {
+                        eprintln!(
+                            "hotpin: HOTPIN_MALLOC_FLOOR={text:?} is not a size ({error}); \
+                             stopping (HOTPIN_STRICT)"
+                        );
+                        // SAFETY: ends the process before the program starts.
+                        unsafe { libc::_exit(STRICT_SETTING) };
+                    }
                     eprintln!(
                         "hotpin: HOTPIN_MALLOC_FLOOR={text:?} is not a size ({error}); the \
                          floor is {DEFAULT_FLOOR} bytes"
@@ -225,6 +242,11 @@ pub fn init() {
             ENABLED.store(true, Ordering::Release);
         }
         Ok(None) => {}
+        Err(why) if strict() => {
+            eprintln!("hotpin: {why}; stopping (HOTPIN_STRICT)");
+            // SAFETY: ends the process before the program starts, as strict mode asks.
+            unsafe { libc::_exit(STRICT_SETTING) };
+        }
         Err(why) => eprintln!("hotpin: {why}; the program runs untouched"),
     }
 }
@@ -240,18 +262,38 @@ extern "C" fn at_exit() {
         return;
     }
     let Some(_busy) = Busy::enter() else { return };
-    let guard = lock();
-    let Some(state) = guard.as_ref() else { return };
-    if state.mode == Mode::Use && state.matched == 0 && state.judged_unknown > 0 {
-        eprintln!(
-            "hotpin: the history matched none of the {} allocations this program made at or \
-             above the floor (a history of another program, of a build before this one, or \
-             without libc call sites, such as the daemon's): nothing was pinned or unpinned \
-             from it",
-            state.judged_unknown
-        );
+    let unmatched = {
+        let guard = lock();
+        let Some(state) = guard.as_ref() else { return };
+        let unmatched = state.mode == Mode::Use && state.matched == 0 && state.judged_unknown > 0;
+        if unmatched {
+            eprintln!(
+                "hotpin: the history matched none of the {} allocations this program made at \
+                 or above the floor (a history of another program, of a build before this one, \
+                 or without libc call sites, such as the daemon's): nothing was pinned or \
+                 unpinned from it",
+                state.judged_unknown
+            );
+        }
+        if let Some(path) = &state.report {
+            write_report(state, path);
+        }
+        unmatched
+    };
+    if unmatched && strict() {
+        // SAFETY: the program has finished and its report is written; its output still in
+        // stdio's buffers goes out first (exit would flush it after this handler); then
+        // strict mode makes this run a failure.
+        unsafe {
+            libc::fflush(std::ptr::null_mut());
+            libc::_exit(STRICT_UNMATCHED);
+        }
     }
-    let Some(path) = &state.report else { return };
+}
+
+/// Writes the counters and decisions to `PATH.<pid>.json` (one file per process: children
+/// inherit the variable).
+fn write_report(state: &State, path: &std::path::Path) {
     #[derive(Serialize)]
     struct Report<'a> {
         pid: u32,
@@ -271,7 +313,6 @@ extern "C" fn at_exit() {
         counters: &counters,
         decisions: &state.log,
     };
-    // One file per process: children inherit the variable.
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{}.json", std::process::id()));
     let path = PathBuf::from(name);

@@ -584,6 +584,26 @@ fn settings_that_cannot_be_used_are_said() {
     );
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("the history matched none"), "{stderr}");
+    // --strict makes it an error (exit status 3), the program having run whole.
+    let strict = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--strict", "--mode", "use", "--history"])
+        .arg(&history)
+        .arg("--")
+        .arg(&setup.program)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run hotpin --strict");
+    assert_eq!(
+        strict.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&strict.stderr)
+    );
+    assert_eq!(
+        ground_truth(&strict),
+        ground_truth(&run),
+        "the program ran whole"
+    );
     // The interposer's own settings, as a user who preloads it by hand sets them.
     let interposer = Path::new(env!("CARGO_BIN_EXE_hotpin")).with_file_name("libhotpin_preload.so");
     for (name, value, said) in [
@@ -611,6 +631,28 @@ fn settings_that_cannot_be_used_are_said() {
             stderr.matches(said).count(),
             1,
             "{name}={value} is said once: {stderr}"
+        );
+        // Strict: an error, before the program starts (it prints nothing).
+        let strict = Command::new(&setup.program)
+            .env("LD_LIBRARY_PATH", &setup.standin.dir)
+            .env("LD_PRELOAD", &interposer)
+            .env(
+                "HOTPIN_MODE",
+                if name == "HOTPIN_COSTS" {
+                    "use"
+                } else {
+                    "pin-all"
+                },
+            )
+            .env("HOTPIN_HISTORY", &history)
+            .env("HOTPIN_STRICT", "1")
+            .env(name, value)
+            .output()
+            .expect("run the program");
+        assert_eq!(strict.status.code(), Some(2), "{name} strict");
+        assert!(
+            strict.stdout.is_empty(),
+            "{name}: the program did not start"
         );
     }
 }

@@ -42,6 +42,11 @@ pub struct RunArgs {
     /// Write the interposer's decisions and counters to FILE.<pid>.json per process.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// Make what would only be said an error: a setting the interposer cannot use stops the
+    /// program before it starts (exit status 2), and a use-mode history that matched none of
+    /// the program's allocations makes it exit with status 3.
+    #[arg(long)]
+    strict: bool,
     /// Allocations below this size go straight to libc (suffixes K, M, G).
     #[arg(long, default_value = "1M", value_name = "BYTES")]
     floor: String,
@@ -96,6 +101,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let mut command = Command::new(program);
     command.args(rest).env("HOTPIN_MODE", mode.name());
+    if args.strict {
+        command.env("HOTPIN_STRICT", "1");
+    }
     command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
     if mode == Mode::Use {
         let history = match &args.history {
