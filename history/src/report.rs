@@ -239,6 +239,10 @@ pub struct SiteAdvice {
     pub saving_s: f64,
     /// ... and what pinning and unpinning them costs.
     pub cost_s: f64,
+    /// Whether hotpin's use mode can recognise these allocations when the program runs again:
+    /// not memory known only as a mapping or with no call site (a history recorded without
+    /// libc's allocator, such as the daemon's), which no allocation call names.
+    pub use_mode_matches: bool,
 }
 
 impl SiteAdvice {
@@ -416,6 +420,7 @@ impl Report {
             transfers: 0,
             saving_s: 0.0,
             cost_s: 0.0,
+            use_mode_matches: true,
         };
         let groups = policy.recycled_groups(history);
         let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
@@ -436,6 +441,7 @@ impl Report {
             let hot = policy.is_hot(a) || grouped;
             if hot && !grouped && a.kind != AllocKind::Untracked {
                 let entry = pin.entry(a.call_site).or_insert_with(empty);
+                entry.use_mode_matches &= a.call_site.is_some() && a.kind != AllocKind::Mmap;
                 entry.allocations += 1;
                 entry.bytes += a.size;
                 entry.transfers += a.stats.transfers;
@@ -670,16 +676,30 @@ impl Report {
         if self.pin_sites.is_empty() {
             let _ = writeln!(out, "  no call site is hot: nothing to pin");
         } else {
+            let unmatched = self.pin_sites.iter().any(|site| !site.use_mode_matches);
             let _ = writeln!(
                 out,
                 "  pin the hot allocations of these call sites ({} in all; hotpin's use mode \
-                 does this from the history):",
-                bytes(self.pin_bytes)
+                 does this from the history{}):",
+                bytes(self.pin_bytes),
+                if unmatched {
+                    " for those marked *; the others it cannot recognise when the program runs \
+                     again (memory known only as a mapping or with no call site: record with \
+                     libc's allocator, `tracer record --libc-malloc`, as `hotpin run --mode \
+                     profile` does)"
+                } else {
+                    ""
+                }
             );
             for site in &self.pin_sites {
                 let _ = writeln!(
                     out,
-                    "    {:<48} {:>4} allocations {:>10} {:>8} transfers{}",
+                    "  {} {:<48} {:>4} allocations {:>10} {:>8} transfers{}",
+                    if unmatched && site.use_mode_matches {
+                        "*"
+                    } else {
+                        " "
+                    },
                     site.call_site,
                     site.allocations,
                     bytes(site.bytes),
@@ -799,6 +819,37 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 mod tests {
     use super::*;
     use crate::{history::CallSite, registry::CopyDirection};
+
+    #[test]
+    fn hot_memory_use_mode_cannot_recognise_is_said_so() {
+        let mut h = MemHistory::new();
+        let site = h.intern_call_site(CallSite {
+            module: "/bin/app".into(),
+            offset: 0x10,
+            symbol: Some("load_batch".into()),
+        });
+        // A buffer from malloc with its call site, and a mapping known only from mmap (a
+        // history recorded without libc's allocator), both copied often.
+        h.alloc(1, 0x10000, 1 << 20, AllocKind::Pageable, Some(site), 0);
+        h.alloc(1, 0x7f0000000000, 4 << 20, AllocKind::Mmap, None, 0);
+        for t in 0..10 {
+            for host in [0x10000, 0x7f0000000000] {
+                h.transfer(1, 0xd0000000, host, 1 << 20, CopyDirection::HostToDevice, t);
+            }
+        }
+        let text = Report::new(&h, HotPolicy::default(), 10).render();
+        assert!(text.contains("cannot recognise"), "{text}");
+        let marked: Vec<_> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with('*'))
+            .collect();
+        assert_eq!(
+            marked.len(),
+            1,
+            "only the malloc site is use mode's: {text}"
+        );
+        assert!(marked[0].contains("load_batch"), "{text}");
+    }
 
     #[test]
     fn recommends_hot_pageable_sites_and_flags_pinned_waste() {
