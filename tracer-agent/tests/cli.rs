@@ -565,6 +565,44 @@ fn outputs_that_are_not_regular_files_are_refused_and_left_as_they_are() {
 }
 
 #[test]
+fn an_immutable_output_is_refused_before_the_command_starts() {
+    common::require_root();
+    let standin = common::standin("cli-immutable");
+    let marker = standin.dir.join("the-command-ran");
+    let output = standin.dir.join("immutable.hotpin");
+    std::fs::write(&output, b"a good history").expect("write");
+    let chattr = |flag: &str| {
+        let status = Command::new("chattr")
+            .arg(flag)
+            .arg(&output)
+            .status()
+            .expect("run chattr (e2fsprogs)");
+        assert!(
+            status.success(),
+            "chattr {flag} {}: this test needs a file system with the immutable attribute",
+            output.display()
+        );
+    };
+    chattr("+i");
+    let run = tracer(&[
+        "record".as_ref(),
+        "-o".as_ref(),
+        output.as_os_str(),
+        "--".as_ref(),
+        "touch".as_ref(),
+        marker.as_os_str(),
+    ]);
+    chattr("-i");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && stderr.contains("could not be written"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the command must not start");
+    assert_eq!(std::fs::read(&output).expect("output"), b"a good history");
+}
+
+#[test]
 fn a_bad_command_line_gets_an_error_and_loses_nothing() {
     common::require_root();
     let standin = common::standin("cli-bad-line");
