@@ -716,3 +716,20 @@ fn an_endless_input_is_refused_at_the_limit() {
         "{stderr}"
     );
 }
+
+#[test]
+fn log_lines_carry_no_colour_codes_off_a_terminal() {
+    common::require_root();
+    let pid = std::process::id().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["probes", "--pid", &pid])
+        .env("HOTPIN_LOG", "debug")
+        .output()
+        .expect("run tracer probes");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("DEBUG"), "some log lines: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no ANSI escape in a pipe: {stderr:?}"
+    );
+}
