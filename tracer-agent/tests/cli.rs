@@ -733,3 +733,25 @@ fn log_lines_carry_no_colour_codes_off_a_terminal() {
         "no ANSI escape in a pipe: {stderr:?}"
     );
 }
+
+#[test]
+fn a_pid_recording_with_a_duration_says_when_it_ends() {
+    common::require_root();
+    let standin = common::standin("cli-duration");
+    let mut bench = common::spawn_bench(&common::long_bench(&standin));
+    let history = standin.dir.join("duration.hotpin");
+    let run = tracer(&[
+        "record".as_ref(),
+        "--pid".as_ref(),
+        bench.id().to_string().as_ref(),
+        "--duration".as_ref(),
+        "1".as_ref(),
+        "-o".as_ref(),
+        history.as_os_str(),
+    ]);
+    let _ = bench.kill();
+    let _ = bench.wait();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("it ends after 1 s"), "{stderr}");
+}
