@@ -429,11 +429,7 @@ fn a_verbose_recording_exports_as_a_trace_a_json_parser_reads() {
         .arg(&summary)
         .output()
         .expect("run tracer export");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success() && stderr.contains("--verbose"),
-        "{stderr}"
-    );
+    assert_refused(&refused, "--verbose");
 }
 
 /// A program that allocated everything before `tracer --pid` attached: its copies are credited
@@ -509,6 +505,15 @@ fn memory_from_before_a_pid_attach_is_credited_with_its_copies() {
     assert!(
         little.pre_existing && little.kind == AllocKind::Heap,
         "the small block's heap, seeded: {little:?}"
+    );
+}
+
+/// Asserts that `run` failed and said `why` on stderr.
+fn assert_refused(run: &Output, why: &str) {
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && stderr.contains(why),
+        "expected a failure saying {why:?}: {stderr}"
     );
 }
 
@@ -593,11 +598,7 @@ fn an_immutable_output_is_refused_before_the_command_starts() {
         marker.as_os_str(),
     ]);
     chattr("-i");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        !run.status.success() && stderr.contains("could not be written"),
-        "{stderr}"
-    );
+    assert_refused(&run, "could not be written");
     assert!(!marker.exists(), "the command must not start");
     assert_eq!(std::fs::read(&output).expect("output"), b"a good history");
 }
@@ -630,11 +631,7 @@ fn a_bad_command_line_gets_an_error_and_loses_nothing() {
         "--".as_ref(),
         "no-such-command-hotpin".as_ref(),
     ]);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        !run.status.success() && stderr.contains("cannot find the command"),
-        "{stderr}"
-    );
+    assert_refused(&run, "cannot find the command");
     assert_eq!(std::fs::read(&keep).expect("keep"), b"a good history");
 }
 
@@ -669,11 +666,7 @@ fn a_recording_that_saw_no_cuda_call_leaves_an_existing_history() {
         tracer(&args)
     };
     let run = record(&[]);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        !run.status.success() && stderr.contains("left as it was"),
-        "{stderr}"
-    );
+    assert_refused(&run, "left as it was");
     assert_eq!(std::fs::read(&keep).expect("keep"), b"a good history");
     let run = record(&["--replace-empty"]);
     assert!(
@@ -710,11 +703,7 @@ fn a_command_killed_by_a_signal_passes_its_status_on() {
 #[test]
 fn an_endless_input_is_refused_at_the_limit() {
     let run = tracer(&["report".as_ref(), "/dev/zero".as_ref()]);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        !run.status.success() && stderr.contains("limit"),
-        "{stderr}"
-    );
+    assert_refused(&run, "limit");
 }
 
 #[test]
