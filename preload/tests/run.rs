@@ -610,21 +610,23 @@ fn settings_that_cannot_be_used_are_said() {
         ("HOTPIN_MALLOC_FLOOR", "garbage", "is not a size"),
         ("HOTPIN_COSTS", "/no/such/costs.json", "cost file"),
     ] {
-        let output = Command::new(&setup.program)
-            .env("LD_LIBRARY_PATH", &setup.standin.dir)
-            .env("LD_PRELOAD", &interposer)
-            .env(
-                "HOTPIN_MODE",
-                if name == "HOTPIN_COSTS" {
-                    "use"
-                } else {
-                    "pin-all"
-                },
-            )
-            .env("HOTPIN_HISTORY", &history)
-            .env(name, value)
-            .output()
-            .expect("run the program");
+        let mode = if name == "HOTPIN_COSTS" {
+            "use"
+        } else {
+            "pin-all"
+        };
+        let run = |strict: &str| {
+            Command::new(&setup.program)
+                .env("LD_LIBRARY_PATH", &setup.standin.dir)
+                .env("LD_PRELOAD", &interposer)
+                .env("HOTPIN_MODE", mode)
+                .env("HOTPIN_HISTORY", &history)
+                .env("HOTPIN_STRICT", strict)
+                .env(name, value)
+                .output()
+                .expect("run the program")
+        };
+        let output = run("0");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{name}: {stderr}");
         assert_eq!(
@@ -633,22 +635,7 @@ fn settings_that_cannot_be_used_are_said() {
             "{name}={value} is said once: {stderr}"
         );
         // Strict: an error, before the program starts (it prints nothing).
-        let strict = Command::new(&setup.program)
-            .env("LD_LIBRARY_PATH", &setup.standin.dir)
-            .env("LD_PRELOAD", &interposer)
-            .env(
-                "HOTPIN_MODE",
-                if name == "HOTPIN_COSTS" {
-                    "use"
-                } else {
-                    "pin-all"
-                },
-            )
-            .env("HOTPIN_HISTORY", &history)
-            .env("HOTPIN_STRICT", "1")
-            .env(name, value)
-            .output()
-            .expect("run the program");
+        let strict = run("1");
         assert_eq!(strict.status.code(), Some(2), "{name} strict");
         assert!(
             strict.stdout.is_empty(),
