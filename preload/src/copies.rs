@@ -71,16 +71,20 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
     };
     let mut touched = Touched::default();
     judged(|| touched = state::touched(ranges));
-    if touched.believed_pinned && cuda::capturing(stream) {
-        judged(|| {
-            state::pin_on_demand(ranges);
-        });
+    if !touched.hidden && !touched.believed_pinned {
+        drop(busy);
+        return inside(call);
+    }
+    // Asked once: both answers below depend on it.
+    let capturing = cuda::capturing(stream);
+    if touched.believed_pinned && capturing {
+        judged(|| state::pin_on_demand(ranges));
     }
     if !touched.hidden {
         drop(busy);
         return inside(call);
     }
-    if cuda::capturing(stream) {
+    if capturing {
         // CUDA's own answer for pageable memory: refused (older CUDA, the stand-in), or
         // captured (CUDA 13), as this copy then is.
         let pageable = questions::reference() as *const c_void;

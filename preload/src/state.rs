@@ -847,9 +847,8 @@ pub fn in_demoted(ptr: usize) -> bool {
 /// pageable, because the program is about to use it as only pinned memory can be used
 /// (captured into a CUDA graph, mapped, asked about). A demoted block stays hotpin's to free;
 /// a registration that had been skipped becomes the program's own again (its
-/// `cudaHostUnregister` goes to CUDA). Returns how many were registered.
-pub fn pin_on_demand(ranges: &[(usize, usize)]) -> usize {
-    let mut pinned = 0;
+/// `cudaHostUnregister` goes to CUDA).
+pub fn pin_on_demand(ranges: &[(usize, usize)]) {
     for &(start, len) in ranges {
         if start == 0 {
             continue;
@@ -859,10 +858,9 @@ pub fn pin_on_demand(ranges: &[(usize, usize)]) -> usize {
             let registered = cuda::with_relaxed_capture(register) == Some(0);
             let mut guard = lock();
             let Some(state) = guard.as_mut() else {
-                return pinned;
+                return;
             };
             if registered {
-                pinned += 1;
                 state.counters.pinned_on_demand += 1;
                 continue;
             }
@@ -876,7 +874,6 @@ pub fn pin_on_demand(ranges: &[(usize, usize)]) -> usize {
             break;
         }
     }
-    pinned
 }
 
 /// The next block in `[start, start + len)` the program believes pinned that hotpin left
