@@ -99,14 +99,21 @@ impl Daemon {
     }
 
     /// SIGTERM, then its exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
+    fn terminate(self) -> std::process::ExitStatus {
+        self.stop().0
+    }
+
+    /// SIGTERM, then its exit status and the summary it said last.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
         // SAFETY: kill has no memory preconditions; the pid is our child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for the daemon") {
-                let _ = self.wait_for_line("stopped", Duration::from_secs(1));
-                return status;
+                return (
+                    status,
+                    self.wait_for_line("stopped", Duration::from_secs(5)),
+                );
             }
             assert!(
                 start.elapsed() < Duration::from_secs(60),
@@ -920,4 +927,134 @@ fn another_user_can_neither_read_a_history_nor_plant_a_link_in_the_store() {
         !link.status.success() && std::fs::symlink_metadata(&planted).is_err(),
         "a link was planted in the store"
     );
+}
+
+/// A user who runs many programs under many names cannot fill the disk through the daemon:
+/// the store keeps within its bounds across program folders, every run is still written
+/// (the oldest give way), and the daemon's last words count what it did.
+#[test]
+fn many_runs_under_many_names_cannot_fill_the_store_past_its_bounds() {
+    use std::os::unix::{fs::PermissionsExt as _, process::CommandExt as _};
+    const RUNS: usize = 24;
+    const NAMES: usize = 8;
+    const MAX_HISTORIES: usize = 5;
+    const MAX_BYTES: u64 = 1 << 20;
+    const NOBODY: u32 = 65534;
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-fill");
+    let store = standin.dir.join("store");
+    let programs: Vec<PathBuf> = (0..NAMES)
+        .map(|i| {
+            let copy = standin.dir.join(format!("program-{i}"));
+            std::fs::copy(common::workload(), &copy).expect("copy transfer-bench");
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
+                .expect("make it runnable by nobody");
+            copy
+        })
+        .collect();
+    let daemon = Daemon::start_with(
+        &store,
+        &[
+            "--command".into(),
+            format!("*{}*", standin.dir.display()),
+            "--max-histories".into(),
+            MAX_HISTORIES.to_string(),
+            "--max-store-bytes".into(),
+            MAX_BYTES.to_string(),
+        ],
+    );
+    let bench = common::bench(&standin, &bench_args("1", "4", "1"));
+    for run in 0..RUNS {
+        let status = Command::new(&programs[run % NAMES])
+            .args(&bench.args)
+            .envs(bench.env.iter().cloned())
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdout(Stdio::null())
+            .status()
+            .expect("run a copy of transfer-bench as nobody");
+        assert!(status.success(), "run {run}: {status}");
+    }
+    let start = Instant::now();
+    while daemon
+        .metrics()
+        .value("hotpin_histories_written_total", &[])
+        != Some(RUNS as f64)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not every run was written: {:?}",
+            daemon
+                .metrics()
+                .value("hotpin_histories_written_total", &[])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, summary) = daemon.stop();
+    assert!(status.success(), "{status}");
+    assert!(
+        summary.contains(&format!("{RUNS} histories written"))
+            && summary.contains("(0 runs still going")
+            && summary.contains("0 could not be written"),
+        "{summary}"
+    );
+    let found = stored(&store);
+    let bytes: u64 = found
+        .values()
+        .map(|path| std::fs::metadata(path).expect("a stored history").len())
+        .sum();
+    assert!(
+        !found.is_empty() && found.len() <= MAX_HISTORIES,
+        "{} histories kept: {found:?}",
+        found.len()
+    );
+    assert!(bytes <= MAX_BYTES, "{bytes} bytes kept");
+    let folders = std::fs::read_dir(&store)
+        .expect("the store")
+        .filter_map(Result::ok)
+        .filter(|entry| entry.path().is_dir())
+        .count();
+    assert!(
+        folders <= MAX_HISTORIES,
+        "{folders} program folders left: emptied ones are removed"
+    );
+}
+
+/// An OTLP endpoint that refuses connections: the daemon goes on, and its warning names the
+/// cause (the connection refused), not only that the export failed.
+#[test]
+fn an_unreachable_otlp_endpoint_is_warned_of_with_its_cause() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-otlp-down");
+    let store = standin.dir.join("store");
+    let closed = free_port();
+    let daemon = Daemon::start_with(
+        &store,
+        &[
+            "--command".into(),
+            format!("*{}*", standin.dir.display()),
+            "--otlp".into(),
+            format!("http://127.0.0.1:{closed}"),
+            "--otlp-every".into(),
+            "1".into(),
+        ],
+    );
+    let warning = daemon.wait_for_line("OTLP export failed", Duration::from_secs(30));
+    assert!(
+        warning.to_lowercase().contains("connection refused") || warning.contains("os error 111"),
+        "the cause is dropped: {warning}"
+    );
+    assert!(
+        !warning.contains('\u{1b}'),
+        "colour codes off a terminal: {warning}"
+    );
+    assert!(
+        daemon
+            .metrics()
+            .value("hotpin_histories_written_total", &[])
+            .is_some()
+    );
+    assert!(daemon.terminate().success());
 }
