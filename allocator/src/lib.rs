@@ -13,6 +13,7 @@
 pub mod callsite;
 mod capi;
 pub mod cuda;
+pub mod online;
 pub mod policy;
 pub mod pool;
 pub mod pressure;
@@ -213,6 +214,11 @@ impl Allocator {
                 let path = config.history.as_ref().ok_or(InitError::NoHistory)?;
                 Some(HotSet::load(path, config.policy, config.pinned_budget)?)
             }
+            // No copy hooks here to learn from: a history if there is one, else nothing pinned.
+            Mode::Auto => match config.history.as_ref() {
+                Some(path) => Some(HotSet::load(path, config.policy, config.pinned_budget)?),
+                None => None,
+            },
             _ => None,
         };
         let cuda = if config.mode == Mode::PinNone {
@@ -366,7 +372,7 @@ impl Allocator {
         let want_pin = match state.config.mode {
             Mode::PinNone => false,
             Mode::PinAll | Mode::Profile => true,
-            Mode::Use => match state
+            Mode::Use | Mode::Auto => match state
                 .hot
                 .as_ref()
                 .map(|hot| hot.judge(&site, ordinal, size as u64))

@@ -22,6 +22,10 @@ pub enum Mode {
     Profile,
     /// Pin what the history says was hot.
     Use,
+    /// Learn while the program runs which memory its copies make worth pinning (starting
+    /// from a history where there is one), and pin that: `hotpin run`'s default. The
+    /// interposer's mode only; the Rust allocator has no copy hooks and treats it as `Use`.
+    Auto,
 }
 
 impl Mode {
@@ -32,6 +36,7 @@ impl Mode {
             Mode::PinAll => "pin-all",
             Mode::Profile => "profile",
             Mode::Use => "use",
+            Mode::Auto => "auto",
         }
     }
 
@@ -41,6 +46,7 @@ impl Mode {
             "pin-all" => Some(Mode::PinAll),
             "profile" => Some(Mode::Profile),
             "use" => Some(Mode::Use),
+            "auto" => Some(Mode::Auto),
             _ => None,
         }
     }

@@ -39,6 +39,11 @@ impl Library {
 
     /// A symbol only this library defines: a file defining it is this library (or carries it
     /// statically linked).
+    /// The symbol hotpin's interposer (`libhotpin_preload.so`) defines: a file with it is
+    /// never probed, though it defines CUDA's copy functions (its wrappers call the real ones,
+    /// which are probed: probing both would count each copy twice).
+    pub const INTERPOSER_MARKER: &'static str = "hotpin_interposer";
+
     pub const fn marker(self) -> &'static str {
         match self {
             Library::CudaRuntime => "cudaMemcpy",

@@ -35,9 +35,13 @@ use crate::{
     state::{self, ACTIVE, BELIEVED_PINNED, Busy, CAPTURES_REFUSED, COPIES_WAITED, Touched},
 };
 
-/// Host memory a copy may read or write: (address, length). Over-estimating is safe (a copy
-/// waited for that need not have been); under-estimating is not.
-type Range = (usize, usize);
+/// Host memory a copy may read or write: (address, length, whether the copy reads it: a
+/// source, copied to the device). Over-estimating is safe (a copy waited for that need not
+/// have been); under-estimating is not.
+pub type Range = (usize, usize, bool);
+/// The host side a copy reads (its source), and the one it writes.
+const READ: bool = true;
+const WRITE: bool = false;
 
 thread_local! {
     /// This thread is inside a guarded copy: the driver copy a runtime copy makes beneath it
@@ -61,19 +65,72 @@ fn inside(call: impl FnOnce() -> c_int) -> c_int {
 }
 
 /// Runs the program's copy `call`, queued on `stream`, touching `ranges`, with the semantics
-/// the program was promised for that memory.
+/// the program was promised for that memory; in auto mode, then counts it (which may pin
+/// what it touched).
 fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -> c_int) -> c_int {
-    if !anything_changed() || state::forked() || IN_COPY.get() {
+    if state::forked() || IN_COPY.get() {
         return call();
     }
-    let Some(busy) = Busy::enter() else {
+    if !state::LEARNING.load(Ordering::Acquire) {
+        return keeping_promises(ranges, stream, layer, call).0;
+    }
+    let epoch = state::EPOCH.load(Ordering::Acquire);
+    state::COPIES_IN_CALL.fetch_add(1, Ordering::AcqRel);
+    let (mut rc, settled) = keeping_promises(ranges, stream, layer, call);
+    state::COPIES_IN_CALL.fetch_sub(1, Ordering::AcqRel);
+    if rc == 0 && !settled && state::EPOCH.load(Ordering::Acquire) != epoch {
+        // A block it touches may have become registered, or stopped being, behind the
+        // program's back while it was queued: waited for, as a pageable copy would have been.
+        let _busy = Busy::enter();
+        if !cuda::capturing(stream) {
+            COPIES_WAITED.fetch_add(1, Ordering::Relaxed);
+            rc = cuda::synchronize(stream);
+        }
+    }
+    if rc == 0 {
+        count(ranges);
+    }
+    rc
+}
+
+/// Auto mode: counts a completed copy of `ranges`.
+fn count(ranges: &[Range]) {
+    if let Some(_busy) = Busy::enter() {
+        judged(|| state::copied(ranges));
+    }
+}
+
+/// A synchronous copy (complete when it returns, pinned or not): only counted, in auto mode.
+fn counted(ranges: &[Range], call: impl FnOnce() -> c_int) -> c_int {
+    if state::forked() || IN_COPY.get() || !state::LEARNING.load(Ordering::Acquire) {
         return call();
+    }
+    let rc = inside(call);
+    if rc == 0 {
+        count(ranges);
+    }
+    rc
+}
+
+/// [`guarded`]'s promise keeping: the copy's status, and whether it was settled (waited for,
+/// or captured) so that nothing more may be done about it.
+fn keeping_promises(
+    ranges: &[Range],
+    stream: Stream,
+    layer: Layer,
+    call: impl FnOnce() -> c_int,
+) -> (c_int, bool) {
+    if !anything_changed() {
+        return (inside(call), false);
+    }
+    let Some(busy) = Busy::enter() else {
+        return (call(), false);
     };
     let mut touched = Touched::default();
     judged(|| touched = state::touched(ranges));
     if !touched.hidden && !touched.believed_pinned {
         drop(busy);
-        return inside(call);
+        return (inside(call), false);
     }
     // Asked once: both answers below depend on it.
     let capturing = cuda::capturing(stream);
@@ -82,7 +139,7 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
     }
     if !touched.hidden {
         drop(busy);
-        return inside(call);
+        return (inside(call), capturing);
     }
     if capturing {
         // CUDA's own answer for pageable memory: refused (older CUDA, the stand-in), or
@@ -92,20 +149,20 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
             let refused = cuda::refuse_as_pageable(stream, pageable, layer);
             if refused != 0 {
                 CAPTURES_REFUSED.fetch_add(1, Ordering::Relaxed);
-                return refused;
+                return (refused, true);
             }
         }
         drop(busy);
-        return inside(call);
+        return (inside(call), true);
     }
     drop(busy);
     let queued = inside(call);
     if queued != 0 {
-        return queued;
+        return (queued, true);
     }
     COPIES_WAITED.fetch_add(1, Ordering::Relaxed);
     let _busy = Busy::enter();
-    cuda::synchronize(stream)
+    (cuda::synchronize(stream), true)
 }
 
 /// A copy whose host memory cannot be told from its arguments (3D batches, and the runtime's
@@ -176,6 +233,12 @@ macro_rules! copy {
     (@guard guarded_unknown, $stream:expr, $layer:expr, $call:ident) => {
         guarded_unknown($stream, $call)
     };
+    (@guard counted, $stream:expr, $layer:expr, $call:ident, $ranges:expr) => {{
+        // SAFETY: the program's own arguments, read as CUDA reads them.
+        #[allow(unused_unsafe)]
+        let ranges = unsafe { $ranges };
+        counted(&ranges, $call)
+    }};
     (@layer runtime) => { Layer::Runtime };
     (@layer driver) => { Layer::Driver };
 }
@@ -183,20 +246,20 @@ macro_rules! copy {
 type Dev = u64;
 
 // The driver.
-copy!(CU_HTOD = driver cuMemcpyHtoDAsync_v2(dst: Dev, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n)]);
-copy!(CU_HTOD_PTSZ = driver cuMemcpyHtoDAsync_v2_ptsz(dst: Dev, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n)]);
-copy!(CU_DTOH = driver cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n)]);
-copy!(CU_DTOH_PTSZ = driver cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n)]);
-copy!(CU_COPY = driver cuMemcpyAsync(dst: Dev, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n), (src as usize, n)]);
-copy!(CU_COPY_PTSZ = driver cuMemcpyAsync_ptsz(dst: Dev, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n), (src as usize, n)]);
+copy!(CU_HTOD = driver cuMemcpyHtoDAsync_v2(dst: Dev, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)]);
+copy!(CU_HTOD_PTSZ = driver cuMemcpyHtoDAsync_v2_ptsz(dst: Dev, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)]);
+copy!(CU_DTOH = driver cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)]);
+copy!(CU_DTOH_PTSZ = driver cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)]);
+copy!(CU_COPY = driver cuMemcpyAsync(dst: Dev, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(CU_COPY_PTSZ = driver cuMemcpyAsync_ptsz(dst: Dev, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
 copy!(CU_2D = driver cuMemcpy2DAsync_v2(c: *const Memcpy2D, s: Stream), s, guarded, Memcpy2D::ranges(c));
 copy!(CU_2D_PTSZ = driver cuMemcpy2DAsync_v2_ptsz(c: *const Memcpy2D, s: Stream), per_thread(s), guarded, Memcpy2D::ranges(c));
 copy!(CU_3D = driver cuMemcpy3DAsync_v2(c: *const Memcpy3D, s: Stream), s, guarded, Memcpy3D::ranges(c));
 copy!(CU_3D_PTSZ = driver cuMemcpy3DAsync_v2_ptsz(c: *const Memcpy3D, s: Stream), per_thread(s), guarded, Memcpy3D::ranges(c));
-copy!(CU_HTOA = driver cuMemcpyHtoAAsync_v2(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n)]);
-copy!(CU_HTOA_PTSZ = driver cuMemcpyHtoAAsync_v2_ptsz(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n)]);
-copy!(CU_ATOH = driver cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), s, guarded, [(dst as usize, n)]);
-copy!(CU_ATOH_PTSZ = driver cuMemcpyAtoHAsync_v2_ptsz(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n)]);
+copy!(CU_HTOA = driver cuMemcpyHtoAAsync_v2(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)]);
+copy!(CU_HTOA_PTSZ = driver cuMemcpyHtoAAsync_v2_ptsz(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)]);
+copy!(CU_ATOH = driver cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)]);
+copy!(CU_ATOH_PTSZ = driver cuMemcpyAtoHAsync_v2_ptsz(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)]);
 copy!(CU_BATCH = driver cuMemcpyBatchAsync_v2(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), s, guarded, batch(d, r, z, n));
 copy!(CU_BATCH_PTSZ = driver cuMemcpyBatchAsync_v2_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
 copy!(CU_BATCH_V1 = driver cuMemcpyBatchAsync(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, f: *mut usize, s: Stream), s, guarded, batch(d, r, z, n));
@@ -212,22 +275,32 @@ copy!(CU_3D_BATCH_V1_PTSZ = driver cuMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c
 
 // The runtime (which, in most programs, makes each of these through the driver's above).
 type Kind = c_int;
-copy!(RT_COPY = runtime cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n), (src as usize, n)]);
-copy!(RT_COPY_PTSZ = runtime cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n), (src as usize, n)]);
-copy!(RT_2D = runtime cudaMemcpy2DAsync(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h), pitched(src as usize, sp, w, h)]);
-copy!(RT_2D_PTSZ = runtime cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(dst as usize, dp, w, h), pitched(src as usize, sp, w, h)]);
+
+// Synchronous copies: complete when they return, pinned or not; counted in auto mode.
+copy!(CU_HTOD_SYNC = driver cuMemcpyHtoD_v2(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)]);
+copy!(CU_HTOD_SYNC_PTDS = driver cuMemcpyHtoD_v2_ptds(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)]);
+copy!(CU_DTOH_SYNC = driver cuMemcpyDtoH_v2(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)]);
+copy!(CU_DTOH_SYNC_PTDS = driver cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)]);
+copy!(CU_COPY_SYNC = driver cuMemcpy(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(CU_COPY_SYNC_PTDS = driver cuMemcpy_ptds(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(RT_COPY_SYNC = runtime cudaMemcpy(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(RT_COPY_SYNC_PTDS = runtime cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(RT_COPY = runtime cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(RT_COPY_PTSZ = runtime cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(RT_2D = runtime cudaMemcpy2DAsync(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_2D_PTSZ = runtime cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
 copy!(RT_3D = runtime cudaMemcpy3DAsync(p: *const Memcpy3DParms, s: Stream), s, guarded, Memcpy3DParms::ranges(p));
 copy!(RT_3D_PTSZ = runtime cudaMemcpy3DAsync_ptsz(p: *const Memcpy3DParms, s: Stream), per_thread(s), guarded, Memcpy3DParms::ranges(p));
 copy!(RT_BATCH = runtime cudaMemcpyBatchAsync(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), s, guarded, batch(d, r, z, n));
 copy!(RT_BATCH_PTSZ = runtime cudaMemcpyBatchAsync_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
-copy!(RT_TO_SYMBOL = runtime cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(src as usize, n)]);
-copy!(RT_TO_SYMBOL_PTSZ = runtime cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(src as usize, n)]);
-copy!(RT_FROM_SYMBOL = runtime cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n)]);
-copy!(RT_FROM_SYMBOL_PTSZ = runtime cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n)]);
-copy!(RT_TO_ARRAY = runtime cudaMemcpy2DToArrayAsync(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(src as usize, sp, w, h)]);
-copy!(RT_TO_ARRAY_PTSZ = runtime cudaMemcpy2DToArrayAsync_ptsz(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(src as usize, sp, w, h)]);
-copy!(RT_FROM_ARRAY = runtime cudaMemcpy2DFromArrayAsync(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h)]);
-copy!(RT_FROM_ARRAY_PTSZ = runtime cudaMemcpy2DFromArrayAsync_ptsz(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(dst as usize, dp, w, h)]);
+copy!(RT_TO_SYMBOL = runtime cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(src as usize, n, READ)]);
+copy!(RT_TO_SYMBOL_PTSZ = runtime cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)]);
+copy!(RT_FROM_SYMBOL = runtime cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE)]);
+copy!(RT_FROM_SYMBOL_PTSZ = runtime cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)]);
+copy!(RT_TO_ARRAY = runtime cudaMemcpy2DToArrayAsync(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_TO_ARRAY_PTSZ = runtime cudaMemcpy2DToArrayAsync_ptsz(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_FROM_ARRAY = runtime cudaMemcpy2DFromArrayAsync(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h, WRITE)]);
+copy!(RT_FROM_ARRAY_PTSZ = runtime cudaMemcpy2DFromArrayAsync_ptsz(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(dst as usize, dp, w, h, WRITE)]);
 copy!(RT_3D_PEER = runtime cudaMemcpy3DPeerAsync(p: *const c_void, s: Stream), s, guarded_unknown);
 copy!(RT_3D_PEER_PTSZ = runtime cudaMemcpy3DPeerAsync_ptsz(p: *const c_void, s: Stream), per_thread(s), guarded_unknown);
 copy!(RT_3D_BATCH = runtime cudaMemcpy3DBatchAsync(n: usize, o: *mut c_void, f: u64, s: Stream), s, guarded_unknown);
@@ -236,13 +309,19 @@ copy!(RT_3D_BATCH_PTSZ = runtime cudaMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c
 /// The driver's copies: (the name `cuGetProcAddress` is asked for, the real function, ours).
 /// The driver answers a base name with the version and stream flavour the caller asked for:
 /// ours is given only for the very function it wraps.
-pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 24] {
+pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 30] {
     macro_rules! entry {
         ($base:literal, $real:ident, $ours:ident) => {
             ($base, &$real, $ours as *const () as usize)
         };
     }
     [
+        entry!(c"cuMemcpyHtoD", CU_HTOD_SYNC, cuMemcpyHtoD_v2),
+        entry!(c"cuMemcpyHtoD", CU_HTOD_SYNC_PTDS, cuMemcpyHtoD_v2_ptds),
+        entry!(c"cuMemcpyDtoH", CU_DTOH_SYNC, cuMemcpyDtoH_v2),
+        entry!(c"cuMemcpyDtoH", CU_DTOH_SYNC_PTDS, cuMemcpyDtoH_v2_ptds),
+        entry!(c"cuMemcpy", CU_COPY_SYNC, cuMemcpy),
+        entry!(c"cuMemcpy", CU_COPY_SYNC_PTDS, cuMemcpy_ptds),
         entry!(c"cuMemcpyHtoDAsync", CU_HTOD, cuMemcpyHtoDAsync_v2),
         entry!(
             c"cuMemcpyHtoDAsync",
@@ -315,13 +394,15 @@ pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 24] {
 }
 
 /// The runtime's copies: (the real function, ours), for `dlsym`.
-pub fn runtime_copies() -> [(&'static Real, usize); 20] {
+pub fn runtime_copies() -> [(&'static Real, usize); 22] {
     macro_rules! entry {
         ($real:ident, $ours:ident) => {
             (&$real, $ours as *const () as usize)
         };
     }
     [
+        entry!(RT_COPY_SYNC, cudaMemcpy),
+        entry!(RT_COPY_SYNC_PTDS, cudaMemcpy_ptds),
         entry!(RT_COPY, cudaMemcpyAsync),
         entry!(RT_COPY_PTSZ, cudaMemcpyAsync_ptsz),
         entry!(RT_2D, cudaMemcpy2DAsync),
@@ -346,9 +427,9 @@ pub fn runtime_copies() -> [(&'static Real, usize); 20] {
 }
 
 /// `height` rows of `width` bytes, `pitch` apart, from `start`.
-fn pitched(start: usize, pitch: usize, width: usize, height: usize) -> Range {
+fn pitched(start: usize, pitch: usize, width: usize, height: usize, side: bool) -> Range {
     let rows = pitch.saturating_mul(height.saturating_sub(1));
-    (start, rows.saturating_add(width))
+    (start, rows.saturating_add(width), side)
 }
 
 /// The host memory of a batch: each copy's source and destination (either may be host
@@ -369,7 +450,7 @@ unsafe fn batch(
         .flat_map(|i| {
             // SAFETY: within the arrays, as the caller promises.
             let (dst, src, size) = unsafe { (*dsts.add(i), *srcs.add(i), *sizes.add(i)) };
-            [(dst as usize, size), (src as usize, size)]
+            [(dst as usize, size, WRITE), (src as usize, size, READ)]
         })
         .collect()
 }
@@ -417,7 +498,7 @@ impl Memcpy2D {
     unsafe fn ranges(c: *const Self) -> [Range; 2] {
         // SAFETY: as the caller promises.
         let Some(c) = (unsafe { c.as_ref() }) else {
-            return [(0, 0); 2];
+            return [(0, 0, READ); 2];
         };
         let rows = |y: usize, pitch: usize, x: usize| {
             (y.saturating_add(c.height))
@@ -429,10 +510,12 @@ impl Memcpy2D {
             (
                 host_side(c.src_type, c.src_host, c.src_device),
                 rows(c.src_y, c.src_pitch, c.src_x),
+                READ,
             ),
             (
                 host_side(c.dst_type, c.dst_host, c.dst_device),
                 rows(c.dst_y, c.dst_pitch, c.dst_x),
+                WRITE,
             ),
         ]
     }
@@ -491,17 +574,19 @@ impl Memcpy3D {
     unsafe fn ranges(c: *const Self) -> [Range; 2] {
         // SAFETY: as the caller promises.
         let Some(c) = (unsafe { c.as_ref() }) else {
-            return [(0, 0); 2];
+            return [(0, 0, READ); 2];
         };
         let size = [c.width, c.height, c.depth];
         [
             (
                 host_side(c.src_type, c.src_host, c.src_device),
                 extent_3d([c.src_x, c.src_y, c.src_z], c.src_pitch, c.src_height, size),
+                READ,
             ),
             (
                 host_side(c.dst_type, c.dst_host, c.dst_device),
                 extent_3d([c.dst_x, c.dst_y, c.dst_z], c.dst_pitch, c.dst_height, size),
+                WRITE,
             ),
         ]
     }
@@ -541,11 +626,18 @@ impl Memcpy3DParms {
     unsafe fn ranges(p: *const Self) -> [Range; 2] {
         // SAFETY: as the caller promises.
         let Some(p) = (unsafe { p.as_ref() }) else {
-            return [(0, 0); 2];
+            return [(0, 0, READ); 2];
         };
-        let side = |ptr: &PitchedPtr, pos: [usize; 3]| {
-            (ptr.ptr, extent_3d(pos, ptr.pitch, ptr.ysize, p.extent))
+        let side = |ptr: &PitchedPtr, pos: [usize; 3], reads: bool| {
+            (
+                ptr.ptr,
+                extent_3d(pos, ptr.pitch, ptr.ysize, p.extent),
+                reads,
+            )
         };
-        [side(&p.src_ptr, p.src_pos), side(&p.dst_ptr, p.dst_pos)]
+        [
+            side(&p.src_ptr, p.src_pos, READ),
+            side(&p.dst_ptr, p.dst_pos, WRITE),
+        ]
     }
 }

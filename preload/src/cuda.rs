@@ -166,24 +166,113 @@ pub unsafe fn function<F: Copy>(real: &Real) -> Option<F> {
 /// a program copying from another device than the one current here still sees it pinned.
 const REGISTER_PORTABLE: c_uint = 1;
 
-/// Registers `size` bytes at `ptr` in place through the runtime, or, in a program that uses
-/// only the driver (JAX, CuPy), through the driver; the CUDA error code, or None when neither
-/// can be asked (no CUDA library loaded, or no context the program made).
+/// Registers `size` bytes at `ptr` in place through the driver, in the program's context;
+/// where there is none yet, through the runtime (which makes one). The CUDA error code, or
+/// None when neither can be asked. A registration CUDA refuses leaves no error behind for the
+/// program's next call to report: the driver keeps no last error, and the runtime's is
+/// cleared if it was clear before.
 pub fn register(ptr: *mut c_void, size: usize) -> Option<c_int> {
     register_with(ptr, size, REGISTER_PORTABLE)
 }
 
 /// [`register`] with the registration flags `flags`.
 pub fn register_with(ptr: *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
-    // SAFETY: HOST_REGISTER is cudaHostRegister, of this type.
-    if let Some(register) = unsafe { function::<HostRegister>(&HOST_REGISTER) } {
-        // SAFETY: a block of at least `size` bytes that the caller allocated and owns.
-        return Some(unsafe { register(ptr, size, flags) });
-    }
     // SAFETY: CU_HOST_REGISTER is cuMemHostRegister_v2, of this type.
-    let register = unsafe { function::<HostRegister>(&CU_HOST_REGISTER) }?;
+    if let Some(register) = unsafe { function::<HostRegister>(&CU_HOST_REGISTER) }
+        // SAFETY: a block of at least `size` bytes that the caller allocated and owns.
+        && let Some(rc) = in_context(|| unsafe { register(ptr, size, flags) })
+    {
+        return Some(rc);
+    }
+    // SAFETY: HOST_REGISTER is cudaHostRegister, of this type.
+    let register = unsafe { function::<HostRegister>(&HOST_REGISTER) }?;
+    let clear_before = last_error(false) == Some(0);
     // SAFETY: as above.
-    in_context(|| unsafe { register(ptr, size, flags) })
+    let rc = unsafe { register(ptr, size, flags) };
+    if rc != 0 && clear_before {
+        last_error(true);
+    }
+    Some(rc)
+}
+
+type LastError = unsafe extern "C" fn() -> c_int;
+static PEEK_AT_LAST_ERROR: Real = Real::runtime(c"cudaPeekAtLastError");
+static GET_LAST_ERROR: Real = Real::runtime(c"cudaGetLastError");
+
+/// The runtime's last error on this thread: peeked at, or taken (which clears it).
+fn last_error(take: bool) -> Option<c_int> {
+    let real = if take {
+        &GET_LAST_ERROR
+    } else {
+        &PEEK_AT_LAST_ERROR
+    };
+    // SAFETY: both are `cudaError_t f(void)`.
+    let f = unsafe { function::<LastError>(real) }?;
+    // SAFETY: no arguments.
+    Some(unsafe { f() })
+}
+
+type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
+type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+type CtxSynchronize = unsafe extern "C" fn() -> c_int;
+static CU_CTX_GET_DEVICE: Real = Real::driver(c"cuCtxGetDevice");
+static CU_DEVICE_GET_ATTRIBUTE: Real = Real::driver(c"cuDeviceGetAttribute");
+static CU_CTX_SYNCHRONIZE: Real = Real::driver(c"cuCtxSynchronize");
+/// `CU_DEVICE_ATTRIBUTE_INTEGRATED`, `_HOST_REGISTER_SUPPORTED`,
+/// `_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES` (cuda.h).
+const ATTRIBUTE_INTEGRATED: c_int = 18;
+const ATTRIBUTE_HOST_REGISTER_SUPPORTED: c_int = 99;
+const ATTRIBUTE_PAGEABLE_USES_HOST_PAGE_TABLES: c_int = 100;
+
+/// Why pinning pays nothing on the device of the program's context, if it does not: the
+/// device reads pageable memory through the host's page tables (coherent systems such as
+/// Grace), cannot register host memory, or is integrated (host and device share memory).
+/// None where it pays, or where no context can be asked yet.
+pub fn pinning_does_not_pay() -> Option<String> {
+    // SAFETY: the Reals name driver functions of these types.
+    let (get_device, attribute) = unsafe {
+        (
+            function::<CtxGetDevice>(&CU_CTX_GET_DEVICE)?,
+            function::<DeviceGetAttribute>(&CU_DEVICE_GET_ATTRIBUTE)?,
+        )
+    };
+    let mut why = None;
+    in_context(|| {
+        let mut device = 0;
+        // SAFETY: an out-pointer to a local.
+        if unsafe { get_device(&mut device) } != 0 {
+            return 0;
+        }
+        let ask = |which| {
+            let mut value = 0;
+            // SAFETY: an out-pointer to a local; a device the context is on.
+            (unsafe { attribute(&mut value, which, device) } == 0).then_some(value)
+        };
+        why = if ask(ATTRIBUTE_PAGEABLE_USES_HOST_PAGE_TABLES) == Some(1) {
+            Some(format!(
+                "device {device} reads pageable memory through the host's page tables"
+            ))
+        } else if ask(ATTRIBUTE_HOST_REGISTER_SUPPORTED) == Some(0) {
+            Some(format!("device {device} cannot register host memory"))
+        } else if ask(ATTRIBUTE_INTEGRATED) == Some(1) {
+            Some(format!(
+                "device {device} is integrated (it shares the host's memory)"
+            ))
+        } else {
+            None
+        };
+        0
+    });
+    why
+}
+
+/// Waits until everything queued in the program's context is done.
+pub fn context_synchronize() {
+    // SAFETY: CU_CTX_SYNCHRONIZE is cuCtxSynchronize, of this type.
+    if let Some(synchronize) = unsafe { function::<CtxSynchronize>(&CU_CTX_SYNCHRONIZE) } {
+        // SAFETY: no arguments.
+        in_context(|| unsafe { synchronize() });
+    }
 }
 
 /// Unregisters a block [`register`] registered, the same way.

@@ -57,9 +57,15 @@ macro_rules! stub {
 mod copies;
 mod cuda;
 mod exports;
+mod online;
 mod questions;
 mod real;
 mod state;
+
+/// Marks this file as hotpin's interposer, which the tracer never probes
+/// (`Library::INTERPOSER_MARKER`): it defines CUDA's copy functions only to wrap the real ones.
+#[unsafe(no_mangle)]
+pub extern "C" fn hotpin_interposer() {}
 
 /// Runs when the library is loaded, before the program's `main`.
 #[used]

@@ -50,7 +50,7 @@ fn ask_about(ptr: usize) -> usize {
             QUESTIONS_HIDDEN.fetch_add(1, Ordering::Relaxed);
             asked = reference();
         } else if BELIEVED_PINNED.load(Ordering::Acquire) {
-            state::pin_on_demand(&[(ptr, 1)]);
+            state::pin_on_demand(&[(ptr, 1, true)]);
         }
     });
     asked

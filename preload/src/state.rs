@@ -18,6 +18,7 @@ use std::{
 use hotpin::{
     Mode,
     callsite::Resolver,
+    online::WINDOW,
     policy::{HotSet, Judged, SiteKey, Verdict},
     pressure::{Level, Pressure},
 };
@@ -27,7 +28,11 @@ use hotpin_history::{
 };
 use serde::Serialize;
 
-use crate::{cuda, real::__libc_free};
+use crate::{
+    cuda,
+    online::{Decisions, Learner, Pin, WindowRef},
+    real::__libc_free,
+};
 
 /// Calls at or above this many bytes are judged (`HOTPIN_MALLOC_FLOOR`); until `init` ran,
 /// none are.
@@ -139,6 +144,19 @@ pub struct Counters {
     /// Questions about a pointer (`cudaPointerGetAttributes`, ...) answered as for pageable
     /// memory, for memory hotpin registered behind the program's back.
     pub questions_hidden: u64,
+    /// Auto mode: windows pinned because their copies repaid it, their bytes; windows the
+    /// budget let go for denser ones; candidates it refused.
+    pub learned_pins: u64,
+    pub learned_pin_bytes: u64,
+    pub evictions: u64,
+    pub budget_refusals: u64,
+    /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
+    pub peak_pinned_bytes: u64,
+    /// The longest a program thread waited in one registration of ours, in nanoseconds.
+    pub longest_register_ns: u64,
+    /// The budget auto mode kept within (bytes), and why pinning was off, if it was.
+    pub budget: Option<u64>,
+    pub pinning_off: Option<String>,
 }
 
 /// A pinned request served from libc.
@@ -191,6 +209,12 @@ struct State {
     /// a recycled group or a hot site), and those it did not.
     matched: u64,
     judged_unknown: u64,
+    /// Auto mode: what the program's copies taught so far.
+    learner: Option<Learner>,
+    /// Auto mode: where what was learned is written at exit (`HOTPIN_LEARN_TO`).
+    learn_to: Option<PathBuf>,
+    /// Bytes of the program's pinned requests kept pinned and live (for the peak).
+    kept_live_bytes: u64,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -201,6 +225,23 @@ pub static CAPTURES_REFUSED: AtomicU64 = AtomicU64::new(0);
 pub static QUESTIONS_HIDDEN: AtomicU64 = AtomicU64::new(0);
 /// Allocations judged, for a cheap check in tests and the report.
 static JUDGED: AtomicU64 = AtomicU64::new(0);
+/// Auto mode is on: copies are counted (and may pin what they touch).
+pub static LEARNING: AtomicBool = AtomicBool::new(false);
+/// Bumped whenever a block becomes or stops being registered behind the program's back: a
+/// copy that saw it change while it ran is waited for (it may have been queued as a copy of
+/// pinned memory).
+pub static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Guarded copies inside CUDA right now (auto mode): a window is unregistered only once none
+/// is, or after a bound.
+pub static COPIES_IN_CALL: AtomicUsize = AtomicUsize::new(0);
+/// Whether pinning pays on this machine: asked of CUDA once, at the first pin auto mode
+/// decides (0 unknown, 1 pays, 2 does not).
+static PLATFORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+thread_local! {
+    /// The call site of the pinned request this thread is about to serve pageable.
+    static DEMOTING: std::cell::RefCell<Option<SiteKey>> = const { std::cell::RefCell::new(None) };
+}
 
 fn lock() -> MutexGuard<'static, Option<State>> {
     STATE
@@ -232,7 +273,13 @@ pub fn init() {
                 }),
                 Err(_) => DEFAULT_FLOOR as u64,
             } as usize;
+            let learning = state.learner.is_some();
             *lock() = Some(state);
+            if learning {
+                // Every free at or above the floor is looked up: a learned block is forgotten.
+                ACTIVE.store(true, Ordering::Release);
+                LEARNING.store(true, Ordering::Release);
+            }
             // SAFETY: registering plain extern "C" functions without captured state.
             unsafe {
                 libc::pthread_atfork(None, None, Some(forked_child));
@@ -275,6 +322,14 @@ extern "C" fn at_exit() {
                 state.judged_unknown
             );
         }
+        if let (Some(learner), Some(path)) = (&state.learner, &state.learn_to)
+            && let Err(error) = learner.write_history(path)
+        {
+            eprintln!(
+                "hotpin: cannot write what this run learned to {}: {error}",
+                path.display()
+            );
+        }
         if let Some(path) = &state.report {
             write_report(state, path);
         }
@@ -305,6 +360,7 @@ fn write_report(state: &State, path: &std::path::Path) {
         copies_waited: COPIES_WAITED.load(Ordering::Relaxed),
         captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
         questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
+        budget_refusals: state.learner.as_ref().map_or(0, |l| l.refusals),
         ..state.counters.clone()
     };
     let report = Report {
@@ -343,6 +399,41 @@ fn stored_history() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("{}: the store has none of {key}", missing()))
 }
 
+/// Auto mode's budget when none is given: a quarter of the memory this process may use,
+/// the cgroup's limit (`memory.max`, what a container may use) where there is one, else
+/// the machine's available memory. None if neither can be read.
+fn default_budget() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| {
+            let path = text
+                .lines()
+                .find_map(|line| line.strip_prefix("0::"))?
+                .to_string();
+            let max = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).ok()?;
+            let current = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.current"))
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            max.trim()
+                .parse::<u64>()
+                .ok()
+                .map(|max| max.saturating_sub(current))
+        });
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    let room = match (cgroup, available) {
+        (Some(c), Some(a)) => Some(c.min(a)),
+        (c, a) => c.or(a),
+    }?;
+    Some(room / 4)
+}
+
 impl State {
     /// None without HOTPIN_MODE: nothing to do. Profile mode changes nothing (the tracer
     /// records the program as it is) and keeps no cache of freed blocks (the tracer must see
@@ -352,13 +443,39 @@ impl State {
             return Ok(None);
         };
         let mode = Mode::from_name(&name).ok_or_else(|| {
-            format!("HOTPIN_MODE={name:?} is not one of pin-none, pin-all, profile, use")
+            format!("HOTPIN_MODE={name:?} is not one of auto, pin-none, pin-all, profile, use")
         })?;
         let budget = match std::env::var("HOTPIN_PINNED_BUDGET") {
             Ok(text) => Some(hotpin::parse_budget(&text).map_err(|e| e.to_string())?),
             Err(_) => None,
         };
-        let hot = if mode == Mode::Use {
+        let policy = HotPolicy::configured()
+            .map_err(|e| format!("cost file: {:#}", anyhow::Error::from(e)))?;
+        let learn_to = std::env::var_os("HOTPIN_LEARN_TO").map(PathBuf::from);
+        let hot = if mode == Mode::Auto {
+            // A first run has no history yet: the file it will write may not exist.
+            let path = std::env::var_os("HOTPIN_HISTORY")
+                .map(PathBuf::from)
+                .filter(|path| path.exists())
+                .or_else(|| stored_history().ok());
+            match path {
+                Some(path) if hotpin_history::files::read_once(&path) => {
+                    return Err(format!(
+                        "HOTPIN_HISTORY={} can be read only once (a pipe or a device): give a \
+                         file",
+                        path.display()
+                    ));
+                }
+                Some(path) => Some(HotSet::load(&path, policy, budget).map_err(|e| {
+                    format!(
+                        "cannot start from the history {}: {:#}",
+                        path.display(),
+                        anyhow::Error::from(e)
+                    )
+                })?),
+                None => None,
+            }
+        } else if mode == Mode::Use {
             let path = match std::env::var_os("HOTPIN_HISTORY") {
                 Some(path) => PathBuf::from(path),
                 None => stored_history()?,
@@ -369,8 +486,6 @@ impl State {
                     path.display()
                 ));
             }
-            let policy = HotPolicy::configured()
-                .map_err(|e| format!("cost file: {:#}", anyhow::Error::from(e)))?;
             Some(
                 HotSet::load(&path, policy, budget)
                     .map_err(|e| format!("cannot use the history: {:#}", anyhow::Error::from(e)))?,
@@ -378,10 +493,18 @@ impl State {
         } else {
             None
         };
+        let learner = (mode == Mode::Auto).then(|| {
+            let limit = budget.or_else(default_budget);
+            Learner::new(policy.cost.unwrap_or_default(), limit)
+        });
+        let mut counters = Counters::default();
+        if let Some(learner) = &learner {
+            counters.budget = learner.budget.limit;
+        }
         Ok(Some(Self {
             mode,
             hot,
-            budget,
+            budget: if mode == Mode::Auto { None } else { budget },
             resolver: Resolver::default(),
             ordinals: HashMap::new(),
             registered: BTreeMap::new(),
@@ -398,11 +521,14 @@ impl State {
                     .unwrap_or(1 << 30) as usize,
             },
             pressure: Pressure::default(),
-            counters: Counters::default(),
+            counters,
             log: Vec::new(),
             report: std::env::var_os("HOTPIN_REPORT").map(PathBuf::from),
             matched: 0,
             judged_unknown: 0,
+            learner,
+            learn_to,
+            kept_live_bytes: 0,
         }))
     }
 
@@ -416,17 +542,34 @@ impl State {
     }
 
     /// Whether an allocation of `size` bytes at `site` is to be pinned, and why.
-    /// Whether an allocation is to be pinned. `asked_pinned`: the program asked for pinned
-    /// memory (cudaHostAlloc, cudaHostRegister and the driver's): one the history does not
-    /// know keeps what the program asked for; a pageable one it does not know stays pageable.
+    /// `asked_pinned`: the program asked for pinned memory (cudaHostAlloc, cudaHostRegister
+    /// and the driver's): one the history does not know keeps what the program asked for; a
+    /// pageable one it does not know stays pageable. `lazy`: in auto mode, a pinned request
+    /// nothing is known of is served pageable and pinned once its copies repay it.
     fn wants_pinned(
         &self,
         site: &SiteKey,
         ordinal: u32,
         size: u64,
         asked_pinned: bool,
+        lazy: bool,
     ) -> (bool, &'static str) {
         match self.mode {
+            Mode::Auto => {
+                let judged = self.hot.as_ref().map(|h| h.judge(site, ordinal, size));
+                let group_hot = self
+                    .learner
+                    .as_ref()
+                    .is_some_and(|l| l.group_hot(site, size as usize));
+                match judged {
+                    Some(Judged::Known(Verdict::Pin)) => (true, "known"),
+                    Some(Judged::Recycled(Verdict::Pin)) => (true, "recycled"),
+                    Some(Judged::SiteHot) => (true, "site-hot"),
+                    _ if group_hot => (true, "group-hot"),
+                    Some(Judged::Known(_) | Judged::Recycled(_)) => (false, "known"),
+                    _ => (asked_pinned && !lazy, "learning"),
+                }
+            }
             Mode::PinAll => (true, "pin-all"),
             // The program as it is: what it asked for, so the history records its own copies.
             Mode::Profile => (asked_pinned, "profile"),
@@ -488,8 +631,26 @@ impl State {
     }
 
     fn within_budget(&self, size: usize) -> bool {
+        if let Some(learner) = &self.learner {
+            return learner
+                .budget
+                .limit
+                .is_none_or(|limit| learner.budget.used + size as u64 <= limit);
+        }
         self.budget
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
+    }
+
+    /// Notes the pinned bytes now (hotpin's and the program's kept requests) in the peak.
+    fn note_peak(&mut self) {
+        let ours = match &self.learner {
+            Some(learner) => learner.budget.used.max(self.registered_bytes),
+            None => self.registered_bytes,
+        };
+        self.counters.peak_pinned_bytes = self
+            .counters
+            .peak_pinned_bytes
+            .max(ours + self.kept_live_bytes);
     }
 
     /// Takes every cached block out of the cache and the registered set (the program freed
@@ -504,6 +665,9 @@ impl State {
         for &(ptr, size) in &blocks {
             self.registered.remove(&ptr);
             self.registered_bytes -= size as u64;
+            if let Some(learner) = self.learner.as_mut() {
+                learner.budget.release(size as u64);
+            }
         }
         self.cache_bytes = 0;
         blocks
@@ -548,7 +712,10 @@ pub fn allocate(
         drop(guard);
         return from_libc();
     }
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false, false);
+    // Auto mode pins a block larger than a window one window at a time, as it is copied:
+    // no registration keeps the program's thread long.
+    let pin = pin && (state.learner.is_none() || size <= WINDOW);
     // Short of memory: the cache goes first; critically short, nothing new is pinned.
     let level = state.pressure.level();
     let mut released = if level >= Level::High {
@@ -562,6 +729,9 @@ pub fn allocate(
     {
         state.counters.cache_hits += 1;
         state.record(call, &site, ordinal, size as u64, "pinned-from-cache", why);
+        if let Some(learner) = state.learner.as_mut() {
+            learner.track(ptr, size, &site, false, true);
+        }
         drop(guard);
         release_blocks(released);
         return ptr as *mut c_void;
@@ -586,17 +756,32 @@ pub fn allocate(
     } else {
         // The budget is held for this block while it is registered without the lock.
         state.registered_bytes += size as u64;
+        if let Some(learner) = state.learner.as_mut() {
+            learner.budget.used += size as u64;
+        }
+    }
+    if !register && let Some(learner) = state.learner.as_mut() {
+        learner.track(ptr as usize, size, &site, false, false);
     }
     drop(guard);
     release_blocks(released);
     if !register {
         return ptr;
     }
+    let began = std::time::Instant::now();
     let registered = cuda::register(ptr, size) == Some(0);
+    let waited = began.elapsed().as_nanos() as u64;
     let mut guard = lock();
     let Some(state) = guard.as_mut() else {
         return ptr;
     };
+    state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
+    if let Some(learner) = state.learner.as_mut() {
+        learner.track(ptr as usize, size, &site, false, registered);
+        if !registered {
+            learner.budget.release(size as u64);
+        }
+    }
     let action = if registered {
         state.registered.insert(ptr as usize, size);
         state.counters.promoted += 1;
@@ -605,6 +790,7 @@ pub fn allocate(
             .counters
             .peak_promoted_bytes
             .max(state.registered_bytes);
+        state.note_peak();
         ACTIVE.store(true, Ordering::Release);
         "promoted"
     } else {
@@ -637,10 +823,47 @@ pub enum Release {
 /// Before a libc block at `ptr` is freed (`keep`: it may go to the cache) or moved by
 /// realloc (not kept): unregisters it if we registered it, or caches it.
 pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
-    let mut guard = lock();
+    let mut guard = lock_settled(ptr as usize);
     let Some(state) = guard.as_mut() else {
         return Release::NotOurs;
     };
+    if let Some(block) = state.learner.as_mut().and_then(|l| l.untrack(ptr as usize)) {
+        let pinned: Vec<(usize, usize)> = block
+            .windows
+            .iter()
+            .filter(|w| w.pin == Pin::Pinned)
+            .map(|w| (w.start, w.len))
+            .collect();
+        state.skipped.remove(&(ptr as usize));
+        if keep
+            && let [(start, len)] = pinned[..]
+            && block.windows.len() == 1
+            && start == ptr as usize
+            && state.cache_bytes + len <= state.cache_limit
+            && state.pressure.level() == Level::Normal
+        {
+            state.cache.push((start, len));
+            state.cache_bytes += len;
+            return Release::Cached;
+        }
+        for &(start, len) in &pinned {
+            if let Some(learner) = state.learner.as_mut() {
+                learner.budget.release(len as u64);
+            }
+            if state.registered.remove(&start).is_some() {
+                state.registered_bytes -= len as u64;
+            }
+        }
+        drop(guard);
+        for &(start, _) in &pinned {
+            let _ = cuda::unregister(start as *mut c_void);
+        }
+        return if pinned.is_empty() {
+            Release::NotOurs
+        } else {
+            Release::Unregistered
+        };
+    }
     let Some(&size) = state.registered.get(&(ptr as usize)) else {
         return Release::NotOurs;
     };
@@ -676,8 +899,10 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
         return PinnedRequest::Pinned;
     };
     let (site, ordinal) = state.identify(caller);
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true, true);
     if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
+        state.kept_live_bytes += size as u64;
+        state.note_peak();
         state.counters.kept_pinned += 1;
         state.counters.kept_pinned_bytes += size as u64;
         state.record(
@@ -691,6 +916,9 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
         PinnedRequest::Pinned
     } else {
         state.record(call, &site, ordinal, size as u64, "demoted", why);
+        if state.learner.is_some() {
+            DEMOTING.with(|d| *d.borrow_mut() = Some(site));
+        }
         PinnedRequest::Demote
     }
 }
@@ -709,18 +937,42 @@ pub fn demoted(ptr: *mut c_void, size: usize) {
     BELIEVED_PINNED.store(true, Ordering::Release);
     state.counters.demoted += 1;
     state.counters.demoted_bytes += size as u64;
+    if let Some(site) = DEMOTING.with(|d| d.borrow_mut().take())
+        && let Some(learner) = state.learner.as_mut()
+    {
+        learner.track(ptr as usize, size, &site, true, false);
+    }
 }
 
 /// `cudaFreeHost(ptr)`: true if `ptr` was demoted (and is to be freed to libc); a block
 /// pinned on demand since is unregistered first.
 pub fn free_demoted(ptr: *mut c_void) -> bool {
-    let mut guard = lock();
+    let mut guard = lock_settled(ptr as usize);
     let Some(state) = guard.as_mut() else {
         return false;
     };
     let Some(demoted) = state.demoted.remove(&(ptr as usize)) else {
         return false;
     };
+    if let Some(learner) = state.learner.as_mut()
+        && let Some(block) = learner.untrack(ptr as usize)
+    {
+        // Auto mode pins a demoted block window by window (on demand too).
+        let pinned: Vec<usize> = block
+            .windows
+            .iter()
+            .filter(|w| w.pin == Pin::Pinned)
+            .map(|w| {
+                learner.budget.release(w.len as u64);
+                w.start
+            })
+            .collect();
+        drop(guard);
+        for start in pinned {
+            let _ = cuda::unregister(start as *mut c_void);
+        }
+        return true;
+    }
     drop(guard);
     if demoted.pinned_on_demand {
         let _ = cuda::unregister(ptr);
@@ -741,7 +993,7 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
         return true;
     }
     let (site, ordinal) = state.identify(caller);
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true);
+    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true, false);
     if pin || flags & cuda::HOST_REGISTER_KEEP != 0 {
         state.record(
             "cudaHostRegister",
@@ -816,13 +1068,13 @@ impl State {
 }
 
 /// What hotpin changed about the memory in `ranges` (address, length).
-pub fn touched(ranges: &[(usize, usize)]) -> Touched {
+pub fn touched(ranges: &[(usize, usize, bool)]) -> Touched {
     let guard = lock();
     let Some(state) = guard.as_ref() else {
         return Touched::default();
     };
     let mut touched = Touched::default();
-    for &(start, len) in ranges {
+    for &(start, len, _) in ranges {
         if start == 0 {
             continue;
         }
@@ -848,12 +1100,15 @@ pub fn in_demoted(ptr: usize) -> bool {
 /// (captured into a CUDA graph, mapped, asked about). A demoted block stays hotpin's to free;
 /// a registration that had been skipped becomes the program's own again (its
 /// `cudaHostUnregister` goes to CUDA).
-pub fn pin_on_demand(ranges: &[(usize, usize)]) {
-    for &(start, len) in ranges {
+pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
+    for &(start, len, _) in ranges {
         if start == 0 {
             continue;
         }
         while let Some((block, size, flags)) = claim_believed_pinned(start, len) {
+            if pin_windows_on_demand(block, flags) {
+                continue;
+            }
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);
             let mut guard = lock();
@@ -895,4 +1150,201 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<(usize, usize, u32)
 /// Whether CUDA calls of ours may be made in this process.
 pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
+}
+
+/// The state's lock, once no window of the block at `ptr` is being registered by another
+/// thread (which holds no lock while CUDA registers it): a block is never freed under a
+/// registration.
+fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
+    loop {
+        let guard = lock();
+        let registering = guard
+            .as_ref()
+            .and_then(|state| state.learner.as_ref())
+            .and_then(|learner| learner.blocks.get(&ptr))
+            .is_some_and(|block| block.windows.iter().any(|w| w.pin == Pin::Registering));
+        if !registering {
+            return guard;
+        }
+        drop(guard);
+        std::thread::yield_now();
+    }
+}
+
+/// Auto mode: a demoted block the program now uses as only pinned memory can be used, whose
+/// windows auto mode pins one by one: every window not pinned yet is registered with the
+/// program's flags. False if auto mode does not know the block (the caller registers it
+/// whole).
+fn pin_windows_on_demand(block: usize, flags: u32) -> bool {
+    let windows: Vec<(usize, usize)> = {
+        let mut guard = lock();
+        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+            return false;
+        };
+        let Some(tracked) = learner.blocks.get_mut(&block) else {
+            return false;
+        };
+        let mut windows = Vec::new();
+        for w in tracked.windows.iter_mut() {
+            if matches!(w.pin, Pin::Pageable | Pin::Failed) {
+                w.pin = Pin::Registering;
+                windows.push((w.start, w.len));
+            }
+        }
+        learner.budget.used += windows.iter().map(|w| w.1 as u64).sum::<u64>();
+        windows
+    };
+    let mut results = Vec::new();
+    for &(start, len) in &windows {
+        let register = || cuda::register_with(start as *mut c_void, len, flags);
+        results.push(cuda::with_relaxed_capture(register) == Some(0));
+    }
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return true;
+    };
+    for (&(start, len), ok) in windows.iter().zip(results) {
+        if let Some(learner) = state.learner.as_mut() {
+            let window = WindowRef {
+                block,
+                start,
+                len,
+                asked_pinned: true,
+            };
+            learner.registered(&window, ok);
+        }
+        if ok {
+            state.counters.pinned_on_demand += 1;
+        } else {
+            state.counters.register_failures += 1;
+        }
+    }
+    state.note_peak();
+    true
+}
+
+/// Auto mode: the copy of `ranges` (address, length, whether it was read) completed: its
+/// heat is counted, and the windows it makes worth pinning are pinned (displacing less
+/// dense ones under the budget).
+pub fn copied(ranges: &[(usize, usize, bool)]) {
+    let mut decisions = Decisions::default();
+    {
+        let mut guard = lock();
+        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+            return;
+        };
+        for &(start, len, reads) in ranges {
+            if start != 0 {
+                learner.copied(start, len, reads, &mut decisions);
+            }
+        }
+    }
+    if decisions.pin.is_empty() && decisions.unpin.is_empty() {
+        return;
+    }
+    let pays = pinning_pays();
+    for window in decisions.unpin {
+        unpin_window(window);
+    }
+    for window in decisions.pin {
+        if pays {
+            pin_window(window);
+        } else if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
+            learner.registered(&window, false);
+        }
+    }
+}
+
+/// Whether pinning pays on this device, asked of CUDA once; said once where it does not.
+fn pinning_pays() -> bool {
+    match PLATFORM.load(Ordering::Acquire) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
+    let why = cuda::pinning_does_not_pay();
+    PLATFORM.store(if why.is_some() { 2 } else { 1 }, Ordering::Release);
+    if let Some(why) = why {
+        eprintln!("hotpin: {why}: pinning pays nothing here, so auto mode pins nothing new");
+        if let Some(state) = lock().as_mut() {
+            state.counters.pinning_off = Some(why);
+        }
+        return false;
+    }
+    true
+}
+
+/// Pins one window auto mode decided on, on this (the copying) thread: a window is at most
+/// `WINDOW` bytes, so the wait is bounded. A window hidden from the program is marked
+/// registered before CUDA is asked, so that copies from then on are waited for.
+fn pin_window(window: WindowRef) {
+    if !window.asked_pinned {
+        if let Some(state) = lock().as_mut() {
+            state.registered.insert(window.start, window.len);
+            state.registered_bytes += window.len as u64;
+        }
+        ACTIVE.store(true, Ordering::Release);
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+    }
+    let began = std::time::Instant::now();
+    let ptr = window.start as *mut c_void;
+    let rc = if window.asked_pinned {
+        cuda::register_with(ptr, window.len, 0)
+    } else {
+        cuda::register(ptr, window.len)
+    };
+    let waited = began.elapsed().as_nanos() as u64;
+    let ok = rc == Some(0);
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else { return };
+    if let Some(learner) = state.learner.as_mut() {
+        learner.registered(&window, ok);
+    }
+    state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
+    if ok {
+        state.counters.learned_pins += 1;
+        state.counters.learned_pin_bytes += window.len as u64;
+        state.counters.peak_promoted_bytes = state
+            .counters
+            .peak_promoted_bytes
+            .max(state.registered_bytes);
+        state.note_peak();
+    } else {
+        state.counters.register_failures += 1;
+        if !window.asked_pinned && state.registered.remove(&window.start).is_some() {
+            state.registered_bytes -= window.len as u64;
+        }
+    }
+    drop(guard);
+    if !window.asked_pinned {
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Unpins a window the budget let go. One hidden from the program stops being looked up as
+/// registered first, and is unregistered once no guarded copy is inside CUDA (at most 20 ms
+/// later; a copy that saw the change is waited for after it). One the program believes
+/// pinned may have copies in flight: the context is synchronized first.
+fn unpin_window(window: WindowRef) {
+    if window.asked_pinned {
+        cuda::context_synchronize();
+    } else {
+        if let Some(state) = lock().as_mut()
+            && state.registered.remove(&window.start).is_some()
+        {
+            state.registered_bytes -= window.len as u64;
+        }
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+        let began = std::time::Instant::now();
+        while COPIES_IN_CALL.load(Ordering::Acquire) > 0
+            && began.elapsed() < std::time::Duration::from_millis(20)
+        {
+            std::thread::yield_now();
+        }
+    }
+    let _ = cuda::unregister(window.start as *mut c_void);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+    if let Some(state) = lock().as_mut() {
+        state.counters.evictions += 1;
+    }
 }

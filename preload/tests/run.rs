@@ -643,3 +643,175 @@ fn settings_that_cannot_be_used_are_said() {
         );
     }
 }
+
+/// The interposer's counters of a run (its one report).
+fn counters(prefix: &Path) -> Value {
+    report(prefix)["counters"].clone()
+}
+
+/// The program's own verdict: it checked every copy's data and CUDA's last error.
+fn assert_computed_right(output: &Output) {
+    let verdict = ground_truth(output);
+    assert!(verdict["checks"].as_u64().unwrap_or(0) > 0, "{verdict}");
+    assert_eq!(verdict["mismatches"], 0, "{verdict}");
+}
+
+/// Auto mode, the default (#26): under a budget that holds the result buffer and two of four
+/// hot buffers, the hot set moving from the first two to the last two halfway moves the pins
+/// with it, each buffer pinned once and let go at most once (no flapping), and every copy's
+/// data right.
+#[test]
+fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
+    let setup = setup_program("auto-shift", "online");
+    let prefix = setup.dir.join("shift-report");
+    let history = setup.dir.join("shift.hotpin");
+    let output = hotpin_run_with(
+        &setup,
+        &[
+            "--budget",
+            "24M",
+            "--history",
+            history.to_str().expect("UTF-8"),
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &[Path::new("shift")],
+    );
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    assert_eq!(c["budget"], 24 * MIB, "{c}");
+    assert_eq!(
+        c["learned_pins"], 5,
+        "the result and each hot buffer pinned once: {c}"
+    );
+    assert_eq!(c["evictions"], 2, "the first two let go once each: {c}");
+    assert!(
+        c["peak_promoted_bytes"].as_u64().expect("peak") <= 24 * MIB,
+        "{c}"
+    );
+    assert_eq!(c["register_failures"], 0, "{c}");
+    // What it learned is written where it was told, for the next run.
+    let learned = hotpin_history::dump::read(&history).expect("the history it learned");
+    assert!(
+        learned.stats().transfers >= 2 * (10 + 40) * 2,
+        "{:?}",
+        learned.stats()
+    );
+}
+
+/// Auto mode pins what is copied, not what is allocated: of a 160 MiB block one 64 MiB
+/// window holds the slice that is copied, and that window alone is pinned (with the result
+/// buffer); a pinned request nothing is known of is served pageable, then pinned once its
+/// copies repay it; and a
+/// registration CUDA refuses (every second one, here) leaves no error for the program's
+/// next call to report.
+#[test]
+fn auto_mode_pins_the_copied_window_of_a_large_block_and_a_lazy_pinned_request() {
+    let setup = setup_program("auto-slice", "online");
+    let prefix = setup.dir.join("slice-report");
+    let history = setup.dir.join("slice.hotpin");
+    let args = [
+        "--history",
+        history.to_str().expect("UTF-8"),
+        "--report",
+        prefix.to_str().expect("UTF-8"),
+    ];
+    let output = hotpin_run_with(&setup, &args, &[Path::new("slice")]);
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    assert_eq!(c["demoted"], 1, "the pinned request served pageable: {c}");
+    assert_eq!(
+        c["learned_pins"], 3,
+        "the slice's window, the request, the result: {c}"
+    );
+    let pinned = c["learned_pin_bytes"].as_u64().expect("bytes");
+    assert!(
+        pinned <= 64 * MIB + 2 * 8 * MIB,
+        "{pinned} bytes pinned of a 160 MiB block"
+    );
+    // Every registration refused: the program's error state stays clean, its data right.
+    let prefix = setup.dir.join("refused");
+    let refused = hotpin_run_env(
+        &setup,
+        &["--report", prefix.to_str().expect("UTF-8")],
+        &[Path::new("slice")],
+        &[("HOTPIN_STANDIN_FAIL_PIN_EVERY", Path::new("1"))],
+    );
+    assert_computed_right(&refused);
+    let c = counters(&prefix);
+    assert_eq!(c["learned_pins"], 0, "{c}");
+    assert!(
+        c["register_failures"].as_u64().expect("failures") >= 1,
+        "{c}"
+    );
+}
+
+/// Auto mode as a user without root and without --history: what the first run learned is
+/// kept under the user's state folder, and the second run starts from it, pinning the hot
+/// buffers at birth.
+#[test]
+fn auto_mode_learns_for_the_next_run_as_a_user_without_root() {
+    use std::os::unix::{fs::PermissionsExt as _, process::CommandExt as _};
+    const NOBODY: u32 = 65534;
+    let setup = setup_program("auto-user", "online");
+    let home = setup.dir.join("home");
+    std::fs::create_dir_all(&home).expect("a home");
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).expect("give it to nobody");
+    std::fs::set_permissions(&setup.dir, std::fs::Permissions::from_mode(0o755))
+        .expect("let nobody in");
+    // The stand-in pins with mlock, which RLIMIT_MEMLOCK bounds for users (8 MiB here;
+    // CUDA's driver is not bound by it): buffers of 1 MiB keep every pin within it.
+    let run = |name: &str| {
+        let prefix = home.join(name);
+        let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .args(["run", "--report"])
+            .arg(&prefix)
+            .arg("--")
+            .arg(&setup.program)
+            .args(["shift", "1"])
+            .env("LD_LIBRARY_PATH", &setup.standin.dir)
+            .env("HOME", &home)
+            .env_remove("XDG_STATE_HOME")
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .expect("run hotpin as nobody");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_computed_right(&output);
+        report(&prefix)
+    };
+    let first = run("first");
+    let learned: Vec<_> = std::fs::read_dir(home.join(".local/state/hotpin"))
+        .expect("the state folder auto mode made")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    let metadata = std::fs::metadata(&learned[0]).expect("the history");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&metadata), NOBODY);
+    assert_eq!(
+        first["counters"]["learned_pins"], 5,
+        "{}",
+        first["counters"]
+    );
+    let second = run("second");
+    let at_birth = second["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter(|d| d["action"] == "promoted" && d["why"] == "known")
+        .count();
+    assert_eq!(
+        at_birth, 5,
+        "the four hot buffers and the result pinned at birth: {second}"
+    );
+    assert_eq!(
+        second["counters"]["learned_pins"], 0,
+        "{}",
+        second["counters"]
+    );
+}

@@ -9,7 +9,7 @@
 
 use std::{
     ffi::{OsStr, OsString},
-    os::unix::process::CommandExt as _,
+    os::unix::{fs::DirBuilderExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Command, ExitCode},
 };
@@ -23,13 +23,17 @@ const PRELOAD: &str = "libhotpin_preload.so";
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// profile: record the program as it is with the tracer (`tracer record --libc-malloc`);
-    /// use: pin what the history says pays; pin-all, pin-none: the baselines. In every mode
-    /// the program computes what it computes without hotpin (docs/transparency.md).
-    #[arg(long, default_value = "use", value_parser = ["profile", "use", "pin-all", "pin-none"])]
+    /// auto: learn while the program runs what its copies make worth pinning, starting from
+    /// what the last run learned, and pin that (no root, no tracer); use: pin what a
+    /// recorded history says pays, nothing more; profile: record the program as it is with
+    /// the tracer (`tracer record --libc-malloc`); pin-all, pin-none: the baselines. In every
+    /// mode the program computes what it computes without hotpin (docs/transparency.md).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "profile", "use", "pin-all", "pin-none"])]
     mode: String,
-    /// The history: written in profile mode (default: the tracer's name for it), read in use
-    /// mode (default there: the program's latest history in the store).
+    /// The history. Auto mode starts from it if it exists and writes what it learned there
+    /// at exit (default: one per program under $XDG_STATE_HOME/hotpin, else
+    /// ~/.local/state/hotpin). Profile mode writes it (default: the tracer's name for it);
+    /// use mode reads it (default: the program's latest history in the store).
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
     /// The history store `tracer daemon` writes, where use mode finds the program's latest
@@ -58,7 +62,7 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let mode = Mode::from_name(&args.mode).with_context(|| {
         format!(
-            "--mode {} is not one of profile, use, pin-all, pin-none",
+            "--mode {} is not one of auto, profile, use, pin-all, pin-none",
             args.mode
         )
     })?;
@@ -105,6 +109,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         command.env("HOTPIN_STRICT", "1");
     }
     command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
+    if mode == Mode::Auto {
+        auto(&args, &mut command, program, rest)?;
+    }
     if mode == Mode::Use {
         let history = match &args.history {
             Some(history) => history.clone(),
@@ -180,6 +187,84 @@ fn profile(
         .env("HOTPIN_MODE", "profile");
     let error = command.exec();
     Err(anyhow::Error::from(error).context("cannot start the tracer"))
+}
+
+/// Auto mode: where it starts from (the history given, else what the last run of this
+/// program learned, else the program's latest in the store) and where it writes what it
+/// learns. A history that cannot inform it is said, not fatal: the run learns from scratch.
+fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString]) -> Result<()> {
+    let learned = match &args.history {
+        Some(history) => Some(absolute(history)?),
+        None => state_file(program, rest),
+    };
+    let mut start = learned.clone().filter(|path| path.exists());
+    if start.is_none()
+        && args.history.is_none()
+        && let Ok(key) = ProgramKey::of_command(program, rest)
+        && let Ok(Some(stored)) = Store::open_existing(&args.store).latest_of(&key)
+    {
+        eprintln!(
+            "hotpin: starting from {}, the latest history of {key} in the store (the \
+             daemon's histories know no libc allocations: only pinned requests and mappings \
+             of it can be matched; the rest is learned live)",
+            stored.display()
+        );
+        start = Some(stored);
+    }
+    if let Some(history) = start {
+        if hotpin_history::files::read_once(&history) {
+            bail!(
+                "the history {} can be read only once (a pipe or a device): give a file",
+                history.display()
+            );
+        }
+        match hotpin_history::dump::read(&history) {
+            Ok(_) => {
+                command.env("HOTPIN_HISTORY", &history);
+            }
+            Err(error) => eprintln!(
+                "hotpin: the history {} cannot be used ({:#}); learning from scratch",
+                history.display(),
+                anyhow::Error::from(error)
+            ),
+        }
+    }
+    match learned {
+        Some(path) => {
+            hotpin_history::files::check_output(&path).with_context(|| {
+                format!(
+                    "what this run learns cannot be written to {}",
+                    path.display()
+                )
+            })?;
+            command.env("HOTPIN_LEARN_TO", path);
+        }
+        None => eprintln!(
+            "hotpin: no place to keep what this run learns (no $HOME, or its state folder \
+             cannot be made): give --history FILE; learning for this run only"
+        ),
+    }
+    Ok(())
+}
+
+/// Where auto mode keeps what a program's runs learned, per user:
+/// `$XDG_STATE_HOME/hotpin/<program>.hotpin`, else `~/.local/state/hotpin/...`, the folder
+/// made (0700) if missing.
+fn state_file(program: &OsStr, args: &[OsString]) -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state"))
+        })?;
+    let folder = base.join("hotpin");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&folder)
+        .ok()?;
+    let key = ProgramKey::of_command(program, args).ok()?;
+    Some(folder.join(format!("{}.hotpin", key.as_str())))
 }
 
 /// Use mode without --history: the latest history in the store at `root` of the program

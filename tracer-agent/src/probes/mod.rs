@@ -575,6 +575,9 @@ impl Probes {
             return Ok(Vec::new());
         }
         let symbols = SymbolTable::read(path)?;
+        if symbols.offset(Library::INTERPOSER_MARKER).is_some() {
+            return Ok(Vec::new());
+        }
         let mut report = Vec::new();
         // Aliases (libc's memalign and aligned_alloc are one function) are probed once.
         let mut probed: std::collections::HashMap<u64, &str> = std::collections::HashMap::new();

@@ -1,0 +1,319 @@
+//! Deciding while the program runs: what a window of host memory has been copied, whether
+//! pinning it repays, how dense its benefit is, and which windows a pinned budget keeps.
+//!
+//! The unit is a *window*: a block at most [`WINDOW`] bytes, or one page-aligned window of a
+//! larger block. Only what is copied gets pinned, so a 3 GiB dataset of which one slice is
+//! ever copied costs that slice, and no registration is larger than a window (about 3 ms on
+//! the H100), so the program's thread never waits long for one.
+//!
+//! - **Promotion (rent or buy).** A window is pinned once the copy time it has lost to
+//!   pageable copies reaches what pinning it costs (register and unregister). Its future
+//!   copies are not known; this rule never pays more than twice what knowing them would have
+//!   (the classic ski-rental bound), and memory copied once is never pinned.
+//! - **Density.** Under a budget, a window's worth is the copy time pinning saves it per
+//!   second per pinned byte, decayed with a half-life so that a hot set that changes is
+//!   followed. A candidate takes the place of held windows only if it is [`HYSTERESIS`] times
+//!   denser than each of them: nothing flaps.
+//! - **Recycled groups.** Blocks of one size from one call site that are freed and made again
+//!   are judged together: once the blocks retired from a group repaid their pinning on
+//!   average, the next block of the group is pinned at birth.
+//!
+//! The cost model is [`CostModel`], the same that judges histories; nothing here calls CUDA.
+
+use std::collections::HashMap;
+
+use hotpin_history::{cost::CostModel, history::TransferStats};
+
+/// The most bytes one registration covers: windows of larger blocks are pinned one by one.
+pub const WINDOW: usize = 64 << 20;
+/// A candidate must be this many times denser than each window it displaces.
+pub const HYSTERESIS: f64 = 2.0;
+/// How fast a window's density forgets its past copies, by default.
+pub const HALF_LIFE_NS: u64 = 2_000_000_000;
+const PAGE: usize = 4096;
+
+/// The windows of the block `[start, start + size)`: page-aligned boundaries (two
+/// registrations never share a page), each at most [`WINDOW`] bytes, the first and last
+/// holding the block's unaligned ends.
+pub fn windows(start: usize, size: usize) -> Vec<(usize, usize)> {
+    let end = start.saturating_add(size);
+    if size <= WINDOW {
+        return vec![(start, size)];
+    }
+    let mut out = Vec::with_capacity(size / WINDOW + 2);
+    let mut at = start;
+    let mut boundary = start.saturating_add(WINDOW) & !(PAGE - 1);
+    while at < end {
+        let until = boundary.min(end);
+        out.push((at, until - at));
+        at = until;
+        boundary = boundary.saturating_add(WINDOW);
+    }
+    out
+}
+
+/// The copies one window served, by direction, and its decayed benefit.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Heat {
+    pub stats: TransferStats,
+    /// Copy seconds pinning saved (or would have saved) it, decayed to `updated_ns`.
+    pub decayed_saving_s: f64,
+    pub updated_ns: u64,
+    pub first_ns: u64,
+}
+
+impl Heat {
+    /// Adds one copy of `bytes` (`to_device`: host memory read; else written) at `now_ns`.
+    pub fn copy(&mut self, policy: &Online, bytes: u64, to_device: bool, now_ns: u64) {
+        let mut one = TransferStats::default();
+        if to_device {
+            one.h2d_count = 1;
+            one.h2d_bytes = bytes;
+        } else {
+            one.d2h_count = 1;
+            one.d2h_bytes = bytes;
+        }
+        one.transfers = 1;
+        if self.stats.transfers == 0 {
+            self.first_ns = now_ns;
+            self.updated_ns = now_ns;
+        }
+        self.decayed_saving_s = policy.decay(self.decayed_saving_s, self.updated_ns, now_ns)
+            + policy.model.copy_saving(&one);
+        self.updated_ns = self.updated_ns.max(now_ns);
+        self.stats.add(&one);
+    }
+}
+
+/// The cost model, the half-life, and the arithmetic of the rules above.
+#[derive(Clone, Copy, Debug)]
+pub struct Online {
+    pub model: CostModel,
+    pub half_life_ns: u64,
+}
+
+impl Online {
+    pub fn new(model: CostModel) -> Self {
+        Self {
+            model,
+            half_life_ns: HALF_LIFE_NS,
+        }
+    }
+
+    fn decay(&self, value: f64, from_ns: u64, to_ns: u64) -> f64 {
+        let elapsed = to_ns.saturating_sub(from_ns) as f64;
+        value * 0.5f64.powf(elapsed / self.half_life_ns.max(1) as f64)
+    }
+
+    /// What pinning `len` bytes costs: register and unregister.
+    pub fn pin_cost(&self, len: usize) -> f64 {
+        self.model.pin_cost(len as u64, 1)
+    }
+
+    /// Whether a pageable window of `len` bytes has lost to its copies what pinning it costs.
+    pub fn repays(&self, heat: &Heat, len: usize) -> bool {
+        heat.stats.transfers > 1 && self.model.copy_saving(&heat.stats) >= self.pin_cost(len)
+    }
+
+    /// Copy seconds saved per second per pinned byte, as of `now_ns`.
+    pub fn density(&self, heat: &Heat, len: usize, now_ns: u64) -> f64 {
+        let rate = self.decay(heat.decayed_saving_s, heat.updated_ns, now_ns)
+            / (self.half_life_ns as f64 / 1e9 / std::f64::consts::LN_2);
+        rate / len.max(1) as f64
+    }
+}
+
+/// A pinned-memory budget shared by the windows it admits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// None: no limit.
+    pub limit: Option<u64>,
+    pub used: u64,
+}
+
+/// What a candidate window gets from the budget.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Admission<K> {
+    /// Room is there (now reserved).
+    Admitted,
+    /// Room once these held windows are let go (reserved for the candidate already).
+    Displacing(Vec<K>),
+    /// Not dense enough to displace what is held.
+    Refused,
+}
+
+impl Budget {
+    pub fn new(limit: Option<u64>) -> Self {
+        Self { limit, used: 0 }
+    }
+
+    /// Admits `len` bytes of density `density`, displacing held windows `(key, density,
+    /// bytes)` that are [`HYSTERESIS`] times less dense, least dense first, if that makes room.
+    pub fn admit<K: Copy>(
+        &mut self,
+        len: u64,
+        density: f64,
+        held: impl IntoIterator<Item = (K, f64, u64)>,
+    ) -> Admission<K> {
+        let Some(limit) = self.limit else {
+            self.used += len;
+            return Admission::Admitted;
+        };
+        if len > limit {
+            return Admission::Refused;
+        }
+        if self.used + len <= limit {
+            self.used += len;
+            return Admission::Admitted;
+        }
+        let mut weaker: Vec<(K, f64, u64)> = held
+            .into_iter()
+            .filter(|&(_, d, _)| d * HYSTERESIS < density)
+            .collect();
+        weaker.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut freed = 0;
+        let mut chosen = Vec::new();
+        for (key, _, bytes) in weaker {
+            if self.used - freed + len <= limit {
+                break;
+            }
+            freed += bytes;
+            chosen.push(key);
+        }
+        if self.used - freed + len > limit {
+            return Admission::Refused;
+        }
+        self.used = self.used - freed + len;
+        Admission::Displacing(chosen)
+    }
+
+    /// Gives back `len` bytes (a window unpinned, or a reservation not carried out).
+    pub fn release(&mut self, len: u64) {
+        self.used = self.used.saturating_sub(len);
+    }
+}
+
+/// The blocks retired from recycled groups: by call site and size, how many and what their
+/// copies would have saved pinned.
+#[derive(Debug, Default)]
+pub struct Groups<K> {
+    retired: HashMap<(K, u64), (u64, f64)>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
+    pub fn new() -> Self {
+        Self {
+            retired: HashMap::new(),
+        }
+    }
+
+    /// A block of the group freed, with the copy seconds pinning saved (or would have) it.
+    pub fn retire(&mut self, site: &K, size: u64, saving_s: f64) {
+        let entry = self.retired.entry((site.clone(), size)).or_default();
+        entry.0 += 1;
+        entry.1 += saving_s;
+    }
+
+    /// Whether the next block of this group is to be pinned at birth: its retired blocks
+    /// (two at least) repaid their pinning on average.
+    pub fn hot(&self, policy: &Online, site: &K, size: u64) -> bool {
+        self.retired
+            .get(&(site.clone(), size))
+            .is_some_and(|&(count, saving)| {
+                count >= 2 && saving / count as f64 >= policy.pin_cost(size as usize)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn windows_cover_the_block_on_page_boundaries_and_none_is_larger_than_a_window() {
+        for (start, size) in [(0x1010, 3 * WINDOW + 123), (0x2000, WINDOW + 1), (0x30, 10)] {
+            let w = windows(start, size);
+            assert_eq!(w[0].0, start);
+            assert_eq!(w.iter().map(|x| x.1).sum::<usize>(), size);
+            for pair in w.windows(2) {
+                assert_eq!(pair[0].0 + pair[0].1, pair[1].0, "contiguous");
+                assert_eq!(pair[1].0 % PAGE, 0, "page-aligned boundary");
+            }
+            assert!(w.iter().all(|x| x.1 <= WINDOW));
+        }
+    }
+
+    #[test]
+    fn a_window_copied_once_is_never_pinned_and_one_copied_often_is() {
+        let online = Online::new(CostModel::default());
+        let mut heat = Heat::default();
+        heat.copy(&online, 64 << 20, true, 0);
+        assert!(!online.repays(&heat, 64 * MIB), "one copy never repays");
+        heat.copy(&online, 64 << 20, true, 1_000);
+        assert!(
+            online.repays(&heat, 64 * MIB),
+            "two 64 MiB copies repay 64 MiB"
+        );
+        // A 1 GiB window copied 4 KiB at a time: pinning costs more than it saves.
+        let mut small = Heat::default();
+        for i in 0..10 {
+            small.copy(&online, 4096, true, i);
+        }
+        assert!(!online.repays(&small, 1 << 30));
+    }
+
+    #[test]
+    fn density_decays_with_the_half_life() {
+        let online = Online::new(CostModel::default());
+        let mut heat = Heat::default();
+        heat.copy(&online, 64 << 20, false, 0);
+        let now = online.density(&heat, 64 * MIB, 0);
+        let later = online.density(&heat, 64 * MIB, HALF_LIFE_NS);
+        assert!((later / now - 0.5).abs() < 1e-9, "{now} {later}");
+    }
+
+    #[test]
+    fn the_budget_displaces_only_windows_much_less_dense() {
+        let mut budget = Budget::new(Some(100));
+        assert_eq!(budget.admit::<u32>(60, 1.0, []), Admission::Admitted);
+        // Not twice as dense: refused, nothing displaced.
+        assert_eq!(budget.admit(60, 1.5, [(7u32, 1.0, 60)]), Admission::Refused);
+        assert_eq!(budget.used, 60);
+        // Three times as dense: displaces it.
+        assert_eq!(
+            budget.admit(60, 3.0, [(7u32, 1.0, 60)]),
+            Admission::Displacing(vec![7])
+        );
+        assert_eq!(budget.used, 60);
+        // Least dense first, only as many as needed.
+        let mut budget = Budget::new(Some(100));
+        budget.used = 100;
+        assert_eq!(
+            budget.admit(30, 10.0, [(1u32, 2.0, 40), (2, 1.0, 40), (3, 0.5, 20)]),
+            Admission::Displacing(vec![3, 2])
+        );
+        assert_eq!(budget.used, 70);
+        // Larger than the whole budget: refused.
+        assert_eq!(budget.admit::<u32>(101, 1e9, []), Admission::Refused);
+    }
+
+    #[test]
+    fn a_group_is_hot_once_its_retired_blocks_repaid_on_average() {
+        let online = Online::new(CostModel::default());
+        let mut groups = Groups::new();
+        let cost = online.pin_cost(32 * MIB);
+        groups.retire(&"site", 32 << 20, cost * 3.0);
+        assert!(
+            !groups.hot(&online, &"site", 32 << 20),
+            "one block is no group"
+        );
+        groups.retire(&"site", 32 << 20, 0.0);
+        assert!(groups.hot(&online, &"site", 32 << 20));
+        assert!(!groups.hot(&online, &"site", 16 << 20), "another size");
+        groups.retire(&"cold", 32 << 20, 0.0);
+        groups.retire(&"cold", 32 << 20, cost / 2.0);
+        assert!(!groups.hot(&online, &"cold", 32 << 20));
+    }
+}

@@ -1,0 +1,75 @@
+/* online: a program for auto mode (the CUDA stand-in, a test fixture, not CUDA). No hotpin
+ * code. Every copy's data is checked: each step fills a host buffer with a pattern of the
+ * step, copies it to the device (cudaMemcpyAsync then synchronise, or cudaMemcpy), copies it
+ * back into a result buffer and checks every byte.
+ *   shift [MIB]: four malloc'd buffers of MIB MiB (default 8); buffers 0 and 1 are copied in
+ *          the first 10 steps, buffers 2 and 3 in the next 40 (the hot set changes halfway),
+ *          a cold one once; the result buffer is copied into at every step.
+ *   slice: (with the default size) a 160 MiB malloc'd block of which one 8 MiB slice is copied 20 times, and a
+ *          cudaHostAlloc'd 8 MiB buffer copied 20 times (served pageable, then pinned).
+ * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
+ * Prints one JSON line: checks, mismatches, details. */
+#include <string.h>
+
+#include "transparency/cuda_decls.h"
+#include "transparency/check.h"
+
+static void *device;
+static cudaStream_t stream;
+static char *result;
+
+/* One round trip of `size` bytes of `host` at step `step`, checked. */
+static void round_trip(struct tally *t, char *host, size_t size, unsigned step, unsigned tag,
+                       int async) {
+    fill(host, size, step, tag);
+    if (async) {
+        CUDA_OK(cudaMemcpyAsync(device, host, size, cudaMemcpyHostToDevice, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        CUDA_OK(cudaMemcpyAsync(result, device, size, cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+    } else {
+        CUDA_OK(cudaMemcpy(device, host, size, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(result, device, size, cudaMemcpyDeviceToHost));
+    }
+    tally_check(t, step, count_wrong(result, size, step, tag));
+}
+
+int main(int argc, char **argv) {
+    const char *which = argc > 1 ? argv[1] : "shift";
+    program_name = which;
+    CUDA_OK(cudaStreamCreate(&stream));
+    size_t size = (argc > 2 ? (size_t)atoi(argv[2]) : 8) * MIB;
+    CUDA_OK(cudaMalloc(&device, size));
+    result = (char *)malloc(size);
+    struct tally t;
+    tally_init(&t, which);
+    if (strcmp(which, "shift") == 0) {
+        char *buffers[4], *cold = (char *)malloc(size);
+        for (int i = 0; i < 4; i++) buffers[i] = (char *)malloc(size);
+        round_trip(&t, cold, size, 0, 99, 1);
+        for (unsigned step = 0; step < 50; step++) {
+            int first = step < 10 ? 0 : 2;
+            for (int i = first; i < first + 2; i++)
+                round_trip(&t, buffers[i], size, step, (unsigned)i, (int)(step % 2));
+        }
+        for (int i = 0; i < 4; i++) free(buffers[i]);
+        free(cold);
+    } else {
+        size_t big = 160 * MIB;
+        char *block = (char *)malloc(big), *pinned;
+        memset(block, 0, big);
+        CUDA_OK(cudaHostAlloc((void **)&pinned, 8 * MIB, 0));
+        for (unsigned step = 0; step < 20; step++) {
+            round_trip(&t, block + 72 * MIB, 8 * MIB, step, 1, (int)(step % 2));
+            round_trip(&t, pinned, 8 * MIB, step, 2, (int)(step % 2));
+        }
+        CUDA_OK(cudaFreeHost(pinned));
+        free(block);
+    }
+    tally_detail(&t);
+    int error = cudaGetLastError();
+    detail("last_error", "%d", error);
+    checks++;
+    if (error != 0) mismatches++;
+    return report();
+}
