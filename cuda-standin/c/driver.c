@@ -1452,3 +1452,73 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     ranges_remove_inside(D(ptr), size, RANGE_DEVICE);
     return CUDA_SUCCESS;
 }
+
+/* Contexts and device attributes: one device, one context, current on every thread once the
+ * device exists. The attributes a program (or hotpin) asks about platforms can be set for
+ * tests: HOTPIN_STANDIN_ATTRIBUTES="ATTR=VALUE,..." (cuda.h's numbers: 18 integrated, 99
+ * host register supported, 100 pageable memory access uses host page tables). */
+static int the_context;
+
+EXPORT CUresult cuCtxGetCurrent(void **ctx) {
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    *ctx = check_device() == CUDA_SUCCESS ? (void *)&the_context : NULL;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetDevice(int *device) {
+    CUresult r = check_device();
+    if (r) return r;
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(int *device, int ordinal) {
+    CUresult r = check_device();
+    if (r) return r;
+    if (!device || ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxGetState(int device, unsigned *flags, int *active) {
+    if (device != 0 || !flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    *flags = 0;
+    *active = check_device() == CUDA_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int device) {
+    if (device != 0 || !ctx) return CUDA_ERROR_INVALID_VALUE;
+    return cuCtxGetCurrent(ctx);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int device) {
+    return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuCtxPushCurrent_v2(void *ctx) {
+    return ctx == &the_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuCtxPopCurrent_v2(void **ctx) {
+    if (ctx) *ctx = &the_context;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
+    CUresult r = check_device();
+    if (r) return r;
+    if (!value || device != 0) return CUDA_ERROR_INVALID_VALUE;
+    *value = attribute == 99 ? 1 : 0; /* a discrete GPU that registers host memory */
+    const char *set = getenv("HOTPIN_STANDIN_ATTRIBUTES");
+    while (set && *set) {
+        char *end;
+        long a = strtol(set, &end, 10);
+        if (*end != '=') break;
+        long v = strtol(end + 1, &end, 10);
+        if (a == attribute) *value = (int)v;
+        set = *end == ',' ? end + 1 : NULL;
+    }
+    return CUDA_SUCCESS;
+}

@@ -227,8 +227,8 @@ const ATTRIBUTE_PAGEABLE_USES_HOST_PAGE_TABLES: c_int = 100;
 /// Why pinning pays nothing on the device of the program's context, if it does not: the
 /// device reads pageable memory through the host's page tables (coherent systems such as
 /// Grace), cannot register host memory, or is integrated (host and device share memory).
-/// None where it pays, or where no context can be asked yet.
-pub fn pinning_does_not_pay() -> Option<String> {
+/// Some(None) where it pays; None where no context can be asked yet.
+pub fn pinning_does_not_pay() -> Option<Option<String>> {
     // SAFETY: the Reals name driver functions of these types.
     let (get_device, attribute) = unsafe {
         (
@@ -237,12 +237,14 @@ pub fn pinning_does_not_pay() -> Option<String> {
         )
     };
     let mut why = None;
+    let mut asked = false;
     in_context(|| {
         let mut device = 0;
         // SAFETY: an out-pointer to a local.
         if unsafe { get_device(&mut device) } != 0 {
             return 0;
         }
+        asked = true;
         let ask = |which| {
             let mut value = 0;
             // SAFETY: an out-pointer to a local; a device the context is on.
@@ -263,7 +265,7 @@ pub fn pinning_does_not_pay() -> Option<String> {
         };
         0
     });
-    why
+    asked.then_some(why)
 }
 
 /// Waits until everything queued in the program's context is done.

@@ -768,6 +768,16 @@ pub fn allocate(
     if !register {
         return ptr;
     }
+    if state_learning() && !pinning_pays() {
+        if let Some(state) = lock().as_mut() {
+            state.registered_bytes -= size as u64;
+            if let Some(learner) = state.learner.as_mut() {
+                learner.budget.release(size as u64);
+                learner.track(ptr as usize, size, &site, false, false);
+            }
+        }
+        return ptr;
+    }
     let began = std::time::Instant::now();
     let registered = cuda::register(ptr, size) == Some(0);
     let waited = began.elapsed().as_nanos() as u64;
@@ -1255,14 +1265,22 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
     }
 }
 
-/// Whether pinning pays on this device, asked of CUDA once; said once where it does not.
+fn state_learning() -> bool {
+    LEARNING.load(Ordering::Acquire)
+}
+
+/// Whether pinning pays on this device, asked of CUDA once a context exists; said once where
+/// it does not.
 fn pinning_pays() -> bool {
     match PLATFORM.load(Ordering::Acquire) {
         1 => return true,
         2 => return false,
         _ => {}
     }
-    let why = cuda::pinning_does_not_pay();
+    // Not known until the program made a context: asked again at the next pin.
+    let Some(why) = cuda::pinning_does_not_pay() else {
+        return true;
+    };
     PLATFORM.store(if why.is_some() { 2 } else { 1 }, Ordering::Release);
     if let Some(why) = why {
         eprintln!("hotpin: {why}: pinning pays nothing here, so auto mode pins nothing new");

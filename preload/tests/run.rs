@@ -74,6 +74,8 @@ fn hotpin_run_env(
         .arg(&setup.program)
         .args(program_args)
         .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        // Auto mode keeps what it learns per user: here, not in root's home.
+        .env("XDG_STATE_HOME", &setup.dir)
         .envs(env.iter().copied())
         .output()
         .expect("run hotpin");
@@ -814,4 +816,44 @@ fn auto_mode_learns_for_the_next_run_as_a_user_without_root() {
         "{}",
         second["counters"]
     );
+}
+
+/// Where pinning pays nothing (the device reads pageable memory through the host's page
+/// tables, cannot register host memory, or is integrated), auto mode pins nothing new and
+/// says why, once, on stderr and in its report; the program computes the same.
+#[test]
+fn auto_mode_pins_nothing_where_the_platform_makes_pinning_pointless() {
+    let setup = setup_program("auto-platform", "online");
+    for (attributes, said) in [
+        (
+            "100=1",
+            "reads pageable memory through the host's page tables",
+        ),
+        ("99=0", "cannot register host memory"),
+        ("18=1", "is integrated"),
+    ] {
+        let prefix = setup.dir.join(format!("platform-{attributes}"));
+        let output = hotpin_run_env(
+            &setup,
+            &["--report", prefix.to_str().expect("UTF-8")],
+            &[Path::new("shift")],
+            &[("HOTPIN_STANDIN_ATTRIBUTES", Path::new(attributes))],
+        );
+        assert_computed_right(&output);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            stderr.matches("pinning pays nothing here").count(),
+            1,
+            "{stderr}"
+        );
+        assert!(stderr.contains(said), "{attributes}: {stderr}");
+        let c = counters(&prefix);
+        assert_eq!(c["learned_pins"], 0, "{attributes}: {c}");
+        assert!(
+            c["pinning_off"]
+                .as_str()
+                .is_some_and(|why| why.contains(said)),
+            "{attributes}: {c}"
+        );
+    }
 }
