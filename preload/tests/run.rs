@@ -701,14 +701,13 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
     );
 }
 
-/// Auto mode pins what is copied, not what is allocated: of a 160 MiB block one 64 MiB
-/// window holds the slice that is copied, and that window alone is pinned (with the result
-/// buffer); a pinned request nothing is known of is served pageable, then pinned once its
-/// copies repay it; and a
+/// Auto mode pins what its copies repay: not a 160 MiB block of which one 8 MiB slice is
+/// copied 20 times, but the result buffer; a pinned request nothing is known of is served
+/// pageable, then pinned once its copies repay it; and a
 /// registration CUDA refuses (every second one, here) leaves no error for the program's
 /// next call to report.
 #[test]
-fn auto_mode_pins_the_copied_window_of_a_large_block_and_a_lazy_pinned_request() {
+fn auto_mode_pins_what_repays_and_a_lazy_pinned_request() {
     let setup = setup_program("auto-slice", "online");
     let prefix = setup.dir.join("slice-report");
     let history = setup.dir.join("slice.hotpin");
@@ -722,15 +721,11 @@ fn auto_mode_pins_the_copied_window_of_a_large_block_and_a_lazy_pinned_request()
     assert_computed_right(&output);
     let c = counters(&prefix);
     assert_eq!(c["demoted"], 1, "the pinned request served pageable: {c}");
-    assert_eq!(
-        c["learned_pins"], 3,
-        "the slice's window, the request, the result: {c}"
-    );
-    let pinned = c["learned_pin_bytes"].as_u64().expect("bytes");
-    assert!(
-        pinned <= 64 * MIB + 2 * 8 * MIB,
-        "{pinned} bytes pinned of a 160 MiB block"
-    );
+    // The block is judged whole (CUDA refuses a copy crossing a registration's edge, so
+    // blocks are not split: docs/online.md), and 20 copies of 8 MiB (9.7 ms saved by the
+    // H100's costs) do not repay registering 160 MiB (9.8 ms): it stays pageable.
+    assert_eq!(c["learned_pins"], 2, "the request and the result: {c}");
+    assert_eq!(c["learned_pin_bytes"], 2 * 8 * MIB, "{c}");
     // Every registration refused: the program's error state stays clean, its data right.
     let prefix = setup.dir.join("refused");
     let refused = hotpin_run_env(
