@@ -1,22 +1,21 @@
-//! Deciding while the program runs: what a window of host memory has been copied, whether
-//! pinning it repays, how dense its benefit is, and which windows a pinned budget keeps.
+//! Deciding while the program runs: what a block of host memory has been copied, whether
+//! pinning it repays, how dense its benefit is, and which blocks a pinned budget keeps.
 //!
-//! The unit is a *window*: a block at most [`WINDOW`] bytes, or one page-aligned window of a
-//! larger block. Only what is copied gets pinned, so a 3 GiB dataset of which one slice is
-//! ever copied costs that slice, and no registration is larger than a window (about 3 ms on
-//! the H100), so the program's thread never waits long for one.
-//!
-//! - **Promotion (rent or buy).** A window is pinned once the copy time it has lost to
+//! - **Promotion (rent or buy).** A block is pinned once the copy time it has lost to
 //!   pageable copies reaches what pinning it costs (register and unregister). Its future
 //!   copies are not known; this rule never pays more than twice what knowing them would have
 //!   (the classic ski-rental bound), and memory copied once is never pinned.
-//! - **Density.** Under a budget, a window's worth is the copy time pinning saves it per
+//! - **Density.** Under a budget, a block's worth is the copy time pinning saves it per
 //!   second per pinned byte, decayed with a half-life so that a hot set that changes is
-//!   followed. A candidate takes the place of held windows only if it is [`HYSTERESIS`] times
+//!   followed. A candidate takes the place of held blocks only if it is [`HYSTERESIS`] times
 //!   denser than each of them: nothing flaps.
 //! - **Recycled groups.** Blocks of one size from one call site that are freed and made again
 //!   are judged together: once the blocks retired from a group repaid their pinning on
 //!   average, the next block of the group is pinned at birth.
+//!
+//! A block is judged and pinned whole: CUDA refuses (`invalid argument`) a copy whose host
+//! range crosses a registration's edge, so pinning only the copied part of a block would need
+//! every copy kept inside one registration (docs/online.md).
 //!
 //! The cost model is [`CostModel`], the same that judges histories; nothing here calls CUDA.
 
@@ -24,53 +23,33 @@ use std::collections::HashMap;
 
 use hotpin_history::{cost::CostModel, history::TransferStats};
 
-/// The most bytes one registration covers: windows of larger blocks are pinned one by one.
-pub const WINDOW: usize = 64 << 20;
-/// A candidate must be this many times denser than each window it displaces.
+/// The largest block pinned at birth (from a history or a hot group): a larger one waits for
+/// its copies to repay it, so that allocating never waits long on a registration.
+pub const LARGEST_AT_BIRTH: usize = 64 << 20;
+/// A candidate must be this many times denser than each block it displaces.
 pub const HYSTERESIS: f64 = 2.0;
-/// How fast a window's density forgets its past copies, by default.
+/// How fast a block's density forgets its past copies, by default.
 pub const HALF_LIFE_NS: u64 = 2_000_000_000;
-const PAGE: usize = 4096;
-/// Whether blocks larger than a window are pinned window by window (off: see [`windows`]).
-const SPLIT_BLOCKS: bool = false;
 
-/// The windows of the block `[start, start + size)`: page-aligned boundaries (two
-/// registrations never share a page), each at most [`WINDOW`] bytes, the first and last
-/// holding the block's unaligned ends.
-pub fn windows(start: usize, size: usize) -> Vec<(usize, usize)> {
-    let end = start.saturating_add(size);
-    // CUDA refuses ("invalid argument") a copy whose host range crosses from one registration
-    // into another, or out of one: PyTorch crashed so on the H100 when a slice of a 4 GiB
-    // block spanned two windows. Until a copy's range can be kept inside one registration,
-    // every block is one window.
-    if size <= WINDOW || !SPLIT_BLOCKS {
-        return vec![(start, size)];
-    }
-    let mut out = Vec::with_capacity(size / WINDOW + 2);
-    let mut at = start;
-    let mut boundary = start.saturating_add(WINDOW) & !(PAGE - 1);
-    while at < end {
-        let until = boundary.min(end);
-        out.push((at, until - at));
-        at = until;
-        boundary = boundary.saturating_add(WINDOW);
-    }
-    out
-}
-
-/// The copies one window served, by direction, and its decayed benefit.
+/// The copies one block served, by direction, and its decayed benefit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Heat {
     pub stats: TransferStats,
     /// Copy seconds pinning saved (or would have saved) it, decayed to `updated_ns`.
     pub decayed_saving_s: f64,
     pub updated_ns: u64,
-    pub first_ns: u64,
 }
 
 impl Heat {
-    /// Adds one copy of `bytes` (`to_device`: host memory read; else written) at `now_ns`.
-    pub fn copy(&mut self, policy: &Online, bytes: u64, to_device: bool, now_ns: u64) {
+    /// Adds one copy of `bytes` (`to_device`: host memory read; else written) at `now_ns`;
+    /// returns that copy's counts.
+    pub fn copy(
+        &mut self,
+        policy: &Online,
+        bytes: u64,
+        to_device: bool,
+        now_ns: u64,
+    ) -> TransferStats {
         let mut one = TransferStats::default();
         if to_device {
             one.h2d_count = 1;
@@ -81,13 +60,13 @@ impl Heat {
         }
         one.transfers = 1;
         if self.stats.transfers == 0 {
-            self.first_ns = now_ns;
             self.updated_ns = now_ns;
         }
         self.decayed_saving_s = policy.decay(self.decayed_saving_s, self.updated_ns, now_ns)
             + policy.model.copy_saving(&one);
         self.updated_ns = self.updated_ns.max(now_ns);
         self.stats.add(&one);
+        one
     }
 }
 
@@ -116,7 +95,7 @@ impl Online {
         self.model.pin_cost(len as u64, 1)
     }
 
-    /// Whether a pageable window of `len` bytes has lost to its copies what pinning it costs.
+    /// Whether a pageable block of `len` bytes has lost to its copies what pinning it costs.
     pub fn repays(&self, heat: &Heat, len: usize) -> bool {
         heat.stats.transfers > 1 && self.model.copy_saving(&heat.stats) >= self.pin_cost(len)
     }
@@ -129,7 +108,7 @@ impl Online {
     }
 }
 
-/// A pinned-memory budget shared by the windows it admits.
+/// A pinned-memory budget shared by the blocks it admits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Budget {
     /// None: no limit.
@@ -137,12 +116,12 @@ pub struct Budget {
     pub used: u64,
 }
 
-/// What a candidate window gets from the budget.
+/// What a candidate block gets from the budget.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Admission<K> {
     /// Room is there (now reserved).
     Admitted,
-    /// Room once these held windows are let go (reserved for the candidate already).
+    /// Room once these held blocks are let go (reserved for the candidate already).
     Displacing(Vec<K>),
     /// Not dense enough to displace what is held.
     Refused,
@@ -153,7 +132,7 @@ impl Budget {
         Self { limit, used: 0 }
     }
 
-    /// Admits `len` bytes of density `density`, displacing held windows `(key, density,
+    /// Admits `len` bytes of density `density`, displacing held blocks `(key, density,
     /// bytes)` that are [`HYSTERESIS`] times less dense, least dense first, if that makes room.
     pub fn admit<K: Copy>(
         &mut self,
@@ -193,7 +172,7 @@ impl Budget {
         Admission::Displacing(chosen)
     }
 
-    /// Gives back `len` bytes (a window unpinned, or a reservation not carried out).
+    /// Gives back `len` bytes (a block unpinned, or a reservation not carried out).
     pub fn release(&mut self, len: u64) {
         self.used = self.used.saturating_sub(len);
     }
@@ -238,25 +217,7 @@ mod tests {
     const MIB: usize = 1 << 20;
 
     #[test]
-    fn windows_cover_the_block_on_page_boundaries_and_none_is_larger_than_a_window() {
-        if !SPLIT_BLOCKS {
-            assert_eq!(windows(0x1010, 3 * WINDOW), vec![(0x1010, 3 * WINDOW)]);
-            return;
-        }
-        for (start, size) in [(0x1010, 3 * WINDOW + 123), (0x2000, WINDOW + 1), (0x30, 10)] {
-            let w = windows(start, size);
-            assert_eq!(w[0].0, start);
-            assert_eq!(w.iter().map(|x| x.1).sum::<usize>(), size);
-            for pair in w.windows(2) {
-                assert_eq!(pair[0].0 + pair[0].1, pair[1].0, "contiguous");
-                assert_eq!(pair[1].0 % PAGE, 0, "page-aligned boundary");
-            }
-            assert!(w.iter().all(|x| x.1 <= WINDOW));
-        }
-    }
-
-    #[test]
-    fn a_window_copied_once_is_never_pinned_and_one_copied_often_is() {
+    fn a_block_copied_once_is_never_pinned_and_one_copied_often_is() {
         let online = Online::new(CostModel::default());
         let mut heat = Heat::default();
         heat.copy(&online, 64 << 20, true, 0);
@@ -266,7 +227,7 @@ mod tests {
             online.repays(&heat, 64 * MIB),
             "two 64 MiB copies repay 64 MiB"
         );
-        // A 1 GiB window copied 4 KiB at a time: pinning costs more than it saves.
+        // A 1 GiB block copied 4 KiB at a time: pinning costs more than it saves.
         let mut small = Heat::default();
         for i in 0..10 {
             small.copy(&online, 4096, true, i);
@@ -285,7 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_displaces_only_windows_much_less_dense() {
+    fn the_budget_displaces_only_blocks_much_less_dense() {
         let mut budget = Budget::new(Some(100));
         assert_eq!(budget.admit::<u32>(60, 1.0, []), Admission::Admitted);
         // Not twice as dense: refused, nothing displaced.

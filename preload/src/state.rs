@@ -18,7 +18,7 @@ use std::{
 use hotpin::{
     Mode,
     callsite::Resolver,
-    online::WINDOW,
+    online::LARGEST_AT_BIRTH,
     policy::{HotSet, Judged, SiteKey, Verdict},
     pressure::{Level, Pressure},
 };
@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use crate::{
     cuda,
-    online::{Decisions, Learner, Pin, WindowRef},
+    online::{BlockRef, Decisions, Learner, Pin},
     real::__libc_free,
 };
 
@@ -144,7 +144,7 @@ pub struct Counters {
     /// Questions about a pointer (`cudaPointerGetAttributes`, ...) answered as for pageable
     /// memory, for memory hotpin registered behind the program's back.
     pub questions_hidden: u64,
-    /// Auto mode: windows pinned because their copies repaid it, their bytes; windows the
+    /// Auto mode: blocks pinned because their copies repaid it, their bytes; blocks the
     /// budget let go for denser ones; candidates it refused.
     pub learned_pins: u64,
     pub learned_pin_bytes: u64,
@@ -231,7 +231,7 @@ pub static LEARNING: AtomicBool = AtomicBool::new(false);
 /// copy that saw it change while it ran is waited for (it may have been queued as a copy of
 /// pinned memory).
 pub static EPOCH: AtomicU64 = AtomicU64::new(0);
-/// Guarded copies inside CUDA right now (auto mode): a window is unregistered only once none
+/// Guarded copies inside CUDA right now (auto mode): a block is unregistered only once none
 /// is, or after a bound.
 pub static COPIES_IN_CALL: AtomicUsize = AtomicUsize::new(0);
 /// Whether pinning pays on this machine: asked of CUDA once, at the first pin auto mode
@@ -641,6 +641,14 @@ impl State {
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
     }
 
+    /// Forgets a block registered behind the program's back (it is looked up as such no
+    /// more); its size, if it was one.
+    fn forget_registered(&mut self, start: usize) -> Option<usize> {
+        let size = self.registered.remove(&start)?;
+        self.registered_bytes -= size as u64;
+        Some(size)
+    }
+
     /// Notes the pinned bytes now (hotpin's and the program's kept requests) in the peak.
     fn note_peak(&mut self) {
         let ours = match &self.learner {
@@ -663,8 +671,7 @@ impl State {
         self.counters.cache_releases += 1;
         let blocks = std::mem::take(&mut self.cache);
         for &(ptr, size) in &blocks {
-            self.registered.remove(&ptr);
-            self.registered_bytes -= size as u64;
+            self.forget_registered(ptr);
             if let Some(learner) = self.learner.as_mut() {
                 learner.budget.release(size as u64);
             }
@@ -713,9 +720,9 @@ pub fn allocate(
         return from_libc();
     }
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false, false);
-    // Auto mode pins a block larger than a window one window at a time, as it is copied:
-    // no registration keeps the program's thread long.
-    let pin = pin && (state.learner.is_none() || size <= WINDOW);
+    // Auto mode pins a larger block only once its copies repay it: allocating never waits
+    // long on a registration.
+    let pin = pin && (state.learner.is_none() || size <= LARGEST_AT_BIRTH);
     // Short of memory: the cache goes first; critically short, nothing new is pinned.
     let level = state.pressure.level();
     let mut released = if level >= Level::High {
@@ -768,7 +775,7 @@ pub fn allocate(
     if !register {
         return ptr;
     }
-    if state_learning() && !pinning_pays() {
+    if LEARNING.load(Ordering::Acquire) && !pinning_pays() {
         if let Some(state) = lock().as_mut() {
             state.registered_bytes -= size as u64;
             if let Some(learner) = state.learner.as_mut() {
@@ -838,41 +845,25 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
         return Release::NotOurs;
     };
     if let Some(block) = state.learner.as_mut().and_then(|l| l.untrack(ptr as usize)) {
-        let pinned: Vec<(usize, usize)> = block
-            .windows
-            .iter()
-            .filter(|w| w.pin == Pin::Pinned)
-            .map(|w| (w.start, w.len))
-            .collect();
+        if block.pin != Pin::Pinned {
+            return Release::NotOurs;
+        }
         state.skipped.remove(&(ptr as usize));
         if keep
-            && let [(start, len)] = pinned[..]
-            && block.windows.len() == 1
-            && start == ptr as usize
-            && state.cache_bytes + len <= state.cache_limit
+            && state.cache_bytes + block.size <= state.cache_limit
             && state.pressure.level() == Level::Normal
         {
-            state.cache.push((start, len));
-            state.cache_bytes += len;
+            state.cache.push((ptr as usize, block.size));
+            state.cache_bytes += block.size;
             return Release::Cached;
         }
-        for &(start, len) in &pinned {
-            if let Some(learner) = state.learner.as_mut() {
-                learner.budget.release(len as u64);
-            }
-            if state.registered.remove(&start).is_some() {
-                state.registered_bytes -= len as u64;
-            }
+        if let Some(learner) = state.learner.as_mut() {
+            learner.budget.release(block.size as u64);
         }
+        state.forget_registered(ptr as usize);
         drop(guard);
-        for &(start, _) in &pinned {
-            let _ = cuda::unregister(start as *mut c_void);
-        }
-        return if pinned.is_empty() {
-            Release::NotOurs
-        } else {
-            Release::Unregistered
-        };
+        let _ = cuda::unregister(ptr);
+        return Release::Unregistered;
     }
     let Some(&size) = state.registered.get(&(ptr as usize)) else {
         return Release::NotOurs;
@@ -887,8 +878,7 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
         state.cache_bytes += size;
         return Release::Cached;
     }
-    state.registered.remove(&(ptr as usize));
-    state.registered_bytes -= size as u64;
+    state.forget_registered(ptr as usize);
     drop(guard);
     let _ = cuda::unregister(ptr);
     Release::Unregistered
@@ -964,24 +954,12 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
     let Some(demoted) = state.demoted.remove(&(ptr as usize)) else {
         return false;
     };
+    // Auto mode pinned it (its copies repaid it, or on demand): marked pinned on demand too.
     if let Some(learner) = state.learner.as_mut()
         && let Some(block) = learner.untrack(ptr as usize)
+        && block.pin == Pin::Pinned
     {
-        // Auto mode pins a demoted block window by window (on demand too).
-        let pinned: Vec<usize> = block
-            .windows
-            .iter()
-            .filter(|w| w.pin == Pin::Pinned)
-            .map(|w| {
-                learner.budget.release(w.len as u64);
-                w.start
-            })
-            .collect();
-        drop(guard);
-        for start in pinned {
-            let _ = cuda::unregister(start as *mut c_void);
-        }
-        return true;
+        learner.budget.release(block.size as u64);
     }
     drop(guard);
     if demoted.pinned_on_demand {
@@ -1116,9 +1094,6 @@ pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
             continue;
         }
         while let Some((block, size, flags)) = claim_believed_pinned(start, len) {
-            if pin_windows_on_demand(block, flags) {
-                continue;
-            }
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);
             let mut guard = lock();
@@ -1127,6 +1102,9 @@ pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
             };
             if registered {
                 state.counters.pinned_on_demand += 1;
+                if let Some(learner) = state.learner.as_mut() {
+                    learner.pinned_on_demand(block);
+                }
                 continue;
             }
             // Left as it was: pageable, the program believing it pinned.
@@ -1162,7 +1140,7 @@ pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
 
-/// The state's lock, once no window of the block at `ptr` is being registered by another
+/// The state's lock, once the block at `ptr` is not being registered by another
 /// thread (which holds no lock while CUDA registers it): a block is never freed under a
 /// registration.
 fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
@@ -1172,7 +1150,7 @@ fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
             .as_ref()
             .and_then(|state| state.learner.as_ref())
             .and_then(|learner| learner.blocks.get(&ptr))
-            .is_some_and(|block| block.windows.iter().any(|w| w.pin == Pin::Registering));
+            .is_some_and(|block| block.pin == Pin::Registering);
         if !registering {
             return guard;
         }
@@ -1181,60 +1159,8 @@ fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
     }
 }
 
-/// Auto mode: a demoted block the program now uses as only pinned memory can be used, whose
-/// windows auto mode pins one by one: every window not pinned yet is registered with the
-/// program's flags. False if auto mode does not know the block (the caller registers it
-/// whole).
-fn pin_windows_on_demand(block: usize, flags: u32) -> bool {
-    let windows: Vec<(usize, usize)> = {
-        let mut guard = lock();
-        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
-            return false;
-        };
-        let Some(tracked) = learner.blocks.get_mut(&block) else {
-            return false;
-        };
-        let mut windows = Vec::new();
-        for w in tracked.windows.iter_mut() {
-            if matches!(w.pin, Pin::Pageable | Pin::Failed) {
-                w.pin = Pin::Registering;
-                windows.push((w.start, w.len));
-            }
-        }
-        learner.budget.used += windows.iter().map(|w| w.1 as u64).sum::<u64>();
-        windows
-    };
-    let mut results = Vec::new();
-    for &(start, len) in &windows {
-        let register = || cuda::register_with(start as *mut c_void, len, flags);
-        results.push(cuda::with_relaxed_capture(register) == Some(0));
-    }
-    let mut guard = lock();
-    let Some(state) = guard.as_mut() else {
-        return true;
-    };
-    for (&(start, len), ok) in windows.iter().zip(results) {
-        if let Some(learner) = state.learner.as_mut() {
-            let window = WindowRef {
-                block,
-                start,
-                len,
-                asked_pinned: true,
-            };
-            learner.registered(&window, ok);
-        }
-        if ok {
-            state.counters.pinned_on_demand += 1;
-        } else {
-            state.counters.register_failures += 1;
-        }
-    }
-    state.note_peak();
-    true
-}
-
 /// Auto mode: the copy of `ranges` (address, length, whether it was read) completed: its
-/// heat is counted, and the windows it makes worth pinning are pinned (displacing less
+/// heat is counted, and the blocks it makes worth pinning are pinned (displacing less
 /// dense ones under the budget).
 pub fn copied(ranges: &[(usize, usize, bool)]) {
     let mut decisions = Decisions::default();
@@ -1253,20 +1179,16 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
         return;
     }
     let pays = pinning_pays();
-    for window in decisions.unpin {
-        unpin_window(window);
+    for block in decisions.unpin {
+        unpin_block(block);
     }
-    for window in decisions.pin {
+    for block in decisions.pin {
         if pays {
-            pin_window(window);
+            pin_block(block);
         } else if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
-            learner.registered(&window, false);
+            learner.registered(&block, false);
         }
     }
-}
-
-fn state_learning() -> bool {
-    LEARNING.load(Ordering::Acquire)
 }
 
 /// Whether pinning pays on this device, asked of CUDA once a context exists; said once where
@@ -1292,65 +1214,72 @@ fn pinning_pays() -> bool {
     true
 }
 
-/// Pins one window auto mode decided on, on this (the copying) thread: a window is at most
-/// `WINDOW` bytes, so the wait is bounded. A window hidden from the program is marked
-/// registered before CUDA is asked, so that copies from then on are waited for.
-fn pin_window(window: WindowRef) {
-    if !window.asked_pinned {
+/// Pins one block auto mode decided on, on this (the copying) thread. A block hidden from
+/// the program is marked registered before CUDA is asked, so that copies from then on are
+/// waited for; one the program asked pinned is marked pinned on demand once it is.
+fn pin_block(block: BlockRef) {
+    if !block.asked_pinned {
         if let Some(state) = lock().as_mut() {
-            state.registered.insert(window.start, window.len);
-            state.registered_bytes += window.len as u64;
+            state.registered.insert(block.start, block.len);
+            state.registered_bytes += block.len as u64;
         }
         ACTIVE.store(true, Ordering::Release);
         EPOCH.fetch_add(1, Ordering::AcqRel);
     }
     let began = std::time::Instant::now();
-    let ptr = window.start as *mut c_void;
-    let rc = if window.asked_pinned {
-        cuda::register_with(ptr, window.len, 0)
+    let ptr = block.start as *mut c_void;
+    let rc = if block.asked_pinned {
+        cuda::register_with(ptr, block.len, 0)
     } else {
-        cuda::register(ptr, window.len)
+        cuda::register(ptr, block.len)
     };
     let waited = began.elapsed().as_nanos() as u64;
     let ok = rc == Some(0);
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
     if let Some(learner) = state.learner.as_mut() {
-        learner.registered(&window, ok);
+        learner.registered(&block, ok);
     }
     state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
     if ok {
         state.counters.learned_pins += 1;
-        state.counters.learned_pin_bytes += window.len as u64;
+        state.counters.learned_pin_bytes += block.len as u64;
         state.counters.peak_promoted_bytes = state
             .counters
             .peak_promoted_bytes
             .max(state.registered_bytes);
         state.note_peak();
+        if let Some(demoted) = state.demoted.get_mut(&block.start) {
+            demoted.pinned_on_demand = true;
+        }
     } else {
         state.counters.register_failures += 1;
-        if !window.asked_pinned && state.registered.remove(&window.start).is_some() {
-            state.registered_bytes -= window.len as u64;
+        if !block.asked_pinned {
+            state.forget_registered(block.start);
         }
     }
     drop(guard);
-    if !window.asked_pinned {
+    if !block.asked_pinned {
         EPOCH.fetch_add(1, Ordering::AcqRel);
     }
 }
 
-/// Unpins a window the budget let go. One hidden from the program stops being looked up as
+/// Unpins a block the budget let go. One hidden from the program stops being looked up as
 /// registered first, and is unregistered once no guarded copy is inside CUDA (at most 20 ms
 /// later; a copy that saw the change is waited for after it). One the program believes
 /// pinned may have copies in flight: the context is synchronized first.
-fn unpin_window(window: WindowRef) {
-    if window.asked_pinned {
+fn unpin_block(block: BlockRef) {
+    if block.asked_pinned {
         cuda::context_synchronize();
-    } else {
-        if let Some(state) = lock().as_mut()
-            && state.registered.remove(&window.start).is_some()
+        if let Some(demoted) = lock()
+            .as_mut()
+            .and_then(|s| s.demoted.get_mut(&block.start))
         {
-            state.registered_bytes -= window.len as u64;
+            demoted.pinned_on_demand = false;
+        }
+    } else {
+        if let Some(state) = lock().as_mut() {
+            state.forget_registered(block.start);
         }
         EPOCH.fetch_add(1, Ordering::AcqRel);
         let began = std::time::Instant::now();
@@ -1360,7 +1289,7 @@ fn unpin_window(window: WindowRef) {
             std::thread::yield_now();
         }
     }
-    let _ = cuda::unregister(window.start as *mut c_void);
+    let _ = cuda::unregister(block.start as *mut c_void);
     EPOCH.fetch_add(1, Ordering::AcqRel);
     if let Some(state) = lock().as_mut() {
         state.counters.evictions += 1;
