@@ -515,8 +515,12 @@ fn functions_a_program_looks_up_itself_are_interposed_at_both_api_layers() {
         &libraries,
     );
     let truth = ground_truth(&profiled);
+    assert_computed_right(&profiled);
     let saved = hotpin_history::dump::read(&history).expect("the history");
-    assert_eq!(saved.stats().transfers, truth["h2d"].as_u64().unwrap());
+    assert_eq!(
+        saved.stats().transfers,
+        truth["h2d"].as_u64().unwrap() + truth["d2h"].as_u64().unwrap()
+    );
     let decisions = setup.dir.join("decisions");
     hotpin_run_with(
         &setup,
@@ -543,6 +547,26 @@ fn functions_a_program_looks_up_itself_are_interposed_at_both_api_layers() {
             "{call}: {report:#}"
         );
     }
+    // Auto mode: every request served pageable at first, the two hot ones pinned once the
+    // looked-up synchronous copies (cudaMemcpy, cuMemcpyHtoD_v2) counted them hot, and the
+    // malloc'd check buffer, which the two copies back (cudaMemcpy, cuMemcpyDtoH_v2) repay.
+    let learned = setup.dir.join("learned");
+    let first_run = setup.dir.join("first-run.hotpin");
+    let auto = hotpin_run_with(
+        &setup,
+        &[
+            "--history",
+            first_run.to_str().unwrap(),
+            "--report",
+            learned.to_str().unwrap(),
+        ],
+        &libraries,
+    );
+    assert_computed_right(&auto);
+    let c = counters(&learned);
+    assert_eq!(c["demoted"], 6, "{c}");
+    assert_eq!(c["learned_pins"], 3, "{c}");
+    assert_eq!(c["learned_pin_bytes"], 3 * 4 * MIB, "{c}");
 }
 
 #[test]

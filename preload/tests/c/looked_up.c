@@ -1,9 +1,11 @@
 /* A CUDA program that looks its functions up itself, as CuPy does: dlopen + dlsym of the
  * runtime's cudaHostAlloc and of the driver's cuMemHostAlloc (here the CUDA stand-in, a test
- * fixture, not CUDA). Each API: 1 pinned buffer copied 20 times, 2 never copied.
- * Usage: looked_up RUNTIME DRIVER. Prints its copies as JSON. */
+ * fixture, not CUDA). Each API: 1 pinned buffer copied 20 times, 2 never copied; then each
+ * device buffer is copied back (cudaMemcpy, cuMemcpyDtoH_v2, looked up too) and checked.
+ * Usage: looked_up RUNTIME DRIVER. Prints its copies and checks as JSON. */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MIB (1024 * 1024)
@@ -14,6 +16,7 @@ typedef int (*memcpy_fn)(void *, const void *, size_t, int);
 typedef int (*init_fn)(unsigned);
 typedef int (*dalloc_fn)(unsigned long long *, size_t);
 typedef int (*htod_fn)(unsigned long long, const void *, size_t);
+typedef int (*dtoh_fn)(void *, unsigned long long, size_t);
 
 int main(int argc, char **argv) {
     if (argc < 3) return 1;
@@ -29,8 +32,9 @@ int main(int argc, char **argv) {
     free_fn cu_free_host = (free_fn)dlsym(drv, "cuMemFreeHost");
     dalloc_fn cu_alloc = (dalloc_fn)dlsym(drv, "cuMemAlloc_v2");
     htod_fn cu_htod = (htod_fn)dlsym(drv, "cuMemcpyHtoD_v2");
+    dtoh_fn cu_dtoh = (dtoh_fn)dlsym(drv, "cuMemcpyDtoH_v2");
     if (!cuda_host_alloc || !cuda_free_host || !cuda_malloc || !cuda_memcpy || !cu_init ||
-        !cu_host_alloc || !cu_free_host || !cu_alloc || !cu_htod)
+        !cu_host_alloc || !cu_free_host || !cu_alloc || !cu_htod || !cu_dtoh)
         return 2;
     void *device;
     unsigned long long ddevice;
@@ -48,10 +52,22 @@ int main(int argc, char **argv) {
         if (cu_htod(ddevice, drv_bufs[0], 4 * MIB)) return 7;
         h2d += 2;
     }
+    /* What the device holds is what was copied, byte for byte. */
+    long checks = 0, mismatches = 0;
+    char *back = malloc(4 * MIB);
+    if (!back) return 10;
+    if (cuda_memcpy(back, device, 4 * MIB, 2)) return 11;
+    checks++;
+    mismatches += memcmp(back, rt_bufs[0], 4 * MIB) != 0;
+    if (cu_dtoh(back, ddevice, 4 * MIB)) return 12;
+    checks++;
+    mismatches += memcmp(back, drv_bufs[0], 4 * MIB) != 0;
+    free(back);
     for (int i = 0; i < 3; i++) {
         if (cuda_free_host(rt_bufs[i])) return 8;
         if (cu_free_host(drv_bufs[i])) return 9;
     }
-    printf("{\"h2d\": %ld, \"d2h\": 0}\n", h2d);
-    return 0;
+    printf("{\"h2d\": %ld, \"d2h\": 2, \"checks\": %ld, \"mismatches\": %ld}\n", h2d, checks,
+           mismatches);
+    return mismatches != 0;
 }
