@@ -1522,3 +1522,52 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
     }
     return CUDA_SUCCESS;
 }
+
+/* cuGetProcAddress: the driver's own function for a base name, in the newest version this
+ * stand-in has, and its per-thread default stream flavour when flags ask for it
+ * (CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1). Like CUDA's, the answer is the
+ * driver's own function, never one an LD_PRELOAD library defines under the same name: the
+ * table holds hidden aliases, bound inside this file (a plain `&cuMemcpyDtoH_v2` would be
+ * resolved through the GOT, to the interposer's). CUDA picks the version by the caller's
+ * CUDA version too; here the newest is always given. The copies and pinned-memory calls an
+ * interposer wraps are in the table. */
+#define OWN(name) extern __typeof(name) own_##name __attribute__((alias(#name), visibility("hidden")));
+OWN(cuMemcpyHtoD_v2) OWN(cuMemcpyHtoD_v2_ptds) OWN(cuMemcpyDtoH_v2) OWN(cuMemcpyDtoH_v2_ptds)
+OWN(cuMemcpy) OWN(cuMemcpy_ptds) OWN(cuMemcpyHtoDAsync_v2) OWN(cuMemcpyHtoDAsync_v2_ptsz)
+OWN(cuMemcpyDtoHAsync_v2) OWN(cuMemcpyDtoHAsync_v2_ptsz) OWN(cuMemcpyAsync) OWN(cuMemcpyAsync_ptsz)
+OWN(cuMemHostAlloc) OWN(cuMemFreeHost) OWN(cuMemHostRegister_v2)
+static const struct {
+    const char *base;
+    int per_thread;
+    void *function;
+} own_functions[] = {
+    {"cuMemcpyHtoD", 0, (void *)own_cuMemcpyHtoD_v2},
+    {"cuMemcpyHtoD", 1, (void *)own_cuMemcpyHtoD_v2_ptds},
+    {"cuMemcpyDtoH", 0, (void *)own_cuMemcpyDtoH_v2},
+    {"cuMemcpyDtoH", 1, (void *)own_cuMemcpyDtoH_v2_ptds},
+    {"cuMemcpy", 0, (void *)own_cuMemcpy},
+    {"cuMemcpy", 1, (void *)own_cuMemcpy_ptds},
+    {"cuMemcpyHtoDAsync", 0, (void *)own_cuMemcpyHtoDAsync_v2},
+    {"cuMemcpyHtoDAsync", 1, (void *)own_cuMemcpyHtoDAsync_v2_ptsz},
+    {"cuMemcpyDtoHAsync", 0, (void *)own_cuMemcpyDtoHAsync_v2},
+    {"cuMemcpyDtoHAsync", 1, (void *)own_cuMemcpyDtoHAsync_v2_ptsz},
+    {"cuMemcpyAsync", 0, (void *)own_cuMemcpyAsync},
+    {"cuMemcpyAsync", 1, (void *)own_cuMemcpyAsync_ptsz},
+    {"cuMemHostAlloc", -1, (void *)own_cuMemHostAlloc},
+    {"cuMemFreeHost", -1, (void *)own_cuMemFreeHost},
+    {"cuMemHostRegister", -1, (void *)own_cuMemHostRegister_v2},
+};
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                    unsigned long long flags, int *status) {
+    (void)version;
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    int per_thread = (flags & 1) != 0;
+    *pfn = NULL;
+    for (size_t i = 0; i < sizeof own_functions / sizeof own_functions[0]; i++)
+        if (strcmp(own_functions[i].base, symbol) == 0 &&
+            (own_functions[i].per_thread < 0 || own_functions[i].per_thread == per_thread))
+            *pfn = own_functions[i].function;
+    if (status) *status = *pfn ? 0 /* CU_GET_PROC_ADDRESS_SUCCESS */ : 1 /* SYMBOL_NOT_FOUND */;
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}

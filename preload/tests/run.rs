@@ -549,7 +549,8 @@ fn functions_a_program_looks_up_itself_are_interposed_at_both_api_layers() {
     }
     // Auto mode: every request served pageable at first, the two hot ones pinned once the
     // looked-up synchronous copies (cudaMemcpy, cuMemcpyHtoD_v2) counted them hot, and the
-    // malloc'd check buffer, which the two copies back (cudaMemcpy, cuMemcpyDtoH_v2) repay.
+    // malloc'd check buffer, which the two copies back repay: counted only if the driver's
+    // copy the program took from cuGetProcAddress is ours too.
     let learned = setup.dir.join("learned");
     let first_run = setup.dir.join("first-run.hotpin");
     let auto = hotpin_run_with(

@@ -1,7 +1,8 @@
 /* A CUDA program that looks its functions up itself, as CuPy does: dlopen + dlsym of the
  * runtime's cudaHostAlloc and of the driver's cuMemHostAlloc (here the CUDA stand-in, a test
  * fixture, not CUDA). Each API: 1 pinned buffer copied 20 times, 2 never copied; then each
- * device buffer is copied back (cudaMemcpy, cuMemcpyDtoH_v2, looked up too) and checked.
+ * device buffer is copied back and checked: through cudaMemcpy, and through the driver's
+ * cuMemcpyDtoH taken from cuGetProcAddress (as the runtime and PyTorch take theirs).
  * Usage: looked_up RUNTIME DRIVER. Prints its copies and checks as JSON. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@ typedef int (*init_fn)(unsigned);
 typedef int (*dalloc_fn)(unsigned long long *, size_t);
 typedef int (*htod_fn)(unsigned long long, const void *, size_t);
 typedef int (*dtoh_fn)(void *, unsigned long long, size_t);
+typedef int (*proc_fn)(const char *, void **, int, unsigned long long, int *);
 
 int main(int argc, char **argv) {
     if (argc < 3) return 1;
@@ -32,7 +34,11 @@ int main(int argc, char **argv) {
     free_fn cu_free_host = (free_fn)dlsym(drv, "cuMemFreeHost");
     dalloc_fn cu_alloc = (dalloc_fn)dlsym(drv, "cuMemAlloc_v2");
     htod_fn cu_htod = (htod_fn)dlsym(drv, "cuMemcpyHtoD_v2");
-    dtoh_fn cu_dtoh = (dtoh_fn)dlsym(drv, "cuMemcpyDtoH_v2");
+    proc_fn cu_get_proc_address = (proc_fn)dlsym(drv, "cuGetProcAddress_v2");
+    dtoh_fn cu_dtoh = NULL;
+    if (!cu_get_proc_address ||
+        cu_get_proc_address("cuMemcpyDtoH", (void **)&cu_dtoh, 13000, 0, NULL) != 0)
+        return 2;
     if (!cuda_host_alloc || !cuda_free_host || !cuda_malloc || !cuda_memcpy || !cu_init ||
         !cu_host_alloc || !cu_free_host || !cu_alloc || !cu_htod || !cu_dtoh)
         return 2;
