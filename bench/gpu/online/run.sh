@@ -57,40 +57,14 @@ if [ -s "$JSONL" ]; then
 fi
 
 emit() { # program config round exit stdout stderr report-prefix start end extra-json
-  python3 - "$@" >>"$JSONL" <<'PY'
-import glob, json, sys
-program, config, rnd, rc, stdout, stderr, prefix, began, ended, extra = sys.argv[1:11]
-text = open(stdout, errors="replace").read()
-d = None
-for line in reversed(text.splitlines()):
-    if line.startswith("{"):
-        try:
-            d = json.loads(line)
-        except ValueError:
-            pass
-        break
-if d is None:
-    d = {"error": "no JSON line", "stdout_tail": text[-400:]}
-d.update(json.loads(extra))
-d.update(program=program, config=config, round=int(rnd), exit=int(rc),
-         elapsed=float(ended) - float(began))
-if int(rc) != 0 or "error" in d or d.get("mismatches"):
-    d["stderr_tail"] = open(stderr, errors="replace").read()[-2000:]
-reports = sorted(glob.glob(prefix + ".*.json")) if prefix else []
-if reports:
-    counters = {}
-    for path in reports:
-        try:
-            r = json.load(open(path))
-        except ValueError:
-            continue
-        for k, v in r.get("counters", {}).items():
-            if isinstance(v, (int, float)):
-                counters[k] = max(counters.get(k, 0), v) if k.startswith("peak") \
-                    else counters.get(k, 0) + v
-    d["counters"] = counters
-    d["reports"] = len(reports)
-print(json.dumps(d))
+  local line seconds
+  seconds=$(python3 -c 'import sys; print(float(sys.argv[2]) - float(sys.argv[1]))' "$8" "$9")
+  line=$(python3 "$HERE/../run_line.py" "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$seconds" "${10}") \
+    || return
+  echo "$line" >>"$JSONL"
+  python3 - "$line" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
 c = d.get("counters", {})
 notes = []
 if c:
@@ -101,9 +75,10 @@ if d.get("pinned_by_hand_bytes"):
     notes.append("by hand %d MiB" % (d["pinned_by_hand_bytes"] >> 20))
 if "error" in d:
     notes.append(d["error"])
-print(f"{program}: {config} round {rnd}: exit {rc}, {d.get('seconds', '-')} s, "
-      f"{d.get('checks', '-')} checks, {d.get('mismatches', '-')} mismatches"
-      + "".join(", " + n for n in notes), file=sys.stderr)
+print(f"{d['program']}: {d['config']} round {d['round']}: exit {d['exit']}, "
+      f"{d.get('seconds', '-')} s, {d.get('checks', '-')} checks, "
+      f"{d.get('mismatches', '-')} mismatches" + "".join(", " + n for n in notes),
+      file=sys.stderr)
 PY
 }
 

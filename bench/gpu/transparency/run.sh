@@ -34,42 +34,16 @@ if [ -s "$JSONL" ]; then
 fi
 
 emit() { # program config round exit stdout stderr report-prefix seconds
-  python3 - "$@" >>"$JSONL" <<'PY'
-import glob, json, sys
-program, config, rnd, rc, stdout, stderr, prefix, elapsed = sys.argv[1:9]
-text = open(stdout, errors="replace").read()
-d = None
-for line in reversed(text.splitlines()):
-    if line.startswith("{"):
-        try:
-            d = json.loads(line)
-        except ValueError:
-            pass
-        break
-if d is None:
-    d = {"error": "no JSON line", "stdout_tail": text[-400:]}
-d.update(program=program, config=config, round=int(rnd), exit=int(rc),
-         elapsed=float(elapsed))
-if int(rc) != 0 or d.get("errors") or "error" in d:
-    d["stderr_tail"] = open(stderr, errors="replace").read()[-2000:]
-reports = sorted(glob.glob(prefix + ".*.json")) if prefix else []
-if reports:
-    counters = {}
-    for path in reports:
-        try:
-            r = json.load(open(path))
-        except ValueError:
-            continue
-        for k, v in r.get("counters", {}).items():
-            if isinstance(v, (int, float)):
-                counters[k] = max(counters.get(k, 0), v) if k.startswith("peak") \
-                    else counters.get(k, 0) + v
-    d["counters"] = counters
-    d["reports"] = len(reports)
-print(json.dumps(d))
+  local line
+  line=$(python3 "$HERE/../run_line.py" "$@") || return
+  echo "$line" >>"$JSONL"
+  python3 - "$line" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
 checks = d.get("checks", {})
 bad = {k: v for k, v in checks.items() if v[1]}
-print(f"{program}: {config} round {rnd}: exit {rc}, {sum(v[0] for v in checks.values())} checks, "
+print(f"{d['program']}: {d['config']} round {d['round']}: exit {d['exit']}, "
+      f"{sum(v[0] for v in checks.values())} checks, "
       f"{sum(v[1] for v in checks.values())} mismatches {bad or ''}"
       f"{' errors: ' + ', '.join(d['errors']) if d.get('errors') else ''}"
       f"{' ' + d['error'] if 'error' in d else ''}", file=sys.stderr)
