@@ -10,8 +10,11 @@
 //!   followed. A candidate takes the place of held blocks only if it is [`HYSTERESIS`] times
 //!   denser than each of them: nothing flaps.
 //! - **Recycled groups.** Blocks of one size from one call site that are freed and made again
-//!   are judged together: once the blocks retired from a group repaid their pinning on
-//!   average, the next block of the group is pinned at birth.
+//!   are judged together, as one block: a freed pinned block goes to the cache and the next
+//!   of its group is served from it, so the group pays one registration, not one per block.
+//!   Once the blocks retired from a group (two at least) together lost what pinning one of
+//!   them costs, the next block of the group is pinned at birth. A fresh `.cpu()` result each
+//!   step, copied once, is such a group.
 //!
 //! A block is judged and pinned whole: CUDA refuses (`invalid argument`) a copy whose host
 //! range crosses a registration's edge, so pinning only the copied part of a block would need
@@ -200,12 +203,13 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
     }
 
     /// Whether the next block of this group is to be pinned at birth: its retired blocks
-    /// (two at least) repaid their pinning on average.
+    /// (two at least) together lost what pinning one block of the group costs (rent or buy
+    /// over the group, whose blocks share one registration through the cache).
     pub fn hot(&self, policy: &Online, site: &K, size: u64) -> bool {
         self.retired
             .get(&(site.clone(), size))
             .is_some_and(|&(count, saving)| {
-                count >= 2 && saving / count as f64 >= policy.pin_cost(size as usize)
+                count >= 2 && saving >= policy.pin_cost(size as usize)
             })
     }
 }
@@ -271,7 +275,7 @@ mod tests {
     }
 
     #[test]
-    fn a_group_is_hot_once_its_retired_blocks_repaid_on_average() {
+    fn a_group_is_hot_once_its_retired_blocks_together_repaid_one_pin() {
         let online = Online::new(CostModel::default());
         let mut groups = Groups::new();
         let cost = online.pin_cost(32 * MIB);
@@ -283,8 +287,22 @@ mod tests {
         groups.retire(&"site", 32 << 20, 0.0);
         assert!(groups.hot(&online, &"site", 32 << 20));
         assert!(!groups.hot(&online, &"site", 16 << 20), "another size");
+        // Blocks that each lose less than a pin, but together more: the cache makes them one.
+        groups.retire(&"fresh", 32 << 20, cost * 0.6);
+        groups.retire(&"fresh", 32 << 20, cost * 0.6);
+        assert!(groups.hot(&online, &"fresh", 32 << 20));
         groups.retire(&"cold", 32 << 20, 0.0);
-        groups.retire(&"cold", 32 << 20, cost / 2.0);
+        groups.retire(&"cold", 32 << 20, cost / 4.0);
         assert!(!groups.hot(&online, &"cold", 32 << 20));
+        // A D2H result of 32 MiB copied once per step, on the H100's costs: each copy saves
+        // less than a pin costs, two together more.
+        let h100 = CostModel::default();
+        let mut one = TransferStats::default();
+        one.d2h_count = 1;
+        one.d2h_bytes = 32 << 20;
+        one.transfers = 1;
+        let saving = h100.copy_saving(&one);
+        assert!(saving < online.pin_cost(32 * MIB), "{saving}");
+        assert!(2.0 * saving >= online.pin_cost(32 * MIB), "{saving}");
     }
 }
