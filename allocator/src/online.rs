@@ -297,10 +297,12 @@ mod tests {
         // A D2H result of 32 MiB copied once per step, on the H100's costs: each copy saves
         // less than a pin costs, two together more.
         let h100 = CostModel::default();
-        let mut one = TransferStats::default();
-        one.d2h_count = 1;
-        one.d2h_bytes = 32 << 20;
-        one.transfers = 1;
+        let one = TransferStats {
+            d2h_count: 1,
+            d2h_bytes: 32 << 20,
+            transfers: 1,
+            ..Default::default()
+        };
         let saving = h100.copy_saving(&one);
         assert!(saving < online.pin_cost(32 * MIB), "{saving}");
         assert!(2.0 * saving >= online.pin_cost(32 * MIB), "{saving}");

@@ -781,12 +781,21 @@ static enum side typed_side(CUmemorytype type, const void *host, CUdeviceptr dev
     return SIDE_DEVICE;
 }
 
+/* CUDA refuses (invalid value) a copy whose host range starts in a registration and runs
+ * past its end: seen on the H100, a PyTorch copy across two registrations. */
+static int crosses_registration(const void *p, size_t n) {
+    struct range r;
+    if (!p || !n || lookup(p, &r) != MEMORY_PINNED || r.type != RANGE_REGISTERED) return 0;
+    return (uintptr_t)p - r.start + n > r.size;
+}
+
 /* Synchronous copies run on the legacy stream: after it and every blocking stream is idle,
  * at call time. */
 static CUresult copy(void *dst, const void *src, size_t n) {
     CUresult r = check_device();
     if (r) return r;
     if ((!dst || !src) && n) return CUDA_ERROR_INVALID_VALUE;
+    if (crosses_registration(dst, n) || crosses_registration(src, n)) return CUDA_ERROR_INVALID_VALUE;
     wait_streams(1);
     if (n) memmove(dst, src, n);
     return CUDA_SUCCESS;
@@ -811,6 +820,8 @@ static int stage(struct op *op, const void *src, size_t n) {
  * A pageable copy on a capturing stream is refused. */
 static CUresult copy_async(CUstream h, int ptsz, void *dst, const void *src, size_t n, enum side dst_side, enum side src_side) {
     if ((!dst || !src) && n) return CUDA_ERROR_INVALID_VALUE;
+    if ((dst_side == SIDE_PINNED && crosses_registration(dst, n)) || (src_side == SIDE_PINNED && crosses_registration(src, n)))
+        return CUDA_ERROR_INVALID_VALUE;
     struct stream *s = resolve(h, ptsz);
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
     if (dst_side == SIDE_PAGEABLE || src_side == SIDE_PAGEABLE) {

@@ -74,6 +74,7 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
     if !state::LEARNING.load(Ordering::Acquire) {
         return keeping_promises(ranges, stream, layer, call).0;
     }
+    clear_parts(ranges, false);
     let epoch = state::EPOCH.load(Ordering::Acquire);
     state::COPIES_IN_CALL.fetch_add(1, Ordering::AcqRel);
     let (mut rc, settled) = keeping_promises(ranges, stream, layer, call);
@@ -93,6 +94,17 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
     rc
 }
 
+/// Auto mode: lets go the registered parts of blocks that the copy of `ranges` would cross
+/// the edge of (`all`: every part, for a copy whose host memory is not known), before it is
+/// made.
+fn clear_parts(ranges: &[Range], all: bool) {
+    if state::PARTS.load(Ordering::Acquire)
+        && let Some(_busy) = Busy::enter()
+    {
+        judged(|| state::unpin_straddled(ranges, all));
+    }
+}
+
 /// Auto mode: counts a completed copy of `ranges`.
 fn count(ranges: &[Range]) {
     if let Some(_busy) = Busy::enter() {
@@ -105,6 +117,7 @@ fn counted(ranges: &[Range], call: impl FnOnce() -> c_int) -> c_int {
     if state::forked() || IN_COPY.get() || !state::LEARNING.load(Ordering::Acquire) {
         return call();
     }
+    clear_parts(ranges, false);
     let rc = inside(call);
     if rc == 0 {
         count(ranges);
@@ -170,7 +183,11 @@ fn keeping_promises(
 /// while any block is promoted, waited for as a pageable copy is. During capture it passes
 /// as it is (a sync there would end the capture): docs/transparency.md names this gap.
 fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
-    if !ACTIVE.load(Ordering::Acquire) || state::forked() || IN_COPY.get() {
+    if state::forked() || IN_COPY.get() {
+        return call();
+    }
+    clear_parts(&[], true);
+    if !ACTIVE.load(Ordering::Acquire) {
         return call();
     }
     let capturing = {

@@ -4,8 +4,11 @@
 //! block repays pinning, how dense it is, what the budget keeps) are `hotpin::online`'s; the
 //! CUDA calls they lead to are made by `state`, outside the lock.
 //!
-//! A block is pinned whole: CUDA refuses (`invalid argument`) a copy whose host range crosses
-//! a registration's edge, which pinning parts of a block apart made PyTorch hit on the H100.
+//! A block is pinned whole, or, when it is large and its copies touched only a small part of
+//! it, in one registration of that part (the over-pinned program's dataset, of which one
+//! slice is copied). CUDA refuses (`invalid argument`) a copy whose host range crosses a
+//! registration's edge, so a copy that would cross the part's edge lets the part go first
+//! (`state::unpin_straddled`); the part is then weighed again with that copy in it.
 
 use std::{collections::BTreeMap, path::Path, time::Instant};
 
@@ -27,6 +30,10 @@ const MAX_LEARNED: usize = 200_000;
 /// it, or this long, whichever comes first: not at every copy.
 const REWEIGH_COPIES: u64 = 4;
 const REWEIGH_NS: u64 = 100_000_000;
+/// A part of a block is registered on its own only where the block is larger than this and
+/// the part at most half of it; parts are rounded out to this alignment.
+pub const PART_ABOVE: usize = hotpin::online::LARGEST_AT_BIRTH;
+const PART_ALIGN: usize = 2 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pin {
@@ -50,9 +57,52 @@ pub struct Block {
     refused_until_ns: u64,
     refused_until_copies: u64,
     learned: Option<usize>,
+    /// The bytes its copies touched: `[lo, hi)`, absolute addresses (empty: none yet).
+    copied_lo: usize,
+    copied_hi: usize,
+    /// Registered (or being registered) as this part alone: `(start, len)`.
+    pub part: Option<(usize, usize)>,
 }
 
 impl Block {
+    /// What pinning it would register, for a block at `base`: the part its copies touched
+    /// (rounded out to [`PART_ALIGN`]), where the block is large and that part at most half
+    /// of it; else the whole block.
+    fn pin_range(&self, base: usize) -> (usize, usize) {
+        let end = base + self.size;
+        if self.size > PART_ABOVE && self.copied_hi > self.copied_lo {
+            let lo = (self.copied_lo / PART_ALIGN * PART_ALIGN).max(base);
+            let hi = self
+                .copied_hi
+                .div_ceil(PART_ALIGN)
+                .saturating_mul(PART_ALIGN)
+                .min(end);
+            if (hi - lo) * 2 <= self.size {
+                return (lo, hi - lo);
+            }
+        }
+        (base, self.size)
+    }
+
+    /// The bytes it holds pinned (its part, or all of it).
+    pub fn pinned_len(&self) -> usize {
+        self.part.map_or(self.size, |(_, len)| len)
+    }
+
+    /// Widens what its copies touched by `[start, end)` (clamped to the block at `base`).
+    fn touched(&mut self, base: usize, start: usize, end: usize) {
+        let (lo, hi) = (start.max(base), end.min(base + self.size));
+        if lo >= hi {
+            return;
+        }
+        if self.copied_hi <= self.copied_lo {
+            (self.copied_lo, self.copied_hi) = (lo, hi);
+        } else {
+            self.copied_lo = self.copied_lo.min(lo);
+            self.copied_hi = self.copied_hi.max(hi);
+        }
+    }
+
     /// Not weighed against the budget again until a few more copies or a while have passed.
     fn set_aside(&mut self, now: u64) {
         self.refused_until_ns = now + REWEIGH_NS;
@@ -61,11 +111,15 @@ impl Block {
 }
 
 /// A block to pin or unpin, decided under the lock; carried out by `state` once it is let go.
+/// `[start, start + len)` is what is (un)registered: the whole block at `block`, or its part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockRef {
+    pub block: usize,
     pub start: usize,
     pub len: usize,
     pub asked_pinned: bool,
+    /// A part of the block, not all of it.
+    pub part: bool,
 }
 
 #[derive(Debug, Default)]
@@ -143,6 +197,9 @@ impl Learner {
                 refused_until_ns: 0,
                 refused_until_copies: 0,
                 learned,
+                copied_lo: 0,
+                copied_hi: 0,
+                part: None,
             },
         );
     }
@@ -178,31 +235,61 @@ impl Learner {
             return;
         }
         let bytes = (block_end.min(end) - base.max(start)) as u64;
+        block.touched(base, start, end);
         let one = block.heat.copy(&self.online, bytes, reads, now);
         if let Some(entry) = block.learned.and_then(|i| self.learned.get_mut(i)) {
             entry.stats.add(&one);
         }
         let reweigh = block.refused_until_ns <= now
             || block.refused_until_copies <= block.heat.stats.transfers;
-        if block.pin == Pin::Pageable && reweigh && self.online.repays(&block.heat, block.size) {
+        if block.pin == Pin::Pageable
+            && reweigh
+            && self.online.repays(&block.heat, block.pin_range(base).1)
+        {
             self.consider(base, now, out);
         }
     }
 
+    /// A copy of `[start, start + len)` is about to cross the edge of the part registered of
+    /// the block at `base`: the part is let go (returned, for the caller to unregister) and
+    /// what the copies touched widened by this one, so that it is weighed again with it.
+    pub fn let_part_go(&mut self, base: usize, start: usize, len: usize) -> Option<BlockRef> {
+        let now = self.now_ns();
+        let block = self.blocks.get_mut(&base)?;
+        let (part_start, part_len) = block.part?;
+        if block.pin != Pin::Pinned {
+            return None;
+        }
+        block.touched(base, start, start.saturating_add(len));
+        block.part = None;
+        block.pin = Pin::Pageable;
+        block.set_aside(now);
+        self.budget.release(part_len as u64);
+        Some(BlockRef {
+            block: base,
+            start: part_start,
+            len: part_len,
+            asked_pinned: block.asked_pinned,
+            part: true,
+        })
+    }
+
     /// Weighs a block that repays pinning against the budget.
     fn consider(&mut self, base: usize, now: u64, out: &mut Decisions) {
-        let Some(density) = self
-            .blocks
-            .get(&base)
-            .map(|b| self.online.density(&b.heat, b.size, now))
-        else {
+        let Some((density, (start, len))) = self.blocks.get(&base).map(|b| {
+            let range = b.pin_range(base);
+            (self.online.density(&b.heat, range.1, now), range)
+        }) else {
             return;
         };
         let held: Vec<(usize, f64, u64)> = if self.budget.limit.is_some() {
             self.blocks
                 .iter()
                 .filter(|(_, b)| b.pin == Pin::Pinned)
-                .map(|(&at, b)| (at, self.online.density(&b.heat, b.size, now), b.size as u64))
+                .map(|(&at, b)| {
+                    let len = b.pinned_len();
+                    (at, self.online.density(&b.heat, len, now), len as u64)
+                })
                 .collect()
         } else {
             Vec::new()
@@ -210,7 +297,7 @@ impl Learner {
         let Some(block) = self.blocks.get_mut(&base) else {
             return;
         };
-        let displaced = match self.budget.admit(block.size as u64, density, held) {
+        let displaced = match self.budget.admit(len as u64, density, held) {
             Admission::Admitted => Vec::new(),
             Admission::Displacing(keys) => keys,
             Admission::Refused => {
@@ -220,20 +307,28 @@ impl Learner {
             }
         };
         block.pin = Pin::Registering;
+        let part = (start, len) != (base, block.size);
+        block.part = part.then_some((start, len));
         out.pin.push(BlockRef {
-            start: base,
-            len: block.size,
+            block: base,
+            start,
+            len,
             asked_pinned: block.asked_pinned,
+            part,
         });
         for at in displaced {
             if let Some(held) = self.blocks.get_mut(&at) {
-                held.pin = Pin::Pageable;
-                held.set_aside(now);
+                let (start, len) = held.part.unwrap_or((at, held.size));
                 out.unpin.push(BlockRef {
-                    start: at,
-                    len: held.size,
+                    block: at,
+                    start,
+                    len,
                     asked_pinned: held.asked_pinned,
+                    part: held.part.is_some(),
                 });
+                held.pin = Pin::Pageable;
+                held.part = None;
+                held.set_aside(now);
             }
         }
     }
@@ -251,10 +346,11 @@ impl Learner {
 
     /// The registration of a block decided by [`Self::copied`] ended.
     pub fn registered(&mut self, block: &BlockRef, ok: bool) {
-        match self.blocks.get_mut(&block.start) {
+        match self.blocks.get_mut(&block.block) {
             Some(b) if b.pin == Pin::Registering => {
                 b.pin = if ok { Pin::Pinned } else { Pin::Failed };
                 if !ok {
+                    b.part = None;
                     self.budget.release(block.len as u64);
                 }
             }

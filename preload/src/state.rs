@@ -150,6 +150,10 @@ pub struct Counters {
     pub learned_pin_bytes: u64,
     pub evictions: u64,
     pub budget_refusals: u64,
+    /// Auto mode: of the learned pins, those of a part of a large block (what its copies
+    /// touched); parts let go because a copy would have crossed their edge.
+    pub part_pins: u64,
+    pub parts_let_go: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,
     /// The longest a program thread waited in one registration of ours, in nanoseconds.
@@ -234,6 +238,9 @@ pub static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// Guarded copies inside CUDA right now (auto mode): a block is unregistered only once none
 /// is, or after a bound.
 pub static COPIES_IN_CALL: AtomicUsize = AtomicUsize::new(0);
+/// Auto mode has registered a part of a block on its own at least once: copies are then
+/// checked for crossing a part's edge (`unpin_straddled`).
+pub static PARTS: AtomicBool = AtomicBool::new(false);
 /// Whether pinning pays on this machine: asked of CUDA once, at the first pin auto mode
 /// decides (0 unknown, 1 pays, 2 does not).
 static PLATFORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
@@ -561,13 +568,20 @@ impl State {
                     .learner
                     .as_ref()
                     .is_some_and(|l| l.group_hot(site, size as usize));
-                match judged {
+                let (pin, why) = match judged {
                     Some(Judged::Known(Verdict::Pin)) => (true, "known"),
                     Some(Judged::Recycled(Verdict::Pin)) => (true, "recycled"),
                     Some(Judged::SiteHot) => (true, "site-hot"),
                     _ if group_hot => (true, "group-hot"),
                     Some(Judged::Known(_) | Judged::Recycled(_)) => (false, "known"),
                     _ => (asked_pinned && !lazy, "learning"),
+                };
+                // A large pinned request is served pageable even when known hot: its copies
+                // then pin only the part of it they touch, off the allocation's path.
+                if pin && lazy && size > LARGEST_AT_BIRTH as u64 {
+                    (false, "large")
+                } else {
+                    (pin, why)
                 }
             }
             Mode::PinAll => (true, "pin-all"),
@@ -849,6 +863,16 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
             return Release::NotOurs;
         }
         state.skipped.remove(&(ptr as usize));
+        if let Some((start, len)) = block.part {
+            // Only a part was registered: not a pinned block to hand on.
+            if let Some(learner) = state.learner.as_mut() {
+                learner.budget.release(len as u64);
+            }
+            state.forget_registered(start);
+            drop(guard);
+            let _ = cuda::unregister(start as *mut c_void);
+            return Release::Unregistered;
+        }
         if keep
             && state.cache_bytes + block.size <= state.cache_limit
             && state.pressure.level() == Level::Normal
@@ -954,16 +978,26 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
     let Some(demoted) = state.demoted.remove(&(ptr as usize)) else {
         return false;
     };
-    // Auto mode pinned it (its copies repaid it, or on demand): marked pinned on demand too.
+    // Auto mode pinned it (its copies repaid it, or on demand): marked pinned on demand too,
+    // unless only a part of it was registered.
+    let mut part = None;
     if let Some(learner) = state.learner.as_mut()
         && let Some(block) = learner.untrack(ptr as usize)
         && block.pin == Pin::Pinned
     {
-        learner.budget.release(block.size as u64);
+        learner.budget.release(block.pinned_len() as u64);
+        part = block.part;
     }
     drop(guard);
+    if demoted.pinned_on_demand || part.is_some() {
+        // cudaFreeHost waits for the device: no copy of it may still be in flight.
+        cuda::context_synchronize();
+    }
     if demoted.pinned_on_demand {
         let _ = cuda::unregister(ptr);
+    }
+    if let Some((start, _)) = part {
+        let _ = cuda::unregister(start as *mut c_void);
     }
     true
 }
@@ -1094,6 +1128,14 @@ pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
             continue;
         }
         while let Some((block, size, flags)) = claim_believed_pinned(start, len) {
+            // A part of it registered alone: let go, so that the whole can be.
+            let part = lock()
+                .as_mut()
+                .and_then(|s| s.learner.as_mut())
+                .and_then(|l| l.let_part_go(block, block, size));
+            if let Some(part) = part {
+                unpin_block(part);
+            }
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);
             let mut guard = lock();
@@ -1249,7 +1291,10 @@ fn pin_block(block: BlockRef) {
             .peak_promoted_bytes
             .max(state.registered_bytes);
         state.note_peak();
-        if let Some(demoted) = state.demoted.get_mut(&block.start) {
+        if block.part {
+            PARTS.store(true, Ordering::Release);
+            state.counters.part_pins += 1;
+        } else if let Some(demoted) = state.demoted.get_mut(&block.block) {
             demoted.pinned_on_demand = true;
         }
     } else {
@@ -1271,9 +1316,10 @@ fn pin_block(block: BlockRef) {
 fn unpin_block(block: BlockRef) {
     if block.asked_pinned {
         cuda::context_synchronize();
-        if let Some(demoted) = lock()
-            .as_mut()
-            .and_then(|s| s.demoted.get_mut(&block.start))
+        if !block.part
+            && let Some(demoted) = lock()
+                .as_mut()
+                .and_then(|s| s.demoted.get_mut(&block.block))
         {
             demoted.pinned_on_demand = false;
         }
@@ -1293,5 +1339,67 @@ fn unpin_block(block: BlockRef) {
     EPOCH.fetch_add(1, Ordering::AcqRel);
     if let Some(state) = lock().as_mut() {
         state.counters.evictions += 1;
+    }
+}
+
+/// Auto mode: lets go every registered part of a block that a copy of `ranges` would cross
+/// the edge of (CUDA refuses such a copy), before the copy is made; `all`: every part (a copy
+/// whose host memory is not known). The part is weighed again with that copy counted in.
+pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool) {
+    loop {
+        let mut let_go = Vec::new();
+        let mut registering = false;
+        {
+            let mut guard = lock();
+            let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+                return;
+            };
+            let mut crossed = Vec::new();
+            if all {
+                crossed.extend(
+                    learner
+                        .blocks
+                        .iter()
+                        .filter(|(_, b)| b.part.is_some())
+                        .map(|(&base, b)| (base, b.pin, base, b.size)),
+                );
+            }
+            for &(start, len, _) in ranges {
+                if start == 0 || all {
+                    continue;
+                }
+                let end = start.saturating_add(len.max(1));
+                let Some((&base, block)) = learner.blocks.range(..end).next_back() else {
+                    continue;
+                };
+                let Some((part, part_len)) = block.part else {
+                    continue;
+                };
+                let inside = start >= part && end <= part + part_len;
+                let apart = end <= part || start >= part + part_len;
+                if !inside && !apart && base + block.size > start {
+                    crossed.push((base, block.pin, start, len));
+                }
+            }
+            for (base, pin, start, len) in crossed {
+                match pin {
+                    Pin::Registering => registering = true,
+                    _ => let_go.extend(learner.let_part_go(base, start, len)),
+                }
+            }
+        }
+        if !let_go.is_empty()
+            && let Some(state) = lock().as_mut()
+        {
+            state.counters.parts_let_go += let_go.len() as u64;
+        }
+        for part in let_go {
+            unpin_block(part);
+        }
+        if !registering {
+            return;
+        }
+        // Being registered by another thread: let go once that is done.
+        std::thread::yield_now();
     }
 }

@@ -5,8 +5,12 @@
  *   shift [MIB]: four malloc'd buffers of MIB MiB (default 8); buffers 0 and 1 are copied in
  *          the first 10 steps, buffers 2 and 3 in the next 40 (the hot set changes halfway),
  *          a cold one once; the result buffer is copied into at every step.
- *   slice: (with the default size) a 160 MiB malloc'd block of which one 8 MiB slice is copied 20 times, and a
- *          cudaHostAlloc'd 8 MiB buffer copied 20 times (served pageable, then pinned).
+ *   slice: a 160 MiB malloc'd block of which one 8 MiB slice (at 72 MiB) is copied 20 times, a
+ *          cudaHostAlloc'd 8 MiB buffer copied 20 times (served pageable, then pinned), and a
+ *          cudaHostAlloc'd 96 MiB dataset of which one 8 MiB slice (at 40 MiB) is copied 20
+ *          times; then copies across the edges of what was copied so far (24 MiB of the block
+ *          from 64 MiB, the whole dataset), and 20 more steps of the wider slice and the
+ *          first. The result buffer is 160 MiB (malloc'd), copied into from its start.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details. */
 #include <string.h>
@@ -56,14 +60,27 @@ int main(int argc, char **argv) {
         free(cold);
     } else {
         size_t big = 160 * MIB;
-        char *block = (char *)malloc(big), *pinned;
+        CUDA_OK(cudaFree(device));
+        free(result);
+        CUDA_OK(cudaMalloc(&device, big));
+        result = (char *)malloc(big);
+        char *block = (char *)malloc(big), *pinned, *dataset;
         memset(block, 0, big);
         CUDA_OK(cudaHostAlloc((void **)&pinned, 8 * MIB, 0));
+        CUDA_OK(cudaHostAlloc((void **)&dataset, 96 * MIB, 0));
         for (unsigned step = 0; step < 20; step++) {
             round_trip(&t, block + 72 * MIB, 8 * MIB, step, 1, (int)(step % 2));
             round_trip(&t, pinned, 8 * MIB, step, 2, (int)(step % 2));
+            round_trip(&t, dataset + 40 * MIB, 8 * MIB, step, 3, (int)(step % 2));
+        }
+        round_trip(&t, block + 64 * MIB, 24 * MIB, 20, 4, 1);
+        round_trip(&t, dataset, 96 * MIB, 20, 5, 0);
+        for (unsigned step = 21; step < 41; step++) {
+            round_trip(&t, block + 64 * MIB, 24 * MIB, step, 1, (int)(step % 2));
+            round_trip(&t, dataset + 40 * MIB, 8 * MIB, step, 3, (int)(step % 2));
         }
         CUDA_OK(cudaFreeHost(pinned));
+        CUDA_OK(cudaFreeHost(dataset));
         free(block);
     }
     tally_detail(&t);
