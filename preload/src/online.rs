@@ -33,7 +33,7 @@ const REWEIGH_NS: u64 = 100_000_000;
 /// A part of a block is registered on its own only where the block is larger than this and
 /// the part at most half of it; parts are rounded out to this alignment.
 pub const PART_ABOVE: usize = hotpin::online::LARGEST_AT_BIRTH;
-const PART_ALIGN: usize = 2 << 20;
+const PART_ALIGN: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pin {

@@ -14,6 +14,8 @@
 #                 history, a first run)
 #   auto-history  hotpin run --mode auto --history $OUT/$p.history.$r.hotpin, a copy of
 #                 $p.learned.hotpin made fresh every round (rounds do not feed each other)
+#   auto-profile  hotpin run --mode auto --history $OUT/$p.fromprofile.$r.hotpin, a copy of
+#                 the profile made fresh every round (auto mode starting from a profile)
 #   use           hotpin run --mode use --history $OUT/$p.profile.hotpin
 #   budget        auto-first with --budget = the pinned_by_hand_bytes of this round's by-hand
 #                 run ($OUT/$p.budget.$r.hotpin; skipped when that is 0 or by-hand did not run)
@@ -27,7 +29,8 @@
 # Usage: BIN=dir OUT=dir bash bench/gpu/online/run.sh ROUNDS [PROGRAMS...]
 #   PROGRAMS default: torch_loop over_pinned cupy_numpy jax_loop dataloader offload (big_pin
 #   only when named).
-# Environment: CONFIGS (default "plain by-hand pin-all auto-first auto-history use budget"),
+# Environment: CONFIGS (default "plain by-hand pin-all auto-first auto-history auto-profile use
+# budget"),
 # RUN_TIMEOUT (seconds a run may take, default 120), PYTHON (the interpreter that runs the
 # programs, default python3), SKIP_PROFILE=1 (no profile run: use is skipped unless
 # $OUT/$p.profile.hotpin is there already). HOTPIN_COSTS and the rest of the environment are
@@ -38,7 +41,7 @@ OUT=${OUT:-/tmp/hotpin-online}
 ROUNDS=${1:-3}
 shift || true
 PROGRAMS=${*:-torch_loop over_pinned cupy_numpy jax_loop dataloader offload}
-CONFIGS=${CONFIGS:-plain by-hand pin-all auto-first auto-history use budget}
+CONFIGS=${CONFIGS:-plain by-hand pin-all auto-first auto-history auto-profile use budget}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -165,6 +168,13 @@ for p in $PROGRAMS; do
             run_one "$p" auto-history "$r" '{}' --mode auto --history "$OUT/$p.history.$r.hotpin"
           else
             skip "$p" auto-history "$r" "no learned history ($learned)"
+          fi ;;
+        auto-profile)
+          if [ -s "$profile" ]; then
+            cp "$profile" "$OUT/$p.fromprofile.$r.hotpin"
+            run_one "$p" auto-profile "$r" '{}' --mode auto --history "$OUT/$p.fromprofile.$r.hotpin"
+          else
+            skip "$p" auto-profile "$r" "no profile history ($profile)"
           fi ;;
         use)
           if [ -s "$profile" ]; then

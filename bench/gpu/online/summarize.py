@@ -19,16 +19,16 @@ with a wrong result is no speed-up.
                 pinned (peak_pinned_bytes less the pinned requests kept; or
                 peak_promoted_bytes) <= the budget it was given (budget_bytes), and the
                 report's `budget`, if any, is that budget
-  over_pinned:  auto-first and use: pinned <= 1.5 x by-hand's pinned, time <= 1.1 x by-hand's
+  over_pinned:  auto-first, auto-profile and use: pinned <= 1.5 x by-hand's pinned, time <= 1.1 x by-hand's
 Usage: python3 summarize.py online.jsonl [more.jsonl ...]   (several: read as one)"""
 import json
 import statistics
 import sys
 from collections import defaultdict
 
-ORDER = ["plain", "by-hand", "pin-all", "auto-first", "auto-history", "use", "budget",
+ORDER = ["plain", "by-hand", "pin-all", "auto-first", "auto-history", "auto-profile", "use", "budget",
          "profile", "auto-learn", "pin-none"]
-HOTPIN = {"pin-all", "auto-first", "auto-history", "use", "budget", "profile", "auto-learn",
+HOTPIN = {"pin-all", "auto-first", "auto-history", "auto-profile", "use", "budget", "profile", "auto-learn",
           "pin-none"}
 MIB = 1 << 20
 
@@ -205,7 +205,7 @@ def targets(program, configs):
           lambda: not over_budget(),
           lambda: ", ".join(budget_detail(r) for r in get("budget").good))
     if program == "over_pinned":
-        for name in ("auto-first", "use"):
+        for name in ("auto-first", "auto-profile", "use"):
             check(f"over_pinned: {name} pinned <= 1.5 x by-hand pinned", [name, "by-hand"],
                   lambda name=name: get(name).pinned is not None
                   and get(name).pinned <= 1.5 * get("by-hand").pinned,
