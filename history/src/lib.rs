@@ -14,6 +14,7 @@ pub mod export;
 pub mod files;
 pub mod history;
 pub mod maps;
+pub mod names;
 pub mod registry;
 pub mod report;
 pub mod store;

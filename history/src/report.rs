@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     cost::{CostModel, Weighing},
     history::{AllocKind, Allocation, CallSiteId, MemHistory, TransferStats},
+    names,
 };
 
 /// What makes an allocation worth pinning.
@@ -209,7 +210,10 @@ fn peak_live(allocations: &[&Allocation]) -> u64 {
 pub struct ReportRow {
     pub id: u64,
     pub pid: u32,
+    /// `file+0xOFFSET function`, or what the memory is where no call site made it.
     pub call_site: String,
+    /// Whether a call site made it (else it is a mapping, the heap, or untracked memory).
+    pub has_call_site: bool,
     /// The call site's callers, innermost first, where the stack could be walked.
     pub callers: Vec<String>,
     pub ordinal: u32,
@@ -304,6 +308,10 @@ pub struct Report {
     /// Cold memory worth acting on: pinned and not hot (unpin it), or at least
     /// [`LARGE_BYTES`] and never copied; largest first.
     pub cold: Vec<ReportRow>,
+    /// Of the memory never copied: mappings and heaps no call site made (the text report
+    /// lists them only with `--all`), and their bytes.
+    pub hidden_mappings: u64,
+    pub hidden_mapping_bytes: u64,
     /// Copies whose direction could not be known (counted in `transfers`, in neither
     /// direction's bytes).
     pub unresolved_copies: u64,
@@ -334,15 +342,10 @@ pub struct Report {
     pub untracked_hot_bytes: u64,
 }
 
+/// A call site, module first, its function demangled (folded when rendered).
 fn site_name(history: &MemHistory, site: Option<CallSiteId>) -> String {
     match site.and_then(|id| history.call_site(id)) {
-        Some(site) => {
-            let module = site.module.rsplit('/').next().unwrap_or(&site.module);
-            match &site.symbol {
-                Some(symbol) => format!("{symbol} ({module}+{:#x})", site.offset),
-                None => format!("{module}+{:#x}", site.offset),
-            }
-        }
+        Some(site) => names::call_site(&site.module, site.offset, site.symbol.as_deref(), true),
         None => "(unknown)".into(),
     }
 }
@@ -373,6 +376,7 @@ fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
         id: a.id,
         pid: a.pid,
         call_site: allocation_name(history, a),
+        has_call_site: a.call_site.is_some(),
         callers: history
             .callers(a.id)
             .iter()
@@ -494,7 +498,21 @@ impl Report {
             .filter(|a| a.kind != AllocKind::Untracked && !policy.is_hot(a))
             .filter(|a| a.kind.is_pinned() || (a.size >= LARGE_BYTES && a.stats.transfers == 0))
             .collect();
-        cold.sort_by_key(|a| (!a.kind.is_pinned(), std::cmp::Reverse(a.size)));
+        // Pinned first, then memory a call site made, then mappings and heaps nobody copied
+        // (listed only on request): largest first within each.
+        cold.sort_by_key(|a| {
+            (
+                !a.kind.is_pinned(),
+                a.call_site.is_none(),
+                std::cmp::Reverse(a.size),
+            )
+        });
+        let unnamed: Vec<&&Allocation> = cold
+            .iter()
+            .filter(|a| !a.kind.is_pinned() && a.call_site.is_none())
+            .collect();
+        let hidden_mappings = unnamed.len() as u64;
+        let hidden_mapping_bytes = unnamed.iter().map(|a| a.size).sum();
         let mut device_leaks: Vec<&Allocation> = history
             .allocations()
             .iter()
@@ -525,9 +543,12 @@ impl Report {
             hot: history
                 .hotspots(top)
                 .into_iter()
+                .filter(|a| a.stats.transfers > 0)
                 .map(|a| row(history, a))
                 .collect(),
             cold: cold.iter().take(top).map(|a| row(history, a)).collect(),
+            hidden_mappings,
+            hidden_mapping_bytes,
             unresolved_copies: stats.unresolved_copies,
             device_peak_bytes: stats.device_memory.values().map(|m| m.peak_bytes).sum(),
             device_live_bytes: device_leaks.iter().map(|a| a.size).sum(),
@@ -563,9 +584,204 @@ impl Report {
         }
     }
 
-    /// The report as text for a terminal.
+    /// The report as text for a terminal, with the default options.
     pub fn render(&self) -> String {
+        self.render_with(&RenderOptions::default())
+    }
+
+    /// The command that acts on the report: `hotpin run -- <the recorded command>`.
+    fn act(&self) -> String {
+        if self.command.is_empty() {
+            "hotpin run -- CMD".to_owned()
+        } else {
+            format!("hotpin run -- {}", self.command.join(" "))
+        }
+    }
+
+    /// The report as text for a terminal, its sections in the order a user acts on them:
+    /// what to pin, what is pinned and wasted, pageable memory copied often, device memory
+    /// left at the end, then memory never copied. Each section ends with the command that
+    /// acts on it.
+    pub fn render_with(&self, options: &RenderOptions) -> String {
         let mut out = String::new();
+        self.header(&mut out);
+        let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
+        let act = self.act();
+
+        // 1. What to pin, and what it saves.
+        let saving: f64 = self.pin_sites.iter().map(|s| s.saving_s).sum();
+        let cost: f64 = self.pin_sites.iter().map(|s| s.cost_s).sum();
+        let _ = writeln!(out, "\n1. What to pin, and what it saves");
+        if self.pin_sites.is_empty() {
+            let _ = writeln!(out, "  no call site is hot: nothing to pin");
+        } else {
+            let unmatched = self.pin_sites.iter().any(|site| !site.use_mode_matches);
+            let _ = writeln!(
+                out,
+                "  pin the hot allocations of these call sites: {}{}{}",
+                bytes(self.pin_bytes),
+                if self.policy.cost.is_some() {
+                    format!(
+                        ", saving {} of copies for {} of pinning",
+                        seconds(saving),
+                        seconds(cost)
+                    )
+                } else {
+                    String::new()
+                },
+                if unmatched {
+                    "; use mode recognises only those marked * when the program runs again \
+                     (the others are memory known only as a mapping or with no call site: \
+                     record with libc's allocator, `tracer record --libc-malloc`, as `hotpin \
+                     run --mode profile` does)"
+                } else {
+                    ""
+                }
+            );
+            for site in &self.pin_sites {
+                let _ = writeln!(
+                    out,
+                    "  {} {:<56} {:>4} allocations {:>10} {:>8} transfers{}",
+                    if unmatched && site.use_mode_matches {
+                        "*"
+                    } else {
+                        " "
+                    },
+                    names::shorten(&options.name(&site.call_site), 56),
+                    site.allocations,
+                    bytes(site.bytes),
+                    site.transfers,
+                    site.why(&self.policy)
+                );
+            }
+        }
+        if self.untracked_hot_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "  {} of hot memory has no allocating call site (memory no probe saw allocated, \
+                 anonymous mappings, the heap); run with the hotpin allocator to attribute it \
+                 to call sites",
+                bytes(self.untracked_hot_bytes)
+            );
+        }
+        if !self.recycled.is_empty() {
+            let _ = writeln!(
+                out,
+                "  recycled buffers (each rarely transferred, hot as a group: few alive at once):"
+            );
+            let _ = writeln!(
+                out,
+                "  {:<56} {:>10} {:>11} {:>9} {:>10}",
+                "call site", "size", "allocations", "transfers", "peak alive"
+            );
+            for g in &self.recycled {
+                let _ = writeln!(
+                    out,
+                    "  {:<56} {:>10} {:>11} {:>9} {:>10}",
+                    names::shorten(&options.name(&g.call_site), 56),
+                    bytes(g.size),
+                    g.allocations,
+                    g.transfers,
+                    g.peak_live
+                );
+            }
+        }
+        if !self.hot.is_empty() {
+            let _ = writeln!(out, "  the most transferred host allocations:");
+            table(&mut out, &self.hot);
+        }
+        if self.unresolved_copies > 0 {
+            let _ = writeln!(
+                out,
+                "  {} copies whose direction could not be known (in neither direction's bytes)",
+                self.unresolved_copies
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  -> {act}   (auto mode pins these as the program runs; `hotpin run --mode use \
+             --history FILE -- ...` pins exactly these from this history)"
+        );
+
+        // 2. What is pinned and wasted.
+        let _ = writeln!(
+            out,
+            "\n2. Pinned and wasted: {} pinned and copied too rarely to repay it (largest first)",
+            bytes(self.wasted_pinned_bytes)
+        );
+        if !self.wasted_pinned.is_empty() {
+            table(&mut out, &self.wasted_pinned);
+        }
+        for site in &self.unpin_sites {
+            let _ = writeln!(
+                out,
+                "  stop pinning {} ({} allocations, {}, {} transfers{})",
+                options.name(&site.call_site),
+                site.allocations,
+                bytes(site.bytes),
+                site.transfers,
+                site.why(&self.policy)
+            );
+        }
+        if self.wasted_pinned_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "  -> {act}   (serves pinned requests pageable and pins only what their copies \
+                 repay, unseen by the program: docs/transparency.md)"
+            );
+        }
+
+        // 3. Pageable memory copied often.
+        let _ = writeln!(
+            out,
+            "\n3. Pageable and copied often: {} (what pinning would speed up)",
+            bytes(self.candidate_bytes)
+        );
+        if !self.candidates.is_empty() {
+            table(&mut out, &self.candidates);
+            let _ = writeln!(out, "  -> {act}");
+        }
+
+        // 4. Device memory still allocated at the end.
+        let _ = writeln!(
+            out,
+            "\n4. Device memory: peak {}, still allocated at the end {}",
+            bytes(self.device_peak_bytes),
+            bytes(self.device_live_bytes)
+        );
+        if !self.device_leaks.is_empty() {
+            table(&mut out, &self.device_leaks);
+        }
+
+        // 5. Memory never copied.
+        let never: Vec<ReportRow> = self
+            .cold
+            .iter()
+            .filter(|r| !r.kind.is_pinned())
+            .filter(|r| options.all || r.has_call_site)
+            .cloned()
+            .collect();
+        let _ = writeln!(
+            out,
+            "\n5. Never copied, {} and more (largest first)",
+            bytes(LARGE_BYTES)
+        );
+        if !never.is_empty() {
+            table(&mut out, &never);
+        }
+        if !options.all && self.hidden_mappings > 0 {
+            let _ = writeln!(
+                out,
+                "  mappings and heaps nobody copied, not listed: {} ({}); `tracer report --all` \
+                 lists them",
+                self.hidden_mappings,
+                bytes(self.hidden_mapping_bytes)
+            );
+        }
+        out
+    }
+
+    fn header(&self, out: &mut String) {
         let _ = writeln!(out, "hotpin report");
         if !self.command.is_empty() {
             let _ = writeln!(out, "  command      {}", self.command.join(" "));
@@ -607,141 +823,35 @@ impl Report {
                 self.folded_allocations, self.folded_groups
             );
         }
-        table(
-            &mut out,
-            "Hot host allocations (most transferred)",
-            &self.hot,
-        );
-        if self.unresolved_copies > 0 {
-            let _ = writeln!(
-                out,
-                "  unresolved   {} copies whose direction could not be known (in neither \
-                 direction's bytes)",
-                self.unresolved_copies
-            );
-        }
-        table(
-            &mut out,
-            &format!(
-                "Cold: pinned and not hot, or {} and more never copied (largest first)",
-                bytes(LARGE_BYTES)
-            ),
-            &self.cold,
-        );
-        let _ = writeln!(
-            out,
-            "\nDevice memory: peak {}, still allocated at the end {}",
-            bytes(self.device_peak_bytes),
-            bytes(self.device_live_bytes)
-        );
-        if !self.device_leaks.is_empty() {
-            table(&mut out, "", &self.device_leaks);
-        }
-        if !self.recycled.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nRecycled buffers (each rarely transferred, hot as a group: few alive at once)"
-            );
-            let _ = writeln!(
-                out,
-                "  {:<48} {:>10} {:>11} {:>9} {:>10}",
-                "call site", "size", "allocations", "transfers", "peak alive"
-            );
-            for g in &self.recycled {
-                let _ = writeln!(
-                    out,
-                    "  {:<48} {:>10} {:>11} {:>9} {:>10}",
-                    truncate(&g.call_site, 48),
-                    bytes(g.size),
-                    g.allocations,
-                    g.transfers,
-                    g.peak_live
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "\nPinned but rarely transferred (waste): {}",
-            bytes(self.wasted_pinned_bytes)
-        );
-        if !self.wasted_pinned.is_empty() {
-            table(&mut out, "", &self.wasted_pinned);
-        }
-        let _ = writeln!(
-            out,
-            "\nPageable and transferred often (candidates): {}",
-            bytes(self.candidate_bytes)
-        );
-        if !self.candidates.is_empty() {
-            table(&mut out, "", &self.candidates);
-        }
-        let _ = writeln!(out, "\nRecommendation");
-        if self.pin_sites.is_empty() {
-            let _ = writeln!(out, "  no call site is hot: nothing to pin");
-        } else {
-            let unmatched = self.pin_sites.iter().any(|site| !site.use_mode_matches);
-            let _ = writeln!(
-                out,
-                "  pin the hot allocations of these call sites ({} in all; hotpin's use mode \
-                 does this from the history{}):",
-                bytes(self.pin_bytes),
-                if unmatched {
-                    " for those marked *; the others it cannot recognise when the program runs \
-                     again (memory known only as a mapping or with no call site: record with \
-                     libc's allocator, `tracer record --libc-malloc`, as `hotpin run --mode \
-                     profile` does)"
-                } else {
-                    ""
-                }
-            );
-            for site in &self.pin_sites {
-                let _ = writeln!(
-                    out,
-                    "  {} {:<48} {:>4} allocations {:>10} {:>8} transfers{}",
-                    if unmatched && site.use_mode_matches {
-                        "*"
-                    } else {
-                        " "
-                    },
-                    site.call_site,
-                    site.allocations,
-                    bytes(site.bytes),
-                    site.transfers,
-                    site.why(&self.policy)
-                );
-            }
-        }
-        for site in &self.unpin_sites {
-            let _ = writeln!(
-                out,
-                "  stop pinning {} ({} allocations, {}, {} transfers{})",
-                site.call_site,
-                site.allocations,
-                bytes(site.bytes),
-                site.transfers,
-                site.why(&self.policy)
-            );
-        }
-        if self.untracked_hot_bytes > 0 {
-            let _ = writeln!(
-                out,
-                "  {} of hot memory has no allocating call site (memory no probe saw allocated, \
-                 anonymous mappings, the heap); run with the hotpin allocator to attribute it \
-                 to call sites",
-                bytes(self.untracked_hot_bytes)
-            );
-        }
-        out
     }
 }
 
-fn table(out: &mut String, title: &str, rows: &[ReportRow]) {
-    if !title.is_empty() {
-        let _ = writeln!(out, "\n{title}");
+/// How the text report is shown (`tracer report --all --full-names`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RenderOptions {
+    /// List mappings and heaps nobody copied too.
+    pub all: bool,
+    /// Names whole: templates and argument lists not folded.
+    pub full_names: bool,
+}
+
+impl RenderOptions {
+    fn name(&self, name: &str) -> String {
+        if self.full_names {
+            name.to_owned()
+        } else {
+            names::fold(name)
+        }
     }
+}
+
+/// Callers shown after a row, at most.
+const CALLERS_SHOWN: usize = 3;
+
+fn table(out: &mut String, rows: &[ReportRow], options: &RenderOptions) {
     let _ = writeln!(
         out,
-        "  {:>5} {:<44} {:>4} {:>10} {:<10} {:>9} {:>10} {:>10}",
+        "  {:>5} {:<56} {:>4} {:>10} {:<10} {:>9} {:>10} {:>10}",
         "id", "call site", "nth", "size", "kind", "transfers", "to GPU", "from GPU"
     );
     for r in rows {
@@ -750,9 +860,9 @@ fn table(out: &mut String, title: &str, rows: &[ReportRow]) {
             .and_then(|v| v.as_str().map(str::to_string));
         let _ = writeln!(
             out,
-            "  {:>5} {:<44} {:>4} {:>10} {:<10} {:>9} {:>10} {:>10}",
+            "  {:>5} {:<56} {:>4} {:>10} {:<10} {:>9} {:>10} {:>10}",
             r.id,
-            truncate(&r.call_site, 44),
+            names::shorten(&options.name(&r.call_site), 56),
             r.ordinal,
             bytes(r.size),
             kind.unwrap_or_default(),
@@ -761,24 +871,24 @@ fn table(out: &mut String, title: &str, rows: &[ReportRow]) {
             bytes(r.d2h_bytes)
         );
         if !r.callers.is_empty() {
-            let _ = writeln!(out, "        called from {}", r.callers.join(" <- "));
+            let shown: Vec<String> = r
+                .callers
+                .iter()
+                .take(if options.full_names { usize::MAX } else { CALLERS_SHOWN })
+                .map(|c| options.name(c))
+                .collect();
+            let more = r.callers.len() - shown.len();
+            let _ = writeln!(
+                out,
+                "        called from {}{}",
+                shown.join(" <- "),
+                if more > 0 {
+                    format!(" <- ({more} more)")
+                } else {
+                    String::new()
+                }
+            );
         }
-    }
-}
-
-fn truncate(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_string()
-    } else {
-        let tail: String = text
-            .chars()
-            .rev()
-            .take(width - 1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        format!("…{tail}")
     }
 }
 
@@ -841,7 +951,7 @@ mod tests {
             }
         }
         let text = Report::new(&h, HotPolicy::default(), 10).render();
-        assert!(text.contains("cannot recognise"), "{text}");
+        assert!(text.contains("recognises only those marked *"), "{text}");
         let marked: Vec<_> = text
             .lines()
             .filter(|l| l.trim_start().starts_with('*'))
@@ -925,7 +1035,7 @@ mod tests {
         assert_eq!(report.hot[0].id, hot);
         assert_eq!(report.pin_sites.len(), 1);
         assert!(
-            report.pin_sites[0].call_site.starts_with("load_batch"),
+            report.pin_sites[0].call_site.ends_with(" load_batch"),
             "{:?}",
             report.pin_sites
         );
@@ -1107,7 +1217,7 @@ mod tests {
             25 * 8 * MIB,
             "the batch buffers are pinned for a reason; the 25 together are not"
         );
-        assert!(report.render().contains("Recycled buffers"));
+        assert!(report.render().contains("recycled buffers"));
 
         // Under the cost model (our H100's numbers): one round trip repays pinning an 8 MiB
         // buffer in place, so each of the 25 is hot alone; one copy of 8 MiB does not, but
@@ -1131,6 +1241,58 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
+    }
+
+    /// The text report a user acts on: sections in the order of what to do, each ending
+    /// with its command; names demangled and folded, module first and whole; mappings
+    /// nobody copied counted, listed only with `--all`.
+    #[test]
+    fn the_text_report_reads_in_the_order_a_user_acts_on_it() {
+        let mut h = MemHistory::new();
+        h.meta_mut().command = vec!["python".into(), "train.py".into()];
+        let site = h.intern_call_site(CallSite {
+            module: "/usr/lib/python3/dist-packages/torch/lib/libc10.so".into(),
+            offset: 0x3c1f0,
+            symbol: Some("_ZN3c109alloc_cpuEm".into()),
+        });
+        let hot = h.alloc(1, 0x10_0000, 64 << 20, AllocKind::Pageable, Some(site), 0);
+        for t in 0..10 {
+            h.transfer(1, 0xd000_0000, 0x10_0000, 64 << 20, CopyDirection::HostToDevice, t);
+        }
+        let pinned_site = h.intern_call_site(CallSite {
+            module: "/usr/lib/python3/dist-packages/torch/lib/libtorch_cuda.so".into(),
+            offset: 0x99,
+            symbol: Some("_ZN2at4cuda12_GLOBAL__N_121CUDAHostAllocatorImpl8allocateEm".into()),
+        });
+        let wasted = h.alloc(1, 0x4000_0000, 256 << 20, AllocKind::Pinned, Some(pinned_site), 0);
+        h.map(1, 0x7000_0000, 512 << 20, 0);
+        let text = Report::new(&h, HotPolicy::default(), 10).render();
+        let at = |needle: &str| {
+            text.find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} not in\n{text}"))
+        };
+        assert!(at("1. What to pin") < at("2. Pinned and wasted"));
+        assert!(at("2. Pinned and wasted") < at("3. Pageable and copied often"));
+        assert!(at("3. Pageable") < at("4. Device memory"));
+        assert!(at("4. Device memory") < at("5. Never copied"));
+        assert!(text.contains("libc10.so+0x3c1f0 c10::alloc_cpu(…)"), "{text}");
+        assert!(!text.contains("_ZN3c10"), "{text}");
+        assert!(text.contains("-> hotpin run -- python train.py"), "{text}");
+        assert_eq!(text.matches("-> hotpin run").count(), 3, "{text}");
+        assert!(
+            text.contains("mappings and heaps nobody copied, not listed: 1 (512.0 MiB)"),
+            "{text}"
+        );
+        assert!(!text.contains("anonymous mapping of 512.0 MiB"), "{text}");
+        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert_eq!(report.hot[0].id, hot);
+        assert_eq!(report.wasted_pinned[0].id, wasted);
+        let all = report.render_with(&RenderOptions {
+            all: true,
+            full_names: true,
+        });
+        assert!(all.contains("anonymous mapping of 512.0 MiB"), "{all}");
+        assert!(all.contains("c10::alloc_cpu(unsigned long)"), "{all}");
     }
 
     #[test]

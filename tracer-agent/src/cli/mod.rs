@@ -233,6 +233,12 @@ struct ReportArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// List mappings and heaps nobody copied too (hidden by default, with a count).
+    #[arg(long)]
+    all: bool,
+    /// Show names whole: C++ templates and argument lists unfolded, every caller.
+    #[arg(long)]
+    full_names: bool,
 }
 
 impl TargetArgs {

@@ -10,7 +10,7 @@ use hotpin_history::cost::CostModel;
 use tracer_agent::{
     dump::{self, DumpError},
     history::MemHistory,
-    report::{HotPolicy, Report},
+    report::{HotPolicy, RenderOptions, Report},
     store::Store,
 };
 
@@ -31,7 +31,13 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.render());
+        print!(
+            "{}",
+            report.render_with(&RenderOptions {
+                all: args.all,
+                full_names: args.full_names,
+            })
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
