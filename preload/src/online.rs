@@ -369,6 +369,14 @@ impl Learner {
         }
         let mut history = MemHistory::new();
         let pid = std::process::id();
+        // Who learned it: the report names the command that acts on it.
+        let meta = history.meta_mut();
+        meta.tracer = format!("hotpin run (auto mode) {}", env!("CARGO_PKG_VERSION"));
+        meta.pids = vec![pid];
+        meta.command = std::env::args().collect();
+        meta.started_unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs().saturating_sub(self.started.elapsed().as_secs()));
         for (i, entry) in self.learned.iter().enumerate() {
             let site = history.intern_call_site(CallSite {
                 module: entry.site.module.clone(),
