@@ -208,9 +208,7 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
     pub fn hot(&self, policy: &Online, site: &K, size: u64) -> bool {
         self.retired
             .get(&(site.clone(), size))
-            .is_some_and(|&(count, saving)| {
-                count >= 2 && saving >= policy.pin_cost(size as usize)
-            })
+            .is_some_and(|&(count, saving)| count >= 2 && saving >= policy.pin_cost(size as usize))
     }
 }
 

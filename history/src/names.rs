@@ -52,7 +52,10 @@ pub fn fold(name: &str) -> String {
             if depth == 0 {
                 out.push(c);
                 // `f()`: nothing to fold.
-                if !chars.peek().is_some_and(|&(_, next)| matches!(next, ')' | '>')) {
+                if !chars
+                    .peek()
+                    .is_some_and(|&(_, next)| matches!(next, ')' | '>'))
+                {
                     out.push('…');
                 }
             }
@@ -90,7 +93,9 @@ pub fn shorten(text: &str, width: usize) -> String {
     if count <= width {
         return text.to_owned();
     }
-    let head_len = text.find(' ').map_or(count, |at| text[..at].chars().count());
+    let head_len = text
+        .find(' ')
+        .map_or(count, |at| text[..at].chars().count());
     if head_len + 4 >= width {
         // The module alone fills the width: it stays whole, the function goes.
         let head: String = text.chars().take(head_len).collect();
@@ -116,7 +121,10 @@ mod tests {
 
     #[test]
     fn cpp_and_rust_names_are_demangled() {
-        assert_eq!(demangle("_ZN3c109alloc_cpuEm"), "c10::alloc_cpu(unsigned long)");
+        assert_eq!(
+            demangle("_ZN3c109alloc_cpuEm"),
+            "c10::alloc_cpu(unsigned long)"
+        );
         assert_eq!(
             demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
             "core::fmt::write"
@@ -130,10 +138,15 @@ mod tests {
     fn templates_and_arguments_are_folded() {
         assert_eq!(fold("c10::alloc_cpu(unsigned long)"), "c10::alloc_cpu(…)");
         assert_eq!(
-            fold("at::native::copy_impl<float, std::vector<int, std::allocator<int> > >(at::Tensor&, bool)"),
+            fold(
+                "at::native::copy_impl<float, std::vector<int, std::allocator<int> > >(at::Tensor&, bool)"
+            ),
             "at::native::copy_impl<…>(…)"
         );
-        assert_eq!(fold("std::operator<<(std::ostream&, int)"), "std::operator<<(…)");
+        assert_eq!(
+            fold("std::operator<<(std::ostream&, int)"),
+            "std::operator<<(…)"
+        );
         assert_eq!(fold("Foo::operator()(int)"), "Foo::operator()(…)");
         assert_eq!(fold("malloc"), "malloc");
         assert_eq!(fold("f()"), "f()");
@@ -158,12 +171,16 @@ mod tests {
         let short = shorten(&site, 64);
         assert!(short.starts_with("_multiarray_umath.cpython-312-x86_64-linux-gnu.so+0x175e58"));
         assert!(short.chars().count() <= 72, "{short}");
-        let long = "libtorch_cpu.so+0x10 at::native::a_very_long_function_name_in_the_middle_of_things";
+        let long =
+            "libtorch_cpu.so+0x10 at::native::a_very_long_function_name_in_the_middle_of_things";
         let short = shorten(long, 44);
         assert_eq!(short.chars().count(), 44, "{short}");
         assert!(short.starts_with("libtorch_cpu.so+0x10 at::"), "{short}");
         assert!(short.ends_with("things"), "{short}");
         assert!(short.contains('…'));
-        assert_eq!(shorten("libc.so.6+0x10 malloc", 44), "libc.so.6+0x10 malloc");
+        assert_eq!(
+            shorten("libc.so.6+0x10 malloc", 44),
+            "libc.so.6+0x10 malloc"
+        );
     }
 }

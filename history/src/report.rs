@@ -874,7 +874,11 @@ fn table(out: &mut String, rows: &[ReportRow], options: &RenderOptions) {
             let shown: Vec<String> = r
                 .callers
                 .iter()
-                .take(if options.full_names { usize::MAX } else { CALLERS_SHOWN })
+                .take(if options.full_names {
+                    usize::MAX
+                } else {
+                    CALLERS_SHOWN
+                })
                 .map(|c| options.name(c))
                 .collect();
             let more = r.callers.len() - shown.len();
@@ -1257,14 +1261,28 @@ mod tests {
         });
         let hot = h.alloc(1, 0x10_0000, 64 << 20, AllocKind::Pageable, Some(site), 0);
         for t in 0..10 {
-            h.transfer(1, 0xd000_0000, 0x10_0000, 64 << 20, CopyDirection::HostToDevice, t);
+            h.transfer(
+                1,
+                0xd000_0000,
+                0x10_0000,
+                64 << 20,
+                CopyDirection::HostToDevice,
+                t,
+            );
         }
         let pinned_site = h.intern_call_site(CallSite {
             module: "/usr/lib/python3/dist-packages/torch/lib/libtorch_cuda.so".into(),
             offset: 0x99,
             symbol: Some("_ZN2at4cuda12_GLOBAL__N_121CUDAHostAllocatorImpl8allocateEm".into()),
         });
-        let wasted = h.alloc(1, 0x4000_0000, 256 << 20, AllocKind::Pinned, Some(pinned_site), 0);
+        let wasted = h.alloc(
+            1,
+            0x4000_0000,
+            256 << 20,
+            AllocKind::Pinned,
+            Some(pinned_site),
+            0,
+        );
         h.map(1, 0x7000_0000, 512 << 20, 0);
         let text = Report::new(&h, HotPolicy::default(), 10).render();
         let at = |needle: &str| {
@@ -1275,7 +1293,10 @@ mod tests {
         assert!(at("2. Pinned and wasted") < at("3. Pageable and copied often"));
         assert!(at("3. Pageable") < at("4. Device memory"));
         assert!(at("4. Device memory") < at("5. Never copied"));
-        assert!(text.contains("libc10.so+0x3c1f0 c10::alloc_cpu(…)"), "{text}");
+        assert!(
+            text.contains("libc10.so+0x3c1f0 c10::alloc_cpu(…)"),
+            "{text}"
+        );
         assert!(!text.contains("_ZN3c10"), "{text}");
         assert!(text.contains("-> hotpin run -- python train.py"), "{text}");
         assert_eq!(text.matches("-> hotpin run").count(), 3, "{text}");

@@ -376,7 +376,9 @@ impl Learner {
         meta.command = std::env::args().collect();
         meta.started_unix_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs().saturating_sub(self.started.elapsed().as_secs()));
+            .map_or(0, |d| {
+                d.as_secs().saturating_sub(self.started.elapsed().as_secs())
+            });
         for (i, entry) in self.learned.iter().enumerate() {
             let site = history.intern_call_site(CallSite {
                 module: entry.site.module.clone(),

@@ -139,7 +139,8 @@ pub fn run(args: DemoArgs) -> Result<()> {
             "{:<20} {:>10.4} {:>12} {:>8} {:>10}",
             run.name,
             run.seconds,
-            run.pinned_bytes.map_or("-".into(), |b| (b >> 20).to_string()),
+            run.pinned_bytes
+                .map_or("-".into(), |b| (b >> 20).to_string()),
             run.checks,
             run.mismatches
         );

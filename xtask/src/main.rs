@@ -6,6 +6,7 @@ mod fuzz;
 mod setup;
 mod test;
 mod vm_test;
+mod wheel;
 
 use std::{
     path::{Path, PathBuf},
@@ -30,13 +31,16 @@ enum Task {
     /// setup, cargo fmt --check, clippy (user crates, then tracer-ebpf), unit and privileged
     /// integration tests.
     Test,
-    /// Build everything, trace the bundled workload, show the hot/cold report, rerun it with
-    /// the allocator in use mode.
+    /// Build everything; an unmodified CUDA program traced and reported, then run under
+    /// `hotpin run` (learning, then from what it learned), its results checked.
     Demo(demo::DemoArgs),
     /// Fuzz the history loaders and the event decoder (cargo-fuzz, nightly).
     Fuzz(fuzz::FuzzArgs),
     /// The original design's benchmark: unpinned, pinned, profile and use modes per size.
     Bench(bench::BenchArgs),
+    /// Build the `hotpin` wheel with maturin (target/wheels), install it into a fresh
+    /// virtualenv and run a stand-in program from it.
+    Wheel,
     /// Boot Debian's kernels (6.1, 6.12) in QEMU and run the eBPF load, a subset of the
     /// integration tests and the kprobe check in each.
     VmTest(vm_test::VmTestArgs),
@@ -52,6 +56,7 @@ fn main() -> Result<()> {
         Task::Bench(args) => bench::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::VmTest(args) => vm_test::run(args),
+        Task::Wheel => wheel::build().and_then(|wheel| wheel::check(&wheel)),
     }
 }
 

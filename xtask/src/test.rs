@@ -71,6 +71,10 @@ pub fn run() -> Result<()> {
         ))?;
     // Each fuzz target briefly, from the committed corpus (the long runs: `cargo xtask fuzz`).
     crate::fuzz::smoke(20)?;
+    // The wheel: built with maturin, installed into a fresh virtualenv, a stand-in program
+    // run under `hotpin run` and `python -m hotpin run` from it; its size is said.
+    let wheel = crate::wheel::build()?;
+    crate::wheel::check(&wheel)?;
     eprintln!(
         "xtask: test: everything passed in {:.0} s",
         started.elapsed().as_secs_f64()
