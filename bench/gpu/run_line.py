@@ -2,7 +2,8 @@
 program's own last JSON line (or an error with the tail of its stdout), the run's program,
 configuration, round, exit status and wall seconds, any EXTRA fields, the tail of its stderr
 after a failure (an exit status not 0, an error, errors or mismatches), and the interposer's
-counters summed over the run's report files PREFIX.<pid>.json (peaks: the largest).
+counters summed over the run's report files PREFIX.<pid>.json (peaks, the longest wait and
+the budget, which every process has alike: the largest).
 Usage: python3 run_line.py PROGRAM CONFIG ROUND EXIT STDOUT STDERR PREFIX SECONDS [EXTRA-JSON]
 (PREFIX empty for a run without hotpin)."""
 import glob
@@ -36,7 +37,8 @@ if reports:
             continue
         for k, v in r.get("counters", {}).items():
             if isinstance(v, (int, float)):
-                counters[k] = max(counters.get(k, 0), v) if k.startswith("peak") \
+                largest = k.startswith("peak") or k in ("budget", "longest_register_ns")
+                counters[k] = max(counters.get(k, 0), v) if largest \
                     else counters.get(k, 0) + v
     d["counters"] = counters
     d["reports"] = len(reports)
