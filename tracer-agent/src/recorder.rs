@@ -683,14 +683,15 @@ fn apply(
             let call = &call;
             let callers = callers
                 .iter()
-                .map_while(|&raw| resolver.resolve_caller(call.pid, raw))
-                .map(|site| history.intern_call_site(site))
+                .map_while(|&raw| {
+                    history.intern_raw_site(raw, || resolver.resolve_caller(call.pid, raw))
+                })
                 .collect();
             let site = match (call.op, call.site) {
                 (Op::Alloc { .. } | Op::Register { .. } | Op::Realloc { .. }, Some(raw))
                     if !call.nested =>
                 {
-                    Some(history.intern_call_site(resolver.resolve(call.pid, raw)))
+                    history.intern_raw_site(raw, || Some(resolver.resolve(call.pid, raw)))
                 }
                 _ => None,
             };

@@ -200,6 +200,10 @@ pub struct MemHistory {
     data: HistoryData,
     /// Call sites by (module, offset).
     site_ids: HashMap<(String, u64), CallSiteId>,
+    /// Call sites as the kernel gave them, (build id, offset), once resolved: an allocation's
+    /// site and caller frames are named once per history, not at every allocation (naming
+    /// took a third of the daemon's writer). `None`: a frame that ends the walk.
+    raw_site_ids: HashMap<([u8; 20], u64), Option<CallSiteId>>,
     /// Live allocations by (pid, start).
     live: BTreeMap<(u32, u64), AllocId>,
     /// Live anonymous mappings and heaps by (pid, start): they hold allocations, so an address
@@ -440,6 +444,26 @@ impl MemHistory {
     }
 
     /// The id of a call site, adding it if new.
+    /// The id of the call site the kernel gave as `raw`: for a (build id, offset) seen
+    /// before by this history, without resolving it again; else `resolve`d (`None`: not a
+    /// call site, such as a frame that ends a stack walk) and interned.
+    pub fn intern_raw_site(
+        &mut self,
+        raw: crate::events::RawSite,
+        resolve: impl FnOnce() -> Option<CallSite>,
+    ) -> Option<CallSiteId> {
+        let crate::events::RawSite::BuildId { build_id, offset } = raw else {
+            // An address alone means nothing without the process's maps of the moment.
+            return resolve().map(|site| self.intern_call_site(site));
+        };
+        if let Some(&id) = self.raw_site_ids.get(&(build_id, offset)) {
+            return id;
+        }
+        let id = resolve().map(|site| self.intern_call_site(site));
+        self.raw_site_ids.insert((build_id, offset), id);
+        id
+    }
+
     pub fn intern_call_site(&mut self, site: CallSite) -> CallSiteId {
         // Called for every allocation and every frame of its callers: the module name is
         // moved into the key, and copied only for a site not seen before.

@@ -513,3 +513,45 @@ fn an_aggregate_naming_a_call_site_that_does_not_exist_is_refused() {
         Err(InvalidHistory::UnknownAggregateSite { .. })
     ));
 }
+
+#[test]
+fn a_raw_call_site_is_resolved_once_per_history() {
+    use crate::events::RawSite;
+    let mut h = MemHistory::new();
+    let raw = RawSite::BuildId {
+        build_id: [7; 20],
+        offset: 0x40,
+    };
+    let mut resolved = 0;
+    let site = || CallSite {
+        module: "/bin/app".into(),
+        offset: 0x40,
+        symbol: Some("load".into()),
+    };
+    let first = h.intern_raw_site(raw, || {
+        resolved += 1;
+        Some(site())
+    });
+    let again = h.intern_raw_site(raw, || {
+        resolved += 1;
+        Some(site())
+    });
+    assert_eq!(first, again);
+    assert_eq!(resolved, 1, "resolved once");
+    // A frame that ends a walk stays one.
+    let end = RawSite::BuildId {
+        build_id: [8; 20],
+        offset: 0x10,
+    };
+    assert_eq!(h.intern_raw_site(end, || None), None);
+    assert_eq!(h.intern_raw_site(end, || Some(site())), None);
+    // An address alone is resolved every time (the process's maps may change).
+    let mut asked = 0;
+    for _ in 0..2 {
+        h.intern_raw_site(RawSite::Address(0x1234), || {
+            asked += 1;
+            Some(site())
+        });
+    }
+    assert_eq!(asked, 2);
+}
