@@ -4,7 +4,7 @@
 
 use hotpin_history::maps::ProcessMaps;
 
-use crate::policy::SiteKey;
+use hotpin_policy::set::SiteKey;
 
 #[derive(Debug, Default)]
 pub struct Resolver {

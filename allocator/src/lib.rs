@@ -13,8 +13,6 @@
 pub mod callsite;
 mod capi;
 pub mod cuda;
-pub mod online;
-pub mod policy;
 pub mod pool;
 pub mod pressure;
 
@@ -24,9 +22,12 @@ use std::{
     sync::{Mutex, MutexGuard, OnceLock},
 };
 
-use hotpin_history::{dump::DumpError, report::HotPolicy};
-pub use policy::Mode;
-use policy::{HotSet, Judged, SiteKey, Verdict};
+use hotpin_history::dump::DumpError;
+pub use hotpin_policy::Mode;
+use hotpin_policy::{
+    hot::HotPolicy,
+    set::{HotSet, Request, SiteKey, Why, decide},
+};
 use pool::{PinnedBlock, PinnedPool};
 use pressure::{Level, Pressure};
 
@@ -98,7 +99,7 @@ pub fn parse_budget(text: &str) -> Result<u64, InitError> {
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) } as f64;
         return Ok((pages * pool::page_size() as f64 * share / 100.0) as u64);
     }
-    hotpin_history::report::parse_bytes(text).map_err(bad)
+    hotpin_history::units::parse_bytes(text).map_err(bad)
 }
 
 /// Why the allocator could not be set up.
@@ -369,26 +370,23 @@ impl Allocator {
             *next += 1;
             ordinal
         };
-        let want_pin = match state.config.mode {
-            Mode::PinNone => false,
-            Mode::PinAll | Mode::Profile => true,
-            Mode::Use | Mode::Auto => match state
-                .hot
-                .as_ref()
-                .map(|hot| hot.judge(&site, ordinal, size as u64))
-            {
-                Some(
-                    Judged::Known(Verdict::Pin) | Judged::Recycled(Verdict::Pin) | Judged::SiteHot,
-                ) => true,
-                Some(
-                    Judged::Known(Verdict::OverBudget) | Judged::Recycled(Verdict::OverBudget),
-                ) => {
-                    state.stats.fallback_budget += 1;
-                    false
-                }
-                _ => false,
-            },
+        // The Rust allocator has no copy hooks: auto mode is use mode here. Its profile mode
+        // pins everything while the tracer records (the interposer's records the program as
+        // it is, pinning what it asked).
+        let mode = match state.config.mode {
+            Mode::Auto => Mode::Use,
+            Mode::Profile => Mode::PinAll,
+            mode => mode,
         };
+        let judged = state
+            .hot
+            .as_ref()
+            .map(|hot| hot.judge(&site, ordinal, size as u64));
+        let decision = decide(mode, judged, false, Request::Pageable, size as u64);
+        if decision.why == Why::OverBudget {
+            state.stats.fallback_budget += 1;
+        }
+        let want_pin = decision.pin;
         if want_pin && let Some(block) = state.pin(size) {
             let ptr = block.ptr;
             hotpin_pinned(ptr.cast(), size);

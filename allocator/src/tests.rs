@@ -72,7 +72,7 @@ fn use_mode(budget: Option<u64>) -> Allocator {
     config.pinned_budget = budget;
     // These tests are about identity, budget and fallbacks: judged by the first version's
     // bar, which their synthetic history is written for (the cost model has its own tests).
-    config.policy = hotpin_history::report::HotPolicy::transfers(4);
+    config.policy = hotpin_policy::hot::HotPolicy::transfers(4);
     Allocator::new(config).expect("set up")
 }
 

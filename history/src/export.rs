@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::{
     history::{AllocEvent, Allocation, MemHistory},
     registry::CopyDirection,
-    report::bytes,
+    units::bytes,
 };
 
 /// Why a history cannot be exported.

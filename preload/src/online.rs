@@ -12,15 +12,15 @@
 
 use std::{collections::BTreeMap, path::Path, time::Instant};
 
-use hotpin::{
-    online::{Admission, Budget, Groups, Heat, Online},
-    policy::SiteKey,
-};
 use hotpin_history::{
-    cost::CostModel,
     dump::Format,
     history::{AllocKind, CallSite, MemHistory, TransferStats},
     registry::CopyDirection,
+};
+use hotpin_policy::{
+    cost::CostModel,
+    online::{Admission, Budget, Groups, Heat, Online},
+    set::SiteKey,
 };
 
 /// Blocks recorded for the history, at most (a long-lived program's later blocks are
@@ -32,7 +32,7 @@ const REWEIGH_COPIES: u64 = 4;
 const REWEIGH_NS: u64 = 100_000_000;
 /// A part of a block is registered on its own only where the block is larger than this and
 /// the part at most half of it; parts are rounded out to this alignment.
-pub const PART_ABOVE: usize = hotpin::online::LARGEST_AT_BIRTH;
+pub const PART_ABOVE: usize = hotpin_policy::online::LARGEST_AT_BIRTH;
 const PART_ALIGN: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,13 +18,12 @@ use std::{
 use hotpin::{
     Mode,
     callsite::Resolver,
-    online::LARGEST_AT_BIRTH,
-    policy::{HotSet, Judged, SiteKey, Verdict},
     pressure::{Level, Pressure},
 };
-use hotpin_history::{
-    report::HotPolicy,
-    store::{self, ProgramKey, Store},
+use hotpin_history::store::{self, ProgramKey, Store};
+use hotpin_policy::{
+    hot::HotPolicy,
+    set::{HotSet, Request, SiteKey, Why, decide},
 };
 use serde::Serialize;
 
@@ -263,7 +262,7 @@ pub fn init() {
     match State::from_env() {
         Ok(Some(state)) => {
             let floor = match std::env::var("HOTPIN_MALLOC_FLOOR") {
-                Ok(text) => hotpin_history::report::parse_bytes(&text).unwrap_or_else(|error| {
+                Ok(text) => hotpin_history::units::parse_bytes(&text).unwrap_or_else(|error| {
                     if strict() {
                         eprintln!(
                             "hotpin: HOTPIN_MALLOC_FLOOR={text:?} is not a size ({error}); \
@@ -524,7 +523,7 @@ impl State {
                 Mode::Profile => 0,
                 _ => std::env::var("HOTPIN_CACHE")
                     .ok()
-                    .and_then(|v| hotpin_history::report::parse_bytes(&v).ok())
+                    .and_then(|v| hotpin_history::units::parse_bytes(&v).ok())
                     .unwrap_or(1 << 30) as usize,
             },
             pressure: Pressure::default(),
@@ -548,11 +547,10 @@ impl State {
         (site, ordinal)
     }
 
-    /// Whether an allocation of `size` bytes at `site` is to be pinned, and why.
-    /// `asked_pinned`: the program asked for pinned memory (cudaHostAlloc, cudaHostRegister
-    /// and the driver's): one the history does not know keeps what the program asked for; a
-    /// pageable one it does not know stays pageable. `lazy`: in auto mode, a pinned request
-    /// nothing is known of is served pageable and pinned once its copies repay it.
+    /// Whether an allocation of `size` bytes at `site` is to be pinned, and why: the policy's
+    /// decision (`hotpin_policy::set::decide`), given what the history and auto mode's live
+    /// groups say. `asked_pinned`: the program asked for pinned memory (cudaHostAlloc,
+    /// cudaHostRegister and the driver's); `lazy`: such a request may be served pageable.
     fn wants_pinned(
         &self,
         site: &SiteKey,
@@ -560,43 +558,20 @@ impl State {
         size: u64,
         asked_pinned: bool,
         lazy: bool,
-    ) -> (bool, &'static str) {
-        match self.mode {
-            Mode::Auto => {
-                let judged = self.hot.as_ref().map(|h| h.judge(site, ordinal, size));
-                let group_hot = self
-                    .learner
-                    .as_ref()
-                    .is_some_and(|l| l.group_hot(site, size as usize));
-                let (pin, why) = match judged {
-                    Some(Judged::Known(Verdict::Pin)) => (true, "known"),
-                    Some(Judged::Recycled(Verdict::Pin)) => (true, "recycled"),
-                    Some(Judged::SiteHot) => (true, "site-hot"),
-                    _ if group_hot => (true, "group-hot"),
-                    Some(Judged::Known(_) | Judged::Recycled(_)) => (false, "known"),
-                    _ => (asked_pinned && !lazy, "learning"),
-                };
-                // A large pinned request is served pageable even when known hot: its copies
-                // then pin only the part of it they touch, off the allocation's path.
-                if pin && lazy && size > LARGEST_AT_BIRTH as u64 {
-                    (false, "large")
-                } else {
-                    (pin, why)
-                }
-            }
-            Mode::PinAll => (true, "pin-all"),
-            // The program as it is: what it asked for, so the history records its own copies.
-            Mode::Profile => (asked_pinned, "profile"),
-            Mode::PinNone => (false, "pin-none"),
-            Mode::Use => match self.hot.as_ref().map(|h| h.judge(site, ordinal, size)) {
-                Some(Judged::Known(Verdict::Pin)) => (true, "known"),
-                Some(Judged::Recycled(Verdict::Pin)) => (true, "recycled"),
-                Some(Judged::SiteHot) => (true, "site-hot"),
-                Some(Judged::Known(_)) => (false, "known"),
-                Some(Judged::Recycled(_)) => (false, "recycled"),
-                Some(Judged::Unknown) | None => (asked_pinned, "unknown"),
-            },
-        }
+    ) -> (bool, Why) {
+        let judged = self.hot.as_ref().map(|h| h.judge(site, ordinal, size));
+        let group_hot = self.mode == Mode::Auto
+            && self
+                .learner
+                .as_ref()
+                .is_some_and(|l| l.group_hot(site, size as usize));
+        let request = if asked_pinned {
+            Request::Pinned { lazy }
+        } else {
+            Request::Pageable
+        };
+        let decision = decide(self.mode, judged, group_hot, request, size);
+        (decision.pin, decision.why)
     }
 
     fn record(
@@ -606,13 +581,13 @@ impl State {
         ordinal: u32,
         size: u64,
         action: &'static str,
-        why: &'static str,
+        why: Why,
     ) {
         JUDGED.fetch_add(1, Ordering::Relaxed);
-        match why {
-            "known" | "recycled" | "site-hot" => self.matched += 1,
-            "unknown" => self.judged_unknown += 1,
-            _ => {}
+        if why.matched() {
+            self.matched += 1;
+        } else if why == Why::Unknown {
+            self.judged_unknown += 1;
         }
         if self.report.is_some() && self.log.len() < MAX_LOGGED {
             self.log.push(Decision {
@@ -621,7 +596,7 @@ impl State {
                 ordinal,
                 size,
                 action,
-                why,
+                why: why.as_str(),
             });
         }
     }
@@ -734,9 +709,6 @@ pub fn allocate(
         return from_libc();
     }
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false, false);
-    // Auto mode pins a larger block only once its copies repay it: allocating never waits
-    // long on a registration.
-    let pin = pin && (state.learner.is_none() || size <= LARGEST_AT_BIRTH);
     // Short of memory: the cache goes first; critically short, nothing new is pinned.
     let level = state.pressure.level();
     let mut released = if level >= Level::High {
@@ -935,7 +907,7 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
             ordinal,
             size as u64,
             "kept-pinned",
-            if pin { why } else { "flags" },
+            if pin { why } else { Why::Flags },
         );
         PinnedRequest::Pinned
     } else {
@@ -1023,7 +995,7 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
             ordinal,
             size as u64,
             "kept-pinned",
-            if pin { why } else { "flags" },
+            if pin { why } else { Why::Flags },
         );
         state.counters.kept_pinned += 1;
         state.counters.kept_pinned_bytes += size as u64;

@@ -15,7 +15,9 @@ pub mod sessions;
 pub mod target;
 
 /// The history, its dumps and reports live in their own crate (shared with the allocator).
-pub use hotpin_history::{dump, events, export, history, report, store};
+pub use hotpin_history::{dump, events, export, history, store};
+pub use hotpin_policy as policy;
+pub use hotpin_report as report;
 
 pub use agent::{AgentConfig, AgentEvent, TracerAgent};
 pub use error::TracerError;

@@ -14,7 +14,7 @@ use prometheus_client::{
 
 use crate::{
     history::{AllocKind, MemHistory},
-    report::HotPolicy,
+    policy::hot::HotPolicy,
 };
 
 /// Programs with a label of their own; the rest share `program="other"`.

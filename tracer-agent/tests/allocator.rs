@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use tracer_agent::{dump::Format, history::AllocKind, report::HotPolicy};
+use tracer_agent::{dump::Format, history::AllocKind, policy::hot::HotPolicy};
 
 const SIZE: u64 = 256 * 1024;
 

@@ -22,7 +22,9 @@ use opentelemetry_proto::tonic::{
 };
 use prost::Message as _;
 
-use tracer_agent::{dump, history::MemHistory, metrics::Traffic, report::HotPolicy, store::Store};
+use tracer_agent::{
+    dump, history::MemHistory, metrics::Traffic, policy::hot::HotPolicy, store::Store,
+};
 
 /// A running daemon and the lines it wrote to stderr.
 struct Daemon {

@@ -85,7 +85,7 @@ struct Args {
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
-    hotpin_history::report::parse_bytes(text)?
+    hotpin_history::units::parse_bytes(text)?
         .try_into()
         .ok()
         .filter(|&size: &usize| size > 0)

@@ -77,7 +77,7 @@ fn key_of(a: &Allocation) -> AggregateKey {
 /// before an allocation at the same instant (a block freed and taken again at once is one
 /// block). A free stamped before its allocation (events from two CPUs) counts at the
 /// allocation.
-pub(crate) fn peak_alive(lives: &[(u64, u64)]) -> u64 {
+pub fn peak_alive(lives: &[(u64, u64)]) -> u64 {
     let mut changes: Vec<(u64, i64)> = Vec::with_capacity(lives.len() * 2);
     for &(alloc, free) in lives {
         changes.push((alloc, 1));

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::registry::function_name;
 
-pub(crate) use aggregate::peak_alive;
+pub use aggregate::peak_alive;
 pub use aggregate::{Retention, SiteAggregate};
 pub use allocation::{
     AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, TransferStats,

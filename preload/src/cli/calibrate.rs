@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use hotpin::cuda::{CudaRuntime, MemcpyKind};
-use hotpin_history::cost::{COST_FILE_FORMAT, CostFile, CostModel, Curve, Linear, SIZES};
+use hotpin_policy::cost::{COST_FILE_FORMAT, CostFile, CostModel, Curve, Linear, SIZES};
 
 #[derive(clap::Args, Debug)]
 pub struct CalibrateArgs {

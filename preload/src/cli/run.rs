@@ -66,7 +66,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             args.mode
         )
     })?;
-    let floor = hotpin_history::report::parse_bytes(&args.floor)
+    let floor = hotpin_history::units::parse_bytes(&args.floor)
         .map_err(|e| anyhow::anyhow!("--floor {}: {e}", args.floor))?;
     let (program, rest) = args
         .command

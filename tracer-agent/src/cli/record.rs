@@ -20,9 +20,10 @@ use tracer_agent::{
     AgentConfig, TracerAgent,
     dump::{self, Format},
     history::Retention,
+    policy::hot::HotPolicy,
     privileges,
     probes::ProbeState,
-    report::{HotPolicy, Report, bytes},
+    report::{Report, bytes},
     target::{self, PausedChild},
 };
 

@@ -6,11 +6,12 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-use hotpin_history::cost::CostModel;
+use hotpin_policy::cost::CostModel;
 use tracer_agent::{
     dump::{self, DumpError},
     history::MemHistory,
-    report::{HotPolicy, RenderOptions, Report},
+    policy::hot::HotPolicy,
+    report::{RenderOptions, Report},
     store::Store,
 };
 

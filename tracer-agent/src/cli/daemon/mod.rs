@@ -22,8 +22,9 @@ use tokio::{
 use tracer_agent::{
     AgentConfig, TracerAgent,
     metrics::{self, FinishedPrograms, RunningRun, Sample, TracerNumbers, Traffic},
-    otlp, privileges,
-    report::HotPolicy,
+    otlp,
+    policy::hot::HotPolicy,
+    privileges,
     sessions::Session,
     store::{ProgramKey, Store},
 };

@@ -24,7 +24,9 @@
 
 use std::collections::HashMap;
 
-use hotpin_history::{cost::CostModel, history::TransferStats};
+use hotpin_history::history::TransferStats;
+
+use crate::cost::CostModel;
 
 /// The largest block pinned at birth (from a history or a hot group): a larger one waits for
 /// its copies to repay it, so that allocating never waits long on a registration.

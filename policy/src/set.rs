@@ -1,4 +1,5 @@
-//! What to pin: the modes, and in use mode the hot set read from a saved history.
+//! What to pin from a saved history: each allocation's identity across runs ([`SiteKey`],
+//! ordinal, size) and the verdict the history gives it ([`HotSet`]).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -8,49 +9,9 @@ use std::{
 use hotpin_history::{
     dump::{self, DumpError},
     history::{AllocKind, MemHistory},
-    report::HotPolicy,
 };
 
-/// How the allocator chooses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Everything pageable (a baseline).
-    PinNone,
-    /// Everything pinned (a baseline).
-    PinAll,
-    /// Everything pinned, so transfers are fast while `tracer` records the history.
-    Profile,
-    /// Pin what the history says was hot.
-    Use,
-    /// Learn while the program runs which memory its copies make worth pinning (starting
-    /// from a history where there is one), and pin that: `hotpin run`'s default. The
-    /// interposer's mode only; the Rust allocator has no copy hooks and treats it as `Use`.
-    Auto,
-}
-
-impl Mode {
-    /// The name `from_name` reads (`HOTPIN_MODE`, `--mode`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::PinNone => "pin-none",
-            Mode::PinAll => "pin-all",
-            Mode::Profile => "profile",
-            Mode::Use => "use",
-            Mode::Auto => "auto",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "pin-none" => Some(Mode::PinNone),
-            "pin-all" => Some(Mode::PinAll),
-            "profile" => Some(Mode::Profile),
-            "use" => Some(Mode::Use),
-            "auto" => Some(Mode::Auto),
-            _ => None,
-        }
-    }
-}
+use crate::{Mode, hot::HotPolicy, online::LARGEST_AT_BIRTH};
 
 /// An allocation's identity across runs: its call site as the module's file name and the
 /// offset in it (stable under ASLR), then which allocation from that site it is, and its size.
@@ -106,6 +67,129 @@ pub enum Judged {
     SiteHot,
     /// Neither it nor its call site is in the history.
     Unknown,
+}
+
+/// What the program asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Pageable memory (malloc and its kin).
+    Pageable,
+    /// Pinned memory (cudaHostAlloc, cudaHostRegister, the driver's). `lazy`: in auto mode,
+    /// a request nothing is known of may be served pageable and pinned once its copies repay
+    /// it (an allocation can be; a registration of memory the program has cannot).
+    Pinned { lazy: bool },
+}
+
+/// Why an allocation was pinned or not: the decision log's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The history knows it (pinned if it was hot).
+    Known,
+    /// Of a recycled group the history knows.
+    Recycled,
+    /// Hot, but the history's budget went to denser allocations.
+    OverBudget,
+    /// Unknown to the history, at a call site that was hot.
+    SiteHot,
+    /// Auto mode: its group's freed blocks together repaid a pin.
+    GroupHot,
+    /// Auto mode: not known; its copies will tell.
+    Learning,
+    /// Auto mode: a large block (a pinned request served pageable), pinned only later, and
+    /// only the part its copies touch.
+    Large,
+    /// Use mode: not in the history; what the program asked for.
+    Unknown,
+    PinAll,
+    PinNone,
+    /// Kept as asked whatever the history says: the program's flags need it pinned (mapped,
+    /// portable, write-combined).
+    Flags,
+    /// Profile mode (the interposer's): what the program asked for, so that the history
+    /// records the program as it is.
+    Profile,
+}
+
+impl Why {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::Known => "known",
+            Why::Recycled => "recycled",
+            Why::OverBudget => "over-budget",
+            Why::SiteHot => "site-hot",
+            Why::GroupHot => "group-hot",
+            Why::Learning => "learning",
+            Why::Large => "large",
+            Why::Unknown => "unknown",
+            Why::PinAll => "pin-all",
+            Why::PinNone => "pin-none",
+            Why::Flags => "flags",
+            Why::Profile => "profile",
+        }
+    }
+
+    /// The history knew the allocation (by itself, its group or its site).
+    pub fn matched(self) -> bool {
+        matches!(
+            self,
+            Why::Known | Why::Recycled | Why::OverBudget | Why::SiteHot
+        )
+    }
+}
+
+/// The decision for one allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub pin: bool,
+    pub why: Why,
+}
+
+/// Whether to pin one allocation of `size` bytes at birth, and why: the one place the
+/// allocator and the interposer decide it. `judged`: what the history says of it (none
+/// without a history); `group_hot`: auto mode's live verdict on its recycled group.
+pub fn decide(
+    mode: Mode,
+    judged: Option<Judged>,
+    group_hot: bool,
+    request: Request,
+    size: u64,
+) -> Decision {
+    let asked_pinned = matches!(request, Request::Pinned { .. });
+    let lazy = matches!(request, Request::Pinned { lazy: true });
+    let from_history = |judged: Option<Judged>| match judged {
+        Some(Judged::Known(Verdict::Pin)) => Some((true, Why::Known)),
+        Some(Judged::Recycled(Verdict::Pin)) => Some((true, Why::Recycled)),
+        Some(Judged::SiteHot) => Some((true, Why::SiteHot)),
+        Some(Judged::Known(Verdict::OverBudget) | Judged::Recycled(Verdict::OverBudget)) => {
+            Some((false, Why::OverBudget))
+        }
+        Some(Judged::Known(Verdict::Cold)) => Some((false, Why::Known)),
+        Some(Judged::Recycled(Verdict::Cold)) => Some((false, Why::Recycled)),
+        Some(Judged::Unknown) | None => None,
+    };
+    let (pin, why) = match mode {
+        Mode::PinAll => (true, Why::PinAll),
+        Mode::PinNone => (false, Why::PinNone),
+        Mode::Profile => (asked_pinned, Why::Profile),
+        Mode::Use => from_history(judged).unwrap_or((asked_pinned, Why::Unknown)),
+        Mode::Auto => {
+            let (pin, why) = match from_history(judged) {
+                Some((true, why)) => (true, why),
+                _ if group_hot => (true, Why::GroupHot),
+                Some(known) => known,
+                None => (asked_pinned && !lazy, Why::Learning),
+            };
+            // A large block is not pinned at birth even when known hot (a pinned request is
+            // served pageable): its copies then pin only the part of it they touch, and
+            // allocating never waits long on a registration.
+            if pin && (lazy || !asked_pinned) && size > LARGEST_AT_BIRTH as u64 {
+                (false, Why::Large)
+            } else {
+                (pin, why)
+            }
+        }
+    };
+    Decision { pin, why }
 }
 
 /// What competes for the pinned budget: one hot allocation, or one recycled group.

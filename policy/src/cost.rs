@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::TransferStats;
+use hotpin_history::history::TransferStats;
 
 /// Copy sizes at which bandwidths are given; between two, bandwidth is interpolated on the
 /// logarithm of the size; outside, the nearest is used.
@@ -188,7 +188,7 @@ impl CostModel {
     /// Reads a cost file written by `hotpin calibrate`.
     pub fn load(path: &Path) -> Result<CostFile, CostFileError> {
         // A cost file is a few hundred bytes: 1 MiB bounds what a device or a pipe could send.
-        let text = crate::files::read_bounded(path, 1 << 20)
+        let text = hotpin_history::files::read_bounded(path, 1 << 20)
             .and_then(|bytes| {
                 String::from_utf8(bytes)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
