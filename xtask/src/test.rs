@@ -75,6 +75,18 @@ pub fn run() -> Result<()> {
     // run under `hotpin run` and `python -m hotpin run` from it; its size is said.
     let wheel = crate::wheel::build()?;
     crate::wheel::check(&wheel)?;
+    // The cluster files (deploy/): YAML, the Kubernetes schemas (kubernetes-validate, which
+    // bundles them), the dashboard's metrics against what the daemon exports.
+    let python = std::path::Path::new(crate::wheel::TOOLS).join("bin/python");
+    sh(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "pyyaml",
+        "kubernetes-validate",
+    ]))?;
+    sh(Command::new(&python).arg("deploy/check.py"))?;
     eprintln!(
         "xtask: test: everything passed in {:.0} s",
         started.elapsed().as_secs_f64()

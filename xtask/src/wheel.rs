@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::{cargo, sh};
 
 /// Where maturin is installed (a virtualenv of its own, made once).
-const TOOLS: &str = "target/wheel-tools";
+pub const TOOLS: &str = "target/wheel-tools";
 const OUT: &str = "target/wheels";
 
 /// Builds the wheel; its path.
