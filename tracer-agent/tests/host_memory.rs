@@ -178,10 +178,15 @@ fn an_allocation_keeps_its_callers_where_frame_pointers_allow() {
         callers.len() >= 2 && callers[0] == "outer" && callers[1] == "main",
         "inner <- outer <- main: {callers:?}"
     );
+    // Module first, then the function: `called from callers+0x11b3 outer <- ... main`.
     let report = tracer_agent::report::Report::new(&history, Default::default(), 10);
+    let text = report.render();
+    let called_from = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("called from "))
+        .unwrap_or_default();
     assert!(
-        report.render().contains("called from outer"),
-        "{}",
-        report.render()
+        called_from.contains("callers+0x") && called_from.contains(" outer <- "),
+        "{text}"
     );
 }
