@@ -12,8 +12,7 @@ use tokio::sync::watch;
 use crate::{
     address_space,
     error::TracerError,
-    events::CudaCall,
-    history::{Allocation, CallSite, MemHistory},
+    history::{Allocation, MemHistory},
     probes::{ProbeOptions, ProbeState, ProbeStatus, Probes},
     recorder::{LiveStatus, Recorder, RecorderConfig, RecorderEnd, Shared},
     sessions::{Session, SessionInfo, Sessions},
@@ -77,27 +76,6 @@ impl AgentConfig {
     }
 }
 
-/// An event from outside the kernel probes, e.g. the allocator announcing an allocation.
-#[derive(Clone, Debug)]
-pub enum AgentEvent {
-    /// A CUDA call seen elsewhere.
-    Cuda(CudaCall),
-    /// A host allocation with its identity.
-    HostAlloc {
-        pid: u32,
-        addr: u64,
-        size: u64,
-        kind: crate::history::AllocKind,
-        call_site: Option<CallSite>,
-        ts_ns: u64,
-    },
-    HostFree {
-        pid: u32,
-        addr: u64,
-        ts_ns: u64,
-    },
-}
-
 struct Running {
     stop: watch::Sender<bool>,
     thread: JoinHandle<Result<RecorderEnd, TracerError>>,
@@ -122,11 +100,6 @@ impl TracerAgent {
         Self::with_config(AgentConfig::new(pid))
     }
 
-    /// An agent for the calling process.
-    pub fn for_current_process() -> Self {
-        Self::new(std::process::id())
-    }
-
     pub fn with_config(config: AgentConfig) -> Self {
         Self {
             config,
@@ -135,16 +108,6 @@ impl TracerAgent {
             probes: Vec::new(),
             stopped: None,
         }
-    }
-
-    /// An agent over a history loaded from a dump, for queries.
-    pub fn from_history(history: MemHistory) -> Self {
-        let agent = Self::with_config(AgentConfig {
-            pids: Vec::new(),
-            ..AgentConfig::new(0)
-        });
-        *agent.shared.history.write().expect("history lock poisoned") = history;
-        agent
     }
 
     /// Loads the kernel programs, attaches them to the CUDA libraries of the targets (and the
@@ -354,28 +317,6 @@ impl TracerAgent {
     ) -> Result<(), crate::dump::DumpError> {
         crate::dump::write(&self.history(), path, format, verbose)
     }
-
-    /// Feeds an event from elsewhere into the history.
-    pub fn handle_event(&self, event: AgentEvent) {
-        let mut history = self.shared.history.write().expect("history lock poisoned");
-        match event {
-            AgentEvent::Cuda(call) => history.apply(&call, None),
-            AgentEvent::HostAlloc {
-                pid,
-                addr,
-                size,
-                kind,
-                call_site,
-                ts_ns,
-            } => {
-                let site = call_site.map(|site| history.intern_call_site(site));
-                history.alloc(pid, addr, size, kind, site, ts_ns);
-            }
-            AgentEvent::HostFree { pid, addr, ts_ns } => {
-                history.free(pid, addr, ts_ns);
-            }
-        }
-    }
 }
 
 impl Drop for TracerAgent {
@@ -391,26 +332,25 @@ mod tests {
     use tracer_common::EventKind;
 
     use super::*;
-    use crate::{events::Op, history::AllocKind, probes::registry::CopyDirection};
+    use crate::{
+        events::{CudaCall, Op},
+        history::{AllocKind, CallSite},
+        probes::registry::CopyDirection,
+    };
 
     #[test]
-    fn events_from_elsewhere_feed_the_history_and_the_queries() {
-        // Never started: handle_event and the queries need no kernel programs.
+    fn the_queries_answer_from_the_history() {
+        // Never started: the queries need no kernel programs.
         let agent = TracerAgent::new(7);
+        let mut history = MemHistory::new();
         let site = CallSite {
             module: "/bin/app".into(),
             offset: 0x40,
             symbol: None,
         };
+        let site = history.intern_call_site(site);
         for (i, addr) in [0x1000u64, 0x9000].into_iter().enumerate() {
-            agent.handle_event(AgentEvent::HostAlloc {
-                pid: 7,
-                addr,
-                size: 4096,
-                kind: AllocKind::Pageable,
-                call_site: Some(site.clone()),
-                ts_ns: i as u64,
-            });
+            history.alloc(7, addr, 4096, AllocKind::Pageable, Some(site), i as u64);
         }
         let copy = |ts_ns| CudaCall {
             kind: EventKind::CudaMemcpy,
@@ -434,13 +374,10 @@ mod tests {
             },
         };
         for ts in 10..15 {
-            agent.handle_event(AgentEvent::Cuda(copy(ts)));
+            history.apply(&copy(ts), None);
         }
-        agent.handle_event(AgentEvent::HostFree {
-            pid: 7,
-            addr: 0x9000,
-            ts_ns: 20,
-        });
+        history.free(7, 0x9000, 20);
+        *agent.shared.history.write().expect("history lock") = history;
         let hot = agent.hotspots(1);
         assert_eq!(
             (hot[0].start, hot[0].stats.transfers, hot[0].ordinal),

@@ -19,5 +19,5 @@ pub use hotpin_history::{dump, events, export, history, store};
 pub use hotpin_policy as policy;
 pub use hotpin_report as report;
 
-pub use agent::{AgentConfig, AgentEvent, TracerAgent};
+pub use agent::{AgentConfig, TracerAgent};
 pub use error::TracerError;

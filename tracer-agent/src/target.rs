@@ -149,7 +149,9 @@ impl AddressSites {
         }
         let (module, offset) = self.maps.get(&pid)?.module_offset(addr)?;
         let build_id = *self.build_ids.entry(module.to_string()).or_insert_with(|| {
-            let id = crate::probes::symbols::read_build_id(&host_path(pid, module))?;
+            let id = crate::store::read_elf_build_id(&host_path(pid, module))
+                .ok()
+                .flatten()?;
             id.try_into().ok()
         });
         Some(RawSite::BuildId {
@@ -232,7 +234,7 @@ impl CallSiteResolver {
             }
             return;
         }
-        let build_id = crate::probes::symbols::read_build_id(path);
+        let build_id = crate::store::read_elf_build_id(path).ok().flatten();
         self.seen_files.insert(name.to_string(), build_id.clone());
         if let Some(id) = build_id {
             let module = KnownModule {
@@ -363,7 +365,9 @@ garbage line
     fn a_caller_frame_in_no_file_or_past_its_end_cuts_the_walk() {
         let me = std::process::id();
         let exe = std::fs::read_link("/proc/self/exe").expect("this test's executable");
-        let build_id: [u8; 20] = crate::probes::symbols::read_build_id(&exe)
+        let build_id: [u8; 20] = crate::store::read_elf_build_id(&exe)
+            .ok()
+            .flatten()
             .expect("rustc links a build id")
             .try_into()
             .expect("20 bytes");

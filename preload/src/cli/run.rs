@@ -72,7 +72,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .command
         .split_first()
         .context("give the command to run after `--`")?;
-    let static_runtime = which(Path::new(program)).filter(|exe| carries_cuda_runtime(exe));
+    let static_runtime = store::find_executable(std::ffi::OsStr::new(program))
+        .filter(|exe| carries_cuda_runtime(exe));
     if let Some(executable) = &static_runtime {
         eprintln!(
             "hotpin: {} carries the CUDA runtime statically: its CUDA calls cannot be \
@@ -164,7 +165,8 @@ fn profile(
     rest: &[OsString],
 ) -> Result<ExitCode> {
     let tracer = sibling("tracer").or_else(|_| {
-        which(Path::new("tracer")).context("the tracer is neither beside hotpin nor on PATH")
+        store::find_executable(std::ffi::OsStr::new("tracer"))
+            .context("the tracer is neither beside hotpin nor on PATH")
     })?;
     let mut command = Command::new(tracer);
     command
@@ -299,11 +301,6 @@ fn sibling(name: &str) -> Result<PathBuf> {
         bail!("{} is missing (it is built with hotpin)", path.display());
     }
     Ok(path)
-}
-
-/// Resolves a program name as execvp would.
-fn which(program: &Path) -> Option<PathBuf> {
-    store::find_executable(program.as_os_str())
 }
 
 /// Whether an executable defines the CUDA runtime itself (nvcc links it statically by

@@ -35,18 +35,6 @@ const MAX_RING_MIB: u32 = 1024;
 /// How long a started command has to exit after the tracer passed it a signal.
 const CHILD_GRACE: Duration = Duration::from_secs(10);
 
-/// Resolves a program name the way `execvp` would, for naming call sites in it.
-fn which(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        return Some(program.to_path_buf());
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|p| p.is_file())
-    })
-}
-
 /// Whether `path` starts like an ELF file (not a script).
 fn is_elf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
@@ -100,7 +88,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     // A command that cannot be started is said before anything is attached or written.
     if let Some(program) = args.command.first()
-        && !which(Path::new(program)).is_some_and(|path| path.is_file())
+        && !tracer_agent::store::find_executable(std::ffi::OsStr::new(program))
+            .is_some_and(|path| path.is_file())
     {
         bail!(
             "cannot find the command {}: nothing was started or recorded",
@@ -146,7 +135,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             }
         })?;
         config.pids = vec![paused.pid()];
-        config.modules = which(Path::new(program)).into_iter().collect();
+        config.modules = tracer_agent::store::find_executable(std::ffi::OsStr::new(program))
+            .into_iter()
+            .collect();
         // The program itself may carry the CUDA runtime or hotpin statically; at this point
         // the child is still the trampoline shell, so /proc/PID/exe is not the program yet.
         // A script (a pyenv shim, `#!`) carries nothing: its interpreter is found once it runs.
@@ -453,7 +444,9 @@ fn interposer(lib: &Path) -> Result<(std::ffi::OsString, [u8; 20])> {
     if !lib.is_file() {
         bail!("--preload {}: no such file", lib.display());
     }
-    let build_id = tracer_agent::probes::symbols::read_build_id(&lib)
+    let build_id = tracer_agent::store::read_elf_build_id(&lib)
+        .ok()
+        .flatten()
         .and_then(|id| <[u8; 20]>::try_from(id).ok())
         .with_context(|| {
             format!(

@@ -277,15 +277,6 @@ pub fn entry_skip(code: &[u8]) -> u64 {
     skip as u64
 }
 
-/// The ELF build id of a file, reading only its headers and notes.
-pub fn read_build_id(path: &Path) -> Option<Vec<u8>> {
-    let file = fs::File::open(path).ok()?;
-    // SAFETY: as in `SymbolTable::read`.
-    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    file.build_id().ok().flatten().map(<[u8]>::to_vec)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
