@@ -20,7 +20,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// hotpin for programs nobody changed: pin what their history says pays, nothing else.
+/// hotpin for programs nobody changed: pins, while they run, the host memory their copies make
+/// worth pinning, and nothing else.
 #[derive(Parser, Debug)]
 #[command(name = "hotpin", version)]
 struct Cli {
