@@ -19,18 +19,6 @@ use crate::{
     target::{self, CallSiteResolver},
 };
 
-/// What a history says recorded it (`RecordingMeta::tracer`).
-pub const TRACER_NAME: &str = concat!("hotpin tracer ", env!("CARGO_PKG_VERSION"));
-
-/// Ring buffer size by default: 16 MiB holds about 120k events, a second of the heaviest
-/// CUDA call rate we have measured, between two drains.
-pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
-
-/// Allocation entries a history keeps by default before folding the freed ones (see
-/// [`crate::history::Retention`]): about 24 MiB of history at about 240 bytes each, far more
-/// than a short run makes, so only a long-lived process's history is folded.
-pub const DEFAULT_MAX_ALLOCATIONS: usize = 100_000;
-
 /// How an agent traces.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -66,7 +54,7 @@ impl AgentConfig {
             pids: vec![pid],
             libraries: Vec::new(),
             modules: Vec::new(),
-            ring_bytes: DEFAULT_RING_BYTES,
+            ring_bytes: crate::DEFAULT_RING_BYTES,
             recorder: RecorderConfig::default(),
             command: Vec::new(),
             stop_on_library_open: false,
@@ -137,7 +125,7 @@ impl TracerAgent {
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut sessions = self.shared.sessions();
-            for pid in crate::sessions::running_cuda_processes() {
+            for pid in crate::target::running_cuda_processes() {
                 if !filter.admits(pid) || targets.contains(&pid) {
                     continue;
                 }
@@ -167,7 +155,7 @@ impl TracerAgent {
                 }
             }
             let meta = history.meta_mut();
-            meta.tracer = TRACER_NAME.to_owned();
+            meta.tracer = crate::TRACER_NAME.to_owned();
             meta.started_unix_s = crate::dump::unix_now();
             meta.pids = self.config.pids.clone();
             meta.command = self.config.command.clone();

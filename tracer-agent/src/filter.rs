@@ -58,7 +58,7 @@ impl ProcessFacts {
             })
             .unwrap_or_default();
         Some(Self {
-            uid: crate::sessions::process_uid(pid),
+            uid: crate::target::process_uid(pid),
             cgroup,
             command,
         })

@@ -20,4 +20,17 @@ pub use hotpin_policy as policy;
 pub use hotpin_report as report;
 
 pub use agent::{AgentConfig, TracerAgent};
+
+/// What a history says recorded it (`RecordingMeta::tracer`).
+pub const TRACER_NAME: &str = concat!("hotpin tracer ", env!("CARGO_PKG_VERSION"));
+
+/// Ring buffer size by default: 16 MiB holds about 120k events, a second of the heaviest
+/// CUDA call rate we have measured, between two drains.
+pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
+
+/// Allocation entries a history keeps by default before folding the freed ones (see
+/// [`crate::history::Retention`]): about 24 MiB of history at about 240 bytes each, far more
+/// than a short run makes, so only a long-lived process's history is folded.
+pub const DEFAULT_MAX_ALLOCATIONS: usize = 100_000;
+
 pub use error::TracerError;

@@ -62,7 +62,7 @@ impl Default for RecorderConfig {
             watch: None,
             retention: Retention {
                 timelines: true,
-                max_allocations: Some(crate::agent::DEFAULT_MAX_ALLOCATIONS),
+                max_allocations: Some(crate::DEFAULT_MAX_ALLOCATIONS),
             },
         }
     }

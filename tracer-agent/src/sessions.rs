@@ -40,7 +40,7 @@ impl SessionInfo {
             root: pid,
             program,
             command,
-            uid: process_uid(pid),
+            uid: crate::target::process_uid(pid),
             started_unix_s: crate::dump::unix_now(),
         }
     }
@@ -64,7 +64,7 @@ impl Session {
     fn new(info: SessionInfo, counters: KernelCounters, retention: Retention) -> Self {
         let mut history = MemHistory::with_retention(retention);
         let meta = history.meta_mut();
-        meta.tracer = crate::agent::TRACER_NAME.to_owned();
+        meta.tracer = crate::TRACER_NAME.to_owned();
         meta.started_unix_s = info.started_unix_s;
         meta.pids = vec![info.root];
         meta.command = info.command.clone();
@@ -204,32 +204,6 @@ impl Sessions {
     pub fn running(&self) -> impl Iterator<Item = &Session> {
         self.running.values()
     }
-}
-
-/// The real user id of `pid`.
-pub fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Processes running now that map a CUDA runtime, driver or hotpin library (every CUDA
-/// program maps the driver, statically linked runtime or not), except this one.
-pub fn running_cuda_processes() -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<u32> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&pid| pid != me)
-        .filter(|&pid| {
-            crate::target::read_maps(pid)
-                .is_ok_and(|maps| maps.files().any(crate::target::is_cuda_library_name))
-        })
-        .collect();
-    pids.sort_unstable();
-    pids
 }
 
 #[cfg(test)]

@@ -319,6 +319,29 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The real user id of `pid`.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Processes running now that map a CUDA runtime, driver or hotpin library (every CUDA
+/// program maps the driver, statically linked runtime or not), except this one.
+pub fn running_cuda_processes() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| read_maps(pid).is_ok_and(|maps| maps.files().any(is_cuda_library_name)))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -180,7 +180,7 @@ struct RecordArgs {
     runtime_copies: bool,
     /// Most allocation entries the history keeps: past it, the oldest freed allocations are
     /// folded into one aggregate per call site and size, counts kept (0: no bound).
-    #[arg(long, default_value_t = tracer_agent::agent::DEFAULT_MAX_ALLOCATIONS, value_name = "N")]
+    #[arg(long, default_value_t = tracer_agent::DEFAULT_MAX_ALLOCATIONS, value_name = "N")]
     max_allocations: usize,
     /// Smallest libc allocation recorded with --libc-malloc (suffixes K, M, G).
     #[arg(long, default_value = "1M", value_parser = tracer_agent::report::parse_bytes, value_name = "BYTES")]

@@ -144,7 +144,7 @@ impl Settings {
             max_allocations: args
                 .max_allocations
                 .or(file.max_allocations)
-                .unwrap_or(tracer_agent::agent::DEFAULT_MAX_ALLOCATIONS),
+                .unwrap_or(tracer_agent::DEFAULT_MAX_ALLOCATIONS),
             stop_on_load: !args.no_stop_on_load && file.stop_on_load.unwrap_or(true),
             ring_mib,
             filter,
