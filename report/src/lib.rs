@@ -189,6 +189,143 @@ fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
     }
 }
 
+/// The host allocations sorted into what the report advises: per call site, what to pin and
+/// what to stop pinning; the wasted pinned memory and the pageable memory copied often.
+struct Judged<'a> {
+    wasted: Vec<&'a Allocation>,
+    candidates: Vec<&'a Allocation>,
+    pin: BTreeMap<Option<CallSiteId>, SiteAdvice>,
+    unpin: BTreeMap<Option<CallSiteId>, SiteAdvice>,
+    untracked_hot_bytes: u64,
+    folded_host: Vec<&'a hotpin_history::history::SiteAggregate>,
+}
+
+fn judge_host<'a>(
+    history: &'a MemHistory,
+    policy: &HotPolicy,
+    host: &[&'a Allocation],
+    groups: &[hotpin_policy::hot::RecycledGroup],
+) -> Judged<'a> {
+    let mut wasted = Vec::new();
+    let mut candidates = Vec::new();
+    let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
+    let mut pinned_sites: BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)> = BTreeMap::new();
+    let mut untracked_hot_bytes = 0;
+    let empty = || SiteAdvice {
+        call_site: String::new(),
+        allocations: 0,
+        bytes: 0,
+        transfers: 0,
+        saving_s: 0.0,
+        cost_s: 0.0,
+        use_mode_matches: true,
+    };
+    let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
+        .iter()
+        .map(|g| (g.pid, g.call_site, g.size))
+        .collect();
+    for g in groups {
+        let entry = pin.entry(Some(g.call_site)).or_insert_with(empty);
+        entry.allocations += g.allocations;
+        entry.bytes += g.pinned_bytes();
+        entry.transfers += g.transfers;
+        entry.add(policy.weigh(&g.stats, g.size, g.peak_live));
+    }
+    for a in host {
+        let grouped = a
+            .call_site
+            .is_some_and(|site| in_group.contains(&(a.pid, site, a.size)));
+        let hot = policy.is_hot(a) || grouped;
+        if hot && !grouped && a.kind != AllocKind::Untracked {
+            let entry = pin.entry(a.call_site).or_insert_with(empty);
+            entry.use_mode_matches &= a.call_site.is_some() && a.kind != AllocKind::Mmap;
+            entry.allocations += 1;
+            entry.bytes += a.size;
+            entry.transfers += a.stats.transfers;
+            entry.add(policy.weigh(&a.stats, a.size, 1));
+        }
+        if a.kind.is_pinned() {
+            if !hot {
+                wasted.push(*a);
+            }
+            let (entry, any_hot) = pinned_sites
+                .entry(a.call_site)
+                .or_insert_with(|| (empty(), false));
+            entry.allocations += 1;
+            entry.bytes += a.size;
+            entry.transfers += a.stats.transfers;
+            entry.add(policy.weigh(&a.stats, a.size, 1));
+            *any_hot |= hot;
+        } else if hot && !grouped {
+            candidates.push(*a);
+            if a.call_site.is_none() {
+                untracked_hot_bytes += a.size;
+            }
+        }
+    }
+    let folded_host: Vec<_> = history
+        .compacted()
+        .iter()
+        .filter(|g| g.kind.is_host() && g.kind != AllocKind::Untracked)
+        .collect();
+    for g in folded_host.iter().filter(|g| g.kind.is_pinned()) {
+        let grouped = g
+            .call_site
+            .is_some_and(|site| in_group.contains(&(g.pid, site, g.size)));
+        let (entry, any_hot) = pinned_sites
+            .entry(g.call_site)
+            .or_insert_with(|| (empty(), false));
+        entry.allocations += g.allocations;
+        entry.bytes += g.size * g.peak_live.max(1);
+        entry.transfers += g.stats.transfers;
+        entry.add(policy.weigh(&g.stats, g.size, g.peak_live.max(1)));
+        *any_hot |= grouped;
+    }
+    candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
+    wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
+    let unpin = pinned_sites
+        .into_iter()
+        .filter(|(_, (_, hot))| !hot)
+        .map(|(k, (v, _))| (k, v))
+        .collect();
+    Judged {
+        wasted,
+        candidates,
+        pin,
+        unpin,
+        untracked_hot_bytes,
+        folded_host,
+    }
+}
+
+/// Memory worth a line among the cold: pinned and not hot, or large and never copied; pinned
+/// first, then memory a call site made, then mappings and heaps nobody copied (listed only on
+/// request), largest first within each. With the count and bytes of those mappings and heaps.
+fn cold_list<'a>(host: &[&'a Allocation], policy: &HotPolicy) -> (Vec<&'a Allocation>, u64, u64) {
+    let mut cold: Vec<&'a Allocation> = host
+        .iter()
+        .copied()
+        .filter(|a| a.kind != AllocKind::Untracked && !policy.is_hot(a))
+        .filter(|a| a.kind.is_pinned() || (a.size >= LARGE_BYTES && a.stats.transfers == 0))
+        .collect();
+    // Pinned first, then memory a call site made, then mappings and heaps nobody copied
+    // (listed only on request): largest first within each.
+    cold.sort_by_key(|a| {
+        (
+            !a.kind.is_pinned(),
+            a.call_site.is_none(),
+            std::cmp::Reverse(a.size),
+        )
+    });
+    let unnamed: Vec<&&Allocation> = cold
+        .iter()
+        .filter(|a| !a.kind.is_pinned() && a.call_site.is_none())
+        .collect();
+    let hidden_mappings = unnamed.len() as u64;
+    let hidden_mapping_bytes = unnamed.iter().map(|a| a.size).sum();
+    (cold, hidden_mappings, hidden_mapping_bytes)
+}
+
 fn advice(
     history: &MemHistory,
     sites: BTreeMap<Option<CallSiteId>, SiteAdvice>,
@@ -213,117 +350,24 @@ impl Report {
             .iter()
             .filter(|a| a.kind.is_host())
             .collect();
-        let mut wasted = Vec::new();
-        let mut candidates = Vec::new();
-        let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
-        let mut pinned_sites: BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)> = BTreeMap::new();
-        let mut untracked_hot_bytes = 0;
-        let empty = || SiteAdvice {
-            call_site: String::new(),
-            allocations: 0,
-            bytes: 0,
-            transfers: 0,
-            saving_s: 0.0,
-            cost_s: 0.0,
-            use_mode_matches: true,
-        };
         let groups = policy.recycled_groups(history);
-        let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
-            .iter()
-            .map(|g| (g.pid, g.call_site, g.size))
-            .collect();
-        for g in &groups {
-            let entry = pin.entry(Some(g.call_site)).or_insert_with(empty);
-            entry.allocations += g.allocations;
-            entry.bytes += g.pinned_bytes();
-            entry.transfers += g.transfers;
-            entry.add(policy.weigh(&g.stats, g.size, g.peak_live));
-        }
-        for a in &host {
-            let grouped = a
-                .call_site
-                .is_some_and(|site| in_group.contains(&(a.pid, site, a.size)));
-            let hot = policy.is_hot(a) || grouped;
-            if hot && !grouped && a.kind != AllocKind::Untracked {
-                let entry = pin.entry(a.call_site).or_insert_with(empty);
-                entry.use_mode_matches &= a.call_site.is_some() && a.kind != AllocKind::Mmap;
-                entry.allocations += 1;
-                entry.bytes += a.size;
-                entry.transfers += a.stats.transfers;
-                entry.add(policy.weigh(&a.stats, a.size, 1));
-            }
-            if a.kind.is_pinned() {
-                if !hot {
-                    wasted.push(*a);
-                }
-                let (entry, any_hot) = pinned_sites
-                    .entry(a.call_site)
-                    .or_insert_with(|| (empty(), false));
-                entry.allocations += 1;
-                entry.bytes += a.size;
-                entry.transfers += a.stats.transfers;
-                entry.add(policy.weigh(&a.stats, a.size, 1));
-                *any_hot |= hot;
-            } else if hot && !grouped {
-                candidates.push(*a);
-                if a.call_site.is_none() {
-                    untracked_hot_bytes += a.size;
-                }
-            }
-        }
-        let folded_host: Vec<_> = history
-            .compacted()
-            .iter()
-            .filter(|g| g.kind.is_host() && g.kind != AllocKind::Untracked)
-            .collect();
-        for g in folded_host.iter().filter(|g| g.kind.is_pinned()) {
-            let grouped = g
-                .call_site
-                .is_some_and(|site| in_group.contains(&(g.pid, site, g.size)));
-            let (entry, any_hot) = pinned_sites
-                .entry(g.call_site)
-                .or_insert_with(|| (empty(), false));
-            entry.allocations += g.allocations;
-            entry.bytes += g.size * g.peak_live.max(1);
-            entry.transfers += g.stats.transfers;
-            entry.add(policy.weigh(&g.stats, g.size, g.peak_live.max(1)));
-            *any_hot |= grouped;
-        }
-        candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
-        let mut cold: Vec<&Allocation> = host
-            .iter()
-            .copied()
-            .filter(|a| a.kind != AllocKind::Untracked && !policy.is_hot(a))
-            .filter(|a| a.kind.is_pinned() || (a.size >= LARGE_BYTES && a.stats.transfers == 0))
-            .collect();
-        // Pinned first, then memory a call site made, then mappings and heaps nobody copied
-        // (listed only on request): largest first within each.
-        cold.sort_by_key(|a| {
-            (
-                !a.kind.is_pinned(),
-                a.call_site.is_none(),
-                std::cmp::Reverse(a.size),
-            )
-        });
-        let unnamed: Vec<&&Allocation> = cold
-            .iter()
-            .filter(|a| !a.kind.is_pinned() && a.call_site.is_none())
-            .collect();
-        let hidden_mappings = unnamed.len() as u64;
-        let hidden_mapping_bytes = unnamed.iter().map(|a| a.size).sum();
+        let judged = judge_host(history, &policy, &host, &groups);
+        let (cold, hidden_mappings, hidden_mapping_bytes) = cold_list(&host, &policy);
         let mut device_leaks: Vec<&Allocation> = history
             .allocations()
             .iter()
             .filter(|a| a.kind.is_device() && a.kind != AllocKind::DeviceReserved && a.is_live())
             .collect();
         device_leaks.sort_by_key(|a| std::cmp::Reverse(a.size));
-        wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
+        let Judged {
+            wasted,
+            candidates,
+            pin,
+            unpin,
+            untracked_hot_bytes,
+            folded_host,
+        } = judged;
         let pin_sites = advice(history, pin);
-        let unpin = pinned_sites
-            .into_iter()
-            .filter(|(_, (_, hot))| !hot)
-            .map(|(k, (v, _))| (k, v))
-            .collect();
         Report {
             policy,
             pids: history.meta().pids.clone(),
@@ -403,10 +447,18 @@ impl Report {
     pub fn render_with(&self, options: &RenderOptions) -> String {
         let mut out = String::new();
         self.header(&mut out);
+        self.pin_section(&mut out, options);
+        self.wasted_section(&mut out, options);
+        self.pageable_section(&mut out, options);
+        self.device_section(&mut out, options);
+        self.never_copied_section(&mut out, options);
+        out
+    }
+
+    /// What to pin, and what it saves (1).
+    fn pin_section(&self, out: &mut String, options: &RenderOptions) {
         let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
         let act = self.act();
-
-        // 1. What to pin, and what it saves.
         let saving: f64 = self.pin_sites.iter().map(|s| s.saving_s).sum();
         let cost: f64 = self.pin_sites.iter().map(|s| s.cost_s).sum();
         let _ = writeln!(out, "\n1. What to pin, and what it saves");
@@ -462,6 +514,27 @@ impl Report {
                 bytes(self.untracked_hot_bytes)
             );
         }
+        self.recycled_table(out, options);
+        if !self.hot.is_empty() {
+            let _ = writeln!(out, "  the most transferred host allocations:");
+            table(out, &self.hot);
+        }
+        if self.unresolved_copies > 0 {
+            let _ = writeln!(
+                out,
+                "  {} copies whose direction could not be known (in neither direction's bytes)",
+                self.unresolved_copies
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  -> {act}   (auto mode pins these as the program runs; `hotpin run --mode use \
+             --history FILE -- ...` pins exactly these from this history)"
+        );
+    }
+
+    /// The recycled groups: buffers each rarely copied, hot as a group.
+    fn recycled_table(&self, out: &mut String, options: &RenderOptions) {
         if !self.recycled.is_empty() {
             let _ = writeln!(
                 out,
@@ -484,31 +557,19 @@ impl Report {
                 );
             }
         }
-        if !self.hot.is_empty() {
-            let _ = writeln!(out, "  the most transferred host allocations:");
-            table(&mut out, &self.hot);
-        }
-        if self.unresolved_copies > 0 {
-            let _ = writeln!(
-                out,
-                "  {} copies whose direction could not be known (in neither direction's bytes)",
-                self.unresolved_copies
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  -> {act}   (auto mode pins these as the program runs; `hotpin run --mode use \
-             --history FILE -- ...` pins exactly these from this history)"
-        );
+    }
 
-        // 2. What is pinned and wasted.
+    /// What is pinned and wasted (2).
+    fn wasted_section(&self, out: &mut String, options: &RenderOptions) {
+        let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
+        let act = self.act();
         let _ = writeln!(
             out,
             "\n2. Pinned and wasted: {} pinned and copied too rarely to repay it (largest first)",
             bytes(self.wasted_pinned_bytes)
         );
         if !self.wasted_pinned.is_empty() {
-            table(&mut out, &self.wasted_pinned);
+            table(out, &self.wasted_pinned);
         }
         for site in &self.unpin_sites {
             let _ = writeln!(
@@ -528,19 +589,26 @@ impl Report {
                  repay, unseen by the program: docs/transparency.md)"
             );
         }
+    }
 
-        // 3. Pageable memory copied often.
+    /// Pageable memory copied often (3).
+    fn pageable_section(&self, out: &mut String, options: &RenderOptions) {
+        let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
+        let act = self.act();
         let _ = writeln!(
             out,
             "\n3. Pageable and copied often: {} (what pinning would speed up)",
             bytes(self.candidate_bytes)
         );
         if !self.candidates.is_empty() {
-            table(&mut out, &self.candidates);
+            table(out, &self.candidates);
             let _ = writeln!(out, "  -> {act}");
         }
+    }
 
-        // 4. Device memory still allocated at the end.
+    /// Device memory still allocated at the end (4).
+    fn device_section(&self, out: &mut String, options: &RenderOptions) {
+        let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
         let _ = writeln!(
             out,
             "\n4. Device memory: peak {}, still allocated at the end {}",
@@ -548,10 +616,13 @@ impl Report {
             bytes(self.device_live_bytes)
         );
         if !self.device_leaks.is_empty() {
-            table(&mut out, &self.device_leaks);
+            table(out, &self.device_leaks);
         }
+    }
 
-        // 5. Memory never copied.
+    /// Memory never copied (5): mappings and heaps nobody copied only with `--all`.
+    fn never_copied_section(&self, out: &mut String, options: &RenderOptions) {
+        let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
         let never: Vec<ReportRow> = self
             .cold
             .iter()
@@ -565,7 +636,7 @@ impl Report {
             bytes(LARGE_BYTES)
         );
         if !never.is_empty() {
-            table(&mut out, &never);
+            table(out, &never);
         }
         if !options.all && self.hidden_mappings > 0 {
             let _ = writeln!(
@@ -576,7 +647,6 @@ impl Report {
                 bytes(self.hidden_mapping_bytes)
             );
         }
-        out
     }
 
     fn header(&self, out: &mut String) {
