@@ -25,7 +25,7 @@ impl SiteKey {
     /// Keys on the file name, so a history recorded with the program at one path applies to
     /// it at another.
     pub fn new(module: &str, offset: u64) -> Self {
-        let name = module.rsplit('/').next().unwrap_or(module);
+        let name = hotpin_history::history::module_file_name(module);
         Self {
             module: name.to_string(),
             offset,

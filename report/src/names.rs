@@ -75,7 +75,7 @@ pub fn fold(name: &str) -> String {
 /// A call site: `file+0xOFFSET function`, the module's file name first and whole; the
 /// function demangled, folded unless `full`.
 pub fn call_site(module: &str, offset: u64, symbol: Option<&str>, full: bool) -> String {
-    let file = module.rsplit('/').next().unwrap_or(module);
+    let file = hotpin_history::history::module_file_name(module);
     match symbol {
         Some(symbol) => {
             let name = demangle(symbol);

@@ -706,10 +706,7 @@ fn apply(
 /// Publishes the kernel's loss counters to the live counters and the sessions.
 fn publish_counters(probes: &Probes, shared: &Shared) {
     if let Ok(counters) = probes.counters() {
-        let lost = counters.ringbuf_full
-            + counters.host_ringbuf_full
-            + counters.unread_copies
-            + shared.live.decode_errors.load(Ordering::Relaxed);
+        let lost = counters.lost() + shared.live.decode_errors.load(Ordering::Relaxed);
         shared.live.lost.store(lost, Ordering::Relaxed);
         shared.sessions().counters = counters;
     }

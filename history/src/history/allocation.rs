@@ -20,6 +20,13 @@ pub struct CallSite {
     pub symbol: Option<String>,
 }
 
+/// A module's file name (the part after the last `/`): what identifies a call site's module
+/// across runs and machines (a history recorded with the program at one path applies to it
+/// at another), and what a report shows first.
+pub fn module_file_name(module: &str) -> &str {
+    module.rsplit('/').next().unwrap_or(module)
+}
+
 /// What kind of memory an allocation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -15,6 +15,7 @@ pub use aggregate::peak_alive;
 pub use aggregate::{Retention, SiteAggregate};
 pub use allocation::{
     AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, TransferStats,
+    module_file_name,
 };
 use serde::{Deserialize, Serialize};
 
@@ -125,13 +126,17 @@ pub struct DeviceMemory {
     pub peak_bytes: u64,
 }
 
+impl KernelCounters {
+    /// Events the kernel side lost (a full ring buffer, arguments it could not read).
+    pub fn lost(&self) -> u64 {
+        self.ringbuf_full + self.host_ringbuf_full + self.unread_copies
+    }
+}
+
 impl HistoryStats {
     /// Events lost between the kernel and the history, counted exactly.
     pub fn lost_events(&self) -> u64 {
-        self.kernel.ringbuf_full
-            + self.kernel.host_ringbuf_full
-            + self.kernel.unread_copies
-            + self.decode_errors
+        self.kernel.lost() + self.decode_errors
     }
 }
 
