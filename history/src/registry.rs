@@ -1,7 +1,7 @@
 //! The one probe registry: every function the tracer probes, where it lives, what the kernel
 //! must support for it, whether it is on by default, and how to read its arguments.
 //!
-//! The loader attaches from this table alone (see [`super::Probes::attach_library`]); the decoder
+//! The tracer's loader attaches from this table alone (`tracer_agent::probes::Probes::attach_file`); the decoder
 //! reads events with it (see [`crate::events`]).
 
 use tracer_common::{DescriptorLayout, EventKind, FieldRead, Layer, ProbeCookie, field};

@@ -210,8 +210,9 @@ impl Allocation {
         self.stats.transfers as f64 / mib
     }
 
-    /// Inserts an event keeping the timeline ordered; events arrive nearly in order (ring
-    /// buffers are per-CPU), so the search starts from the end.
+    /// Inserts an event keeping the timeline ordered; events arrive nearly in order (one ring
+    /// buffer shared by every CPU, reserved in order, but events of two rings and runs held
+    /// back in the kernel come in later), so the search starts from the end.
     pub(super) fn push_event(&mut self, event: AllocEvent) {
         let ts = event.ts_ns();
         let at = self
