@@ -16,7 +16,7 @@ fuzz_target!(|bytes: &[u8]| {
     let mut history = MemHistory::new();
     for record in rest.chunks(EVENT_SIZE) {
         match events::decode(record) {
-            Ok(events::TraceEvent::Cuda(call)) => history.apply(&call, None),
+            Ok(events::TraceEvent::Call(call)) => history.apply(&call, None),
             Ok(event) => history.apply_kernel(&event, |_| None),
             Err(_) => {}
         }

@@ -7,7 +7,7 @@ use std::hint::black_box;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use hotpin_history::{
     dump::{self, Format},
-    events::{CudaCall, Op},
+    events::{ApiCall, Op},
     history::{AllocKind, CallSite, MemHistory},
     registry::{AllocSpace, CopyDirection},
 };
@@ -15,8 +15,8 @@ use tracer_common::EventKind;
 
 const PID: u32 = 42;
 
-fn call(kind: EventKind, ts_ns: u64, op: Op) -> CudaCall {
-    CudaCall {
+fn call(kind: EventKind, ts_ns: u64, op: Op) -> ApiCall {
+    ApiCall {
         kind,
         pid: PID,
         tid: PID,
@@ -36,7 +36,7 @@ fn call(kind: EventKind, ts_ns: u64, op: Op) -> CudaCall {
 
 /// A recording's event stream: `allocs` host allocations, each copied `per_alloc` times (to
 /// the GPU and back alternately) and freed, interleaved as a program would.
-fn stream(allocs: u64, per_alloc: u64) -> Vec<CudaCall> {
+fn stream(allocs: u64, per_alloc: u64) -> Vec<ApiCall> {
     let mut calls = Vec::with_capacity((allocs * (per_alloc + 2)) as usize);
     let mut ts = 0;
     for i in 0..allocs {

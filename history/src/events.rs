@@ -63,9 +63,10 @@ pub enum RawSite {
     Address(u64),
 }
 
-/// One completed CUDA call of a traced process.
+/// One completed call of a traced process to a probed function: CUDA's runtime and
+/// driver, libc's allocator (when traced), and hotpin's own markers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CudaCall {
+pub struct ApiCall {
     pub kind: EventKind,
     pub pid: u32,
     pub tid: u32,
@@ -113,19 +114,13 @@ impl From<tracer_common::DecodeError> for DecodeError {
 /// Any event from the kernel side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TraceEvent {
-    Cuda(CudaCall),
+    /// A probed function's call (CUDA, libc's allocator, hotpin).
+    Call(ApiCall),
     /// A target opened a file named `libcud*` as `fd`; it may be stopped until the agent has
     /// looked at it.
-    LibraryOpen {
-        pid: u32,
-        fd: i32,
-    },
+    LibraryOpen { pid: u32, fd: i32 },
     /// The NVIDIA driver pinned (`locked`) or unpinned `pages` pages for a target (kprobes).
-    DriverPages {
-        pid: u32,
-        locked: bool,
-        pages: u64,
-    },
+    DriverPages { pid: u32, locked: bool, pages: u64 },
     /// A host memory syscall made outside CUDA and hotpin calls (those are `nested`: the call
     /// accounts for its memory).
     HostMemory {
@@ -144,22 +139,16 @@ pub enum TraceEvent {
         pages: u64,
     },
     /// An ioctl of the NVIDIA driver's kind; `cmd` is its full command.
-    NvidiaIoctl {
-        pid: u32,
-        cmd: u32,
-    },
+    NvidiaIoctl { pid: u32, cmd: u32 },
     /// Traced process `pid` made child process `child`, traced from now on.
-    ProcessFork {
-        pid: u32,
-        child: u32,
-    },
+    ProcessFork { pid: u32, child: u32 },
 }
 
 impl TraceEvent {
     /// The process the event is about (the parent, for a fork).
     pub fn pid(&self) -> u32 {
         match *self {
-            TraceEvent::Cuda(CudaCall { pid, .. })
+            TraceEvent::Call(ApiCall { pid, .. })
             | TraceEvent::LibraryOpen { pid, .. }
             | TraceEvent::DriverPages { pid, .. }
             | TraceEvent::HostMemory { pid, .. }
@@ -299,7 +288,7 @@ pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
         }
         None => {}
     }
-    decode_event(&event).map(TraceEvent::Cuda)
+    decode_event(&event).map(TraceEvent::Call)
 }
 
 fn bytes_of(args: &[u64; tracer_common::MAX_ARGS], from: BytesFrom) -> u64 {
@@ -341,7 +330,7 @@ fn described_copy(args: &[u64; tracer_common::MAX_ARGS], bytes: BytesFrom) -> Op
 }
 
 /// Reads a CUDA call's arguments with its registry row.
-pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
+pub fn decode_event(event: &Event) -> Result<ApiCall, DecodeError> {
     let raw_kind = event.header.kind;
     let kind = event.kind().ok_or(DecodeError::UnknownKind(raw_kind))?;
     let probe = call_probe(kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
@@ -399,7 +388,7 @@ pub fn decode_event(event: &Event) -> Result<CudaCall, DecodeError> {
             },
         },
     };
-    Ok(CudaCall {
+    Ok(ApiCall {
         kind,
         pid: event.header.pid,
         tid: event.header.tid,

@@ -321,7 +321,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        events::{CudaCall, Op},
+        events::{ApiCall, Op},
         history::{AllocKind, CallSite},
         probes::registry::CopyDirection,
     };
@@ -340,7 +340,7 @@ mod tests {
         for (i, addr) in [0x1000u64, 0x9000].into_iter().enumerate() {
             history.alloc(7, addr, 4096, AllocKind::Pageable, Some(site), i as u64);
         }
-        let copy = |ts_ns| CudaCall {
+        let copy = |ts_ns| ApiCall {
             kind: EventKind::CudaMemcpy,
             pid: 7,
             tid: 7,

@@ -19,7 +19,7 @@ use tracer_common::BuildIdFrame;
 use crate::{
     address_space::AddressSpaces,
     error::TracerError,
-    events::{self, CudaCall, Op, RawSite, TraceEvent},
+    events::{self, ApiCall, Op, RawSite, TraceEvent},
     filter::ProcessFilter,
     history::{MemHistory, Retention},
     probes::registry::CopyDirection,
@@ -282,7 +282,7 @@ enum Record {
 /// first frame is the call site itself; the walk ends where frame pointers do. A call that
 /// went through an interposer (hotpin's, in front of libc's malloc) is named by the first
 /// frame outside it instead, as the interposer names it.
-fn callers(probes: &Probes, call: &mut CudaCall, sites: &mut AddressSites) -> Vec<RawSite> {
+fn callers(probes: &Probes, call: &mut ApiCall, sites: &mut AddressSites) -> Vec<RawSite> {
     let Some(id) = call.stack else {
         return Vec::new();
     };
@@ -366,12 +366,12 @@ impl Reader {
             };
             events += 1;
             match decoded {
-                Ok(TraceEvent::Cuda(mut call)) => {
+                Ok(TraceEvent::Call(mut call)) => {
                     if let Some(RawSite::Address(addr)) = call.site {
                         call.site = self.address_sites.to_build_id(call.pid, addr).or(call.site);
                     }
                     let callers = callers(&self.probes, &mut call, &mut self.address_sites);
-                    batch.push(Record::Event(TraceEvent::Cuda(call), callers));
+                    batch.push(Record::Event(TraceEvent::Call(call), callers));
                 }
                 Ok(TraceEvent::LibraryOpen { pid, fd }) => {
                     if self.watch.is_some() && !self.targets.contains(&pid) {
@@ -567,7 +567,7 @@ impl Reader {
             Ok(runs) => {
                 for run in &runs {
                     match events::decode_event(run) {
-                        Ok(call) => records.push(Record::Event(TraceEvent::Cuda(call), Vec::new())),
+                        Ok(call) => records.push(Record::Event(TraceEvent::Call(call), Vec::new())),
                         Err(error) => {
                             self.shared
                                 .live
@@ -660,7 +660,7 @@ fn apply(
     callers: &[RawSite],
 ) {
     match *event {
-        TraceEvent::Cuda(mut call) => {
+        TraceEvent::Call(mut call) => {
             // A unified-addressing copy whose pointers no known allocation places: the
             // process's address space does, while the process is there.
             if let Op::Copy {

@@ -20,7 +20,7 @@ pub use allocation::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    events::{CudaCall, HostOp, Op, TraceEvent},
+    events::{ApiCall, HostOp, Op, TraceEvent},
     registry::{AllocSpace, CopyDirection},
 };
 
@@ -1059,7 +1059,7 @@ impl MemHistory {
                     self.meta_mut().pids.push(child);
                 }
             }
-            TraceEvent::Cuda(_) | TraceEvent::LibraryOpen { .. } => {}
+            TraceEvent::Call(_) | TraceEvent::LibraryOpen { .. } => {}
         }
     }
 
@@ -1067,7 +1067,7 @@ impl MemHistory {
     /// allocation the call makes, if it makes one.
     pub fn apply_with_callers(
         &mut self,
-        call: &CudaCall,
+        call: &ApiCall,
         call_site: Option<CallSiteId>,
         callers: Vec<CallSiteId>,
     ) {
@@ -1092,7 +1092,7 @@ impl MemHistory {
     }
 
     /// Applies one decoded CUDA call. `call_site` is the caller, already interned.
-    pub fn apply(&mut self, call: &CudaCall, call_site: Option<CallSiteId>) {
+    pub fn apply(&mut self, call: &ApiCall, call_site: Option<CallSiteId>) {
         let stats = &mut self.data.stats;
         let repeat = u64::from(call.repeat.max(1));
         stats.calls = stats.calls.saturating_add(repeat);

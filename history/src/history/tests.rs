@@ -218,9 +218,9 @@ fn events_stay_in_timestamp_order_when_they_arrive_out_of_order() {
 
 #[test]
 fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
-    use crate::events::{CudaCall, Op};
+    use crate::events::{ApiCall, Op};
     use tracer_common::EventKind;
-    let copy = |nested, partial, result| CudaCall {
+    let copy = |nested, partial, result| ApiCall {
         kind: EventKind::CuMemcpyHtoD,
         pid: PID,
         tid: PID,
