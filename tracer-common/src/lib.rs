@@ -102,6 +102,36 @@ pub const FLAG_OUT_UNREADABLE: u16 = 1 << 2;
 pub const FLAG_AT_ENTRY: u16 = 1 << 3;
 
 /// Indexes of the per-CPU counters map `COUNTERS`.
+/// The names of the kernel programs' maps the user side opens, one constant per map. The
+/// kernel side names each map by its static's identifier (aya's `#[map]`), so those
+/// identifiers are these names; the tracer's test `every_shared_map_name_is_a_map_of_the_object`
+/// checks each against the built object.
+pub mod maps {
+    pub const EVENTS: &str = "EVENTS";
+    pub const COUNTERS: &str = "COUNTERS";
+    pub const CONFIG: &str = "CONFIG";
+    pub const FIELDS: &str = "FIELDS";
+    pub const DESCRIPTORS: &str = "DESCRIPTORS";
+    pub const TARGETS: &str = "TARGETS";
+    pub const IGNORED: &str = "IGNORED";
+    pub const CALLER_STACKS: &str = "CALLER_STACKS";
+    pub const COPY_RUNS: &str = "COPY_RUNS";
+    pub const FAULT_RUNS: &str = "FAULT_RUNS";
+    /// Every name above.
+    pub const ALL: [&str; 10] = [
+        EVENTS,
+        COUNTERS,
+        CONFIG,
+        FIELDS,
+        DESCRIPTORS,
+        TARGETS,
+        IGNORED,
+        CALLER_STACKS,
+        COPY_RUNS,
+        FAULT_RUNS,
+    ];
+}
+
 pub mod counter {
     /// CUDA and hotpin calls (and library opens) that found the ring buffer full: lost.
     pub const RINGBUF_FULL: u32 = 0;

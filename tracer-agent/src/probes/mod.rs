@@ -23,7 +23,7 @@ use aya::{
     },
 };
 use serde::Serialize;
-use tracer_common::{BuildIdFrame, FaultRun, STACK_FRAMES, config, counter, field};
+use tracer_common::{BuildIdFrame, FaultRun, STACK_FRAMES, config, counter, field, maps};
 
 use self::{
     registry::{CALL_PROBES, KPROBE_PROBES, Library, TRACEPOINT_PROBES},
@@ -150,7 +150,7 @@ impl Probes {
     pub fn load(ring_bytes: u32, options: ProbeOptions) -> Result<Self, TracerError> {
         kernel::check()?;
         let mut ebpf = EbpfLoader::new()
-            .map_max_entries("EVENTS", ring_bytes)
+            .map_max_entries(maps::EVENTS, ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|source| TracerError::Load { source })?;
         let multi = load_call_programs(&mut ebpf)?;
@@ -170,7 +170,7 @@ impl Probes {
         probes.set_config(config::PAGE_FAULTS, u64::from(options.page_faults))?;
         for descriptor in registry::Descriptor::ALL {
             probes.set_array(
-                "DESCRIPTORS",
+                maps::DESCRIPTORS,
                 u32::from(descriptor.index()),
                 descriptor.layout(),
             )?;
@@ -191,7 +191,7 @@ impl Probes {
             let offset = tracefs::offset_of(&root, spec)
                 .map_err(|error| crate::error::chain(&error))
                 .and_then(|offset| {
-                    self.set_array("FIELDS", spec.index, offset)
+                    self.set_array(maps::FIELDS, spec.index, offset)
                         .map_err(|error| crate::error::chain(&error))
                         .map(|()| offset)
                 });
@@ -255,7 +255,7 @@ impl Probes {
     /// The frames of user stack `id` as the kernel resolved them: the call site first, then
     /// its callers, as far as the walk went.
     pub fn stack_frames(&self, id: u32) -> Result<Vec<BuildIdFrame>, TracerError> {
-        const MAP: &str = "CALLER_STACKS";
+        const MAP: &str = maps::CALLER_STACKS;
         let frames = self
             .hash_map::<[BuildIdFrame; STACK_FRAMES]>(MAP)?
             .get(&id, 0)
@@ -271,7 +271,7 @@ impl Probes {
     /// the end of the recording).
     pub fn take_copy_runs(&mut self) -> Result<Vec<tracer_common::Event>, TracerError> {
         let mut events = Vec::new();
-        for runs in self.hash_map_values::<tracer_common::CopyRuns>("COPY_RUNS")? {
+        for runs in self.hash_map_values::<tracer_common::CopyRuns>(maps::COPY_RUNS)? {
             events.extend(runs.runs.into_iter().take(runs.used as usize));
         }
         Ok(events)
@@ -283,9 +283,10 @@ impl Probes {
         &mut self,
         pid: u32,
     ) -> Result<Vec<tracer_common::Event>, TracerError> {
-        let taken = self.take_entries_where::<tracer_common::CopyRuns>("COPY_RUNS", |runs| {
-            runs.runs.first().is_some_and(|run| run.header.pid == pid)
-        })?;
+        let taken = self
+            .take_entries_where::<tracer_common::CopyRuns>(maps::COPY_RUNS, |runs| {
+                runs.runs.first().is_some_and(|run| run.header.pid == pid)
+            })?;
         Ok(taken
             .into_iter()
             .flat_map(|runs| runs.runs.into_iter().take(runs.used as usize))
@@ -298,7 +299,7 @@ impl Probes {
         pid: u32,
     ) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
         Ok(self
-            .take_entries_where::<FaultRun>("FAULT_RUNS", |run| run.pid == pid)?
+            .take_entries_where::<FaultRun>(maps::FAULT_RUNS, |run| run.pid == pid)?
             .into_iter()
             .filter(|run| run.pages > 0)
             .map(|run| crate::events::TraceEvent::PageFaults {
@@ -340,7 +341,7 @@ impl Probes {
     /// events to apply after everything else.
     pub fn take_fault_runs(&mut self) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
         Ok(self
-            .hash_map_values::<FaultRun>("FAULT_RUNS")?
+            .hash_map_values::<FaultRun>(maps::FAULT_RUNS)?
             .into_iter()
             .filter(|run| run.pages > 0)
             .map(|run| crate::events::TraceEvent::PageFaults {
@@ -477,7 +478,7 @@ impl Probes {
 
     /// Sets one of the kernel side's settings (`config::*`).
     fn set_config(&mut self, index: u32, value: u64) -> Result<(), TracerError> {
-        self.set_array("CONFIG", index, value)
+        self.set_array(maps::CONFIG, index, value)
     }
 
     /// Sets slot `index` of the kernel side's array map `name`.
@@ -507,12 +508,12 @@ impl Probes {
     /// (a process the daemon's filters leave out).
     pub fn ignore(&mut self, pid: u32) -> Result<(), TracerError> {
         self.remove_target(pid)?;
-        self.insert_pid("IGNORED", pid)
+        self.insert_pid(maps::IGNORED, pid)
     }
 
     /// Forgets that `pid` was ignored (it exited; the number may be used again).
     pub fn forget_ignored(&mut self, pid: u32) -> Result<(), TracerError> {
-        self.remove_pid("IGNORED", pid)
+        self.remove_pid(maps::IGNORED, pid)
     }
 
     pub fn stops_on_library_open(&self) -> bool {
@@ -521,12 +522,12 @@ impl Probes {
 
     /// Traces `pid` from now on (the kernel programs ignore every other process).
     pub fn add_target(&mut self, pid: u32) -> Result<(), TracerError> {
-        self.insert_pid("TARGETS", pid)
+        self.insert_pid(maps::TARGETS, pid)
     }
 
     /// Stops tracing `pid`.
     pub fn remove_target(&mut self, pid: u32) -> Result<(), TracerError> {
-        self.remove_pid("TARGETS", pid)
+        self.remove_pid(maps::TARGETS, pid)
     }
 
     /// Adds `pid` to the process set `name` (TARGETS, IGNORED: hashes keyed by tgid; aya opens
@@ -770,10 +771,10 @@ impl Probes {
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, TracerError> {
         let map = self
             .ebpf
-            .take_map("EVENTS")
+            .take_map(maps::EVENTS)
             .expect("the object defines EVENTS");
         RingBuf::try_from(map).map_err(|source| TracerError::Map {
-            map: "EVENTS",
+            map: maps::EVENTS,
             source,
         })
     }
@@ -782,15 +783,15 @@ impl Probes {
     pub fn counters(&self) -> Result<KernelCounters, TracerError> {
         let map = self
             .ebpf
-            .map("COUNTERS")
+            .map(maps::COUNTERS)
             .expect("the object defines COUNTERS");
         let array = PerCpuArray::<_, u64>::try_from(map).map_err(|source| TracerError::Map {
-            map: "COUNTERS",
+            map: maps::COUNTERS,
             source,
         })?;
         let sum = |index: u32| -> Result<u64, TracerError> {
             let values = array.get(&index, 0).map_err(|source| TracerError::Map {
-                map: "COUNTERS",
+                map: maps::COUNTERS,
                 source,
             })?;
             Ok(values.iter().sum())
@@ -900,4 +901,35 @@ fn kernel_functions<'a>(wanted: impl Iterator<Item = &'a str>) -> HashSet<&'a st
 
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    use super::*;
+
+    /// The user side opens maps by the names in `tracer_common::maps`; the kernel side names
+    /// each map by its static. Every shared name must be a map of the object this crate
+    /// embeds (needs no BPF: the object is only read).
+    #[test]
+    fn every_shared_map_name_is_a_map_of_the_object() {
+        let file = object::File::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
+        let maps_section = file
+            .section_by_name("maps")
+            .expect("the object has a maps section")
+            .index();
+        let names: Vec<&str> = file
+            .symbols()
+            .filter(|symbol| symbol.section_index() == Some(maps_section))
+            .filter_map(|symbol| symbol.name().ok())
+            .collect();
+        assert!(!names.contains(&"NOT_A_MAP"), "{names:?}");
+        for name in maps::ALL {
+            assert!(
+                names.contains(&name),
+                "{name} is not a map of the object: {names:?}"
+            );
+        }
+    }
 }
