@@ -69,6 +69,82 @@ fn default_output(args: &RecordArgs, pid: u32) -> PathBuf {
 }
 
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
+    let protect = check_args(&args)?;
+    let (config, mut child) = agent_config(&args)?;
+    for &pid in &config.pids {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("process {pid} does not exist");
+        }
+    }
+    let Some(&pid) = config.pids.first() else {
+        bail!("no process to trace");
+    };
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&args, pid));
+    let checkpoints = Checkpoints {
+        path: output.clone(),
+        format: Format::from_path(&output),
+        verbose: args.verbose,
+        every: (args.checkpoint > 0.0).then(|| Duration::from_secs_f64(args.checkpoint)),
+        protect,
+    };
+
+    let mut agent = TracerAgent::with_config(config);
+    agent.start().context("starting the tracer")?;
+    report_probes(&agent, child.is_some());
+    if let Some(child) = &mut child {
+        child.resume()?;
+    } else {
+        announce(&agent, &args);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let child_status =
+        runtime.block_on(wait(&agent, child.as_mut(), args.duration, &checkpoints))?;
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    agent.stop_keeping_probes().context("stopping the tracer")?;
+    if protect && agent.history().stats().calls == 0 {
+        eprintln!(
+            "tracer: the recording saw no CUDA call, so {} is left as it was (--replace-empty \
+             writes the empty history over it)",
+            output.display()
+        );
+        agent.detach_uprobes();
+        release_after_exit();
+        drop(agent);
+        return Ok(match child_status {
+            Some(status) if !status.success() => exit_code(status),
+            _ => ExitCode::FAILURE,
+        });
+    }
+    let (output, write_failed) = write_history(&agent, &output, args.verbose)?;
+    summarize(&agent, &output, args.report);
+    // The history is whole: the uprobes go now (one wait with uprobe_multi links), the
+    // tracepoints (each ~75 ms to release, serialised) after this process has exited.
+    agent.detach_uprobes();
+    release_after_exit();
+    drop(agent);
+    if write_failed {
+        return Ok(ExitCode::FAILURE);
+    }
+    // The traced command's failure is the caller's to see.
+    Ok(match child_status {
+        Some(status) if !status.success() => {
+            eprintln!("tracer: the traced command exited with {status}");
+            exit_code(status)
+        }
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// Checks what can be checked before anything is attached, started or written; whether a
+/// history already at the output is to be kept from an empty recording.
+fn check_args(args: &RecordArgs) -> Result<bool> {
     privileges::check()?;
     if !args.ring_mib.is_power_of_two() {
         bail!("--ring-mib must be a power of two, not {}", args.ring_mib);
@@ -111,6 +187,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             .as_deref()
             .and_then(|path| std::fs::metadata(path).ok())
             .is_some_and(|metadata| metadata.len() > 0);
+    Ok(protect)
+}
+
+/// The agent's configuration; for a command, the command started and held before its first
+/// instruction.
+fn agent_config(args: &RecordArgs) -> Result<(AgentConfig, Option<PausedChild>)> {
     let mut child: Option<PausedChild> = None;
     let mut config = AgentConfig::new(0);
     config.pids = args.pids.clone();
@@ -155,82 +237,36 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         config.seed_existing_memory = false;
         child = Some(paused);
     }
-    for &pid in &config.pids {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            bail!("process {pid} does not exist");
+    Ok((config, child))
+}
+
+/// Says what is being recorded, for processes already running.
+fn announce(agent: &TracerAgent, args: &RecordArgs) {
+    let seeded = agent
+        .history()
+        .allocations()
+        .iter()
+        .filter(|a| a.pre_existing)
+        .count();
+    let pids: Vec<String> = args.pids.iter().map(u32::to_string).collect();
+    let ends = match args.duration {
+        Some(seconds) => {
+            format!("after {seconds} s, or earlier if the process exits or on Ctrl-C")
         }
-    }
-    let Some(&pid) = config.pids.first() else {
-        bail!("no process to trace");
+        None => "when the process exits, or on Ctrl-C".to_string(),
     };
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output(&args, pid));
-    let checkpoints = Checkpoints {
-        path: output.clone(),
-        format: Format::from_path(&output),
-        verbose: args.verbose,
-        every: (args.checkpoint > 0.0).then(|| Duration::from_secs_f64(args.checkpoint)),
-        protect,
-    };
-
-    let mut write_failed = false;
-    let mut agent = TracerAgent::with_config(config);
-    agent.start().context("starting the tracer")?;
-    report_probes(&agent, child.is_some());
-    if let Some(child) = &mut child {
-        child.resume()?;
-    } else {
-        let seeded = agent
-            .history()
-            .allocations()
-            .iter()
-            .filter(|a| a.pre_existing)
-            .count();
-        let pids: Vec<String> = args.pids.iter().map(u32::to_string).collect();
-        let ends = match args.duration {
-            Some(seconds) => {
-                format!("after {seconds} s, or earlier if the process exits or on Ctrl-C")
-            }
-            None => "when the process exits, or on Ctrl-C".to_string(),
-        };
-        eprintln!(
-            "tracer: recording {} ({seeded} mappings that existed already recorded as \
-             pre-existing); it ends {ends}",
-            pids.join(", ")
-        );
-    }
-
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let child_status =
-        runtime.block_on(wait(&agent, child.as_mut(), args.duration, &checkpoints))?;
-    if std::io::stderr().is_terminal() {
-        eprintln!();
-    }
-    agent.stop_keeping_probes().context("stopping the tracer")?;
-    if protect && agent.history().stats().calls == 0 {
-        eprintln!(
-            "tracer: the recording saw no CUDA call, so {} is left as it was (--replace-empty \
-             writes the empty history over it)",
-            output.display()
-        );
-        agent.detach_uprobes();
-        release_after_exit();
-        drop(agent);
-        return Ok(match child_status {
-            Some(status) if !status.success() => exit_code(status),
-            _ => ExitCode::FAILURE,
-        });
-    }
-    let written = dump::write_or_fall_back(
-        &agent.history(),
-        &output,
-        Format::from_path(&output),
-        args.verbose,
+    eprintln!(
+        "tracer: recording {} ({seeded} mappings that existed already recorded as \
+         pre-existing); it ends {ends}",
+        pids.join(", ")
     );
+}
+
+/// Writes the history to `output`, or where it falls back to; the path written and whether
+/// the output asked for failed.
+fn write_history(agent: &TracerAgent, output: &Path, verbose: bool) -> Result<(PathBuf, bool)> {
+    let written =
+        dump::write_or_fall_back(&agent.history(), output, Format::from_path(output), verbose);
     let output = match written {
         Ok(path) => path,
         Err((error, Some(fallback))) => {
@@ -240,8 +276,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
                 anyhow::Error::from(error),
                 fallback.display()
             );
-            write_failed = true;
-            fallback
+            return Ok((fallback, true));
         }
         Err((error, None)) => {
             return Err(anyhow::Error::from(error).context(
@@ -249,7 +284,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             ));
         }
     };
+    Ok((output, false))
+}
 
+/// What was recorded, on stderr; the report too when asked for.
+fn summarize(agent: &TracerAgent, output: &Path, report: bool) {
     let history = agent.history();
     let stats = history.stats();
     eprintln!(
@@ -270,29 +309,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         output.display(),
         output.display()
     );
-    if args.report {
+    if report {
         print!(
             "{}",
             Report::new(&history, HotPolicy::default(), 10).render()
         );
     }
-    drop(history);
-    // The history is whole: the uprobes go now (one wait with uprobe_multi links), the
-    // tracepoints (each ~75 ms to release, serialised) after this process has exited.
-    agent.detach_uprobes();
-    release_after_exit();
-    drop(agent);
-    if write_failed {
-        return Ok(ExitCode::FAILURE);
-    }
-    // The traced command's failure is the caller's to see.
-    Ok(match child_status {
-        Some(status) if !status.success() => {
-            eprintln!("tracer: the traced command exited with {status}");
-            exit_code(status)
-        }
-        _ => ExitCode::SUCCESS,
-    })
 }
 
 /// The exit code that passes a failed command's status on as a shell does: its code, or
