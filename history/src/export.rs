@@ -212,16 +212,16 @@ mod tests {
             tid: 42,
             stream: 0xab,
         };
-        history.transfers_on(
-            7,
-            0x1000,
-            0xd000,
-            4096,
-            CopyDirection::DeviceToHost,
-            3_000,
-            5,
+        history.transfers_on(crate::history::Copies {
+            pid: 7,
+            dst: 0x1000,
+            src: 0xd000,
+            bytes: 4096,
+            direction: CopyDirection::DeviceToHost,
+            ts_ns: 3_000,
+            count: 5,
             queue,
-        );
+        });
         history.free(7, 0x1000, 9_000);
         let trace = chrome_trace(&history).expect("a timeline");
         let events = trace["traceEvents"].as_array().expect("events");

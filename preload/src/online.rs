@@ -14,7 +14,7 @@ use std::{collections::BTreeMap, path::Path, time::Instant};
 
 use hotpin_history::{
     dump::Format,
-    history::{AllocKind, CallSite, MemHistory, TransferStats},
+    history::{AllocKind, CallSite, Copies, MemHistory, TransferStats},
     registry::CopyDirection,
 };
 use hotpin_policy::{
@@ -412,16 +412,16 @@ impl Learner {
             ] {
                 if let Some(each) = bytes.checked_div(count) {
                     let at = entry.alloc_ns;
-                    history.transfers_on(
+                    history.transfers_on(Copies {
                         pid,
                         dst,
                         src,
-                        each,
+                        bytes: each,
                         direction,
-                        at,
+                        ts_ns: at,
                         count,
-                        Default::default(),
-                    );
+                        queue: Default::default(),
+                    });
                 }
             }
             // Addresses are never reused here, so a block may be closed at once.

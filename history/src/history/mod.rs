@@ -119,6 +119,20 @@ pub struct Queue {
     pub stream: u64,
 }
 
+/// `count` identical copies a process made (a run the kernel counted, or one copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copies {
+    pub pid: u32,
+    pub dst: u64,
+    pub src: u64,
+    /// Bytes of each copy.
+    pub bytes: u64,
+    pub direction: CopyDirection,
+    pub ts_ns: u64,
+    pub count: u64,
+    pub queue: Queue,
+}
+
 /// A process's device memory, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceMemory {
@@ -751,24 +765,32 @@ impl MemHistory {
         direction: CopyDirection,
         ts_ns: u64,
     ) -> Option<AllocId> {
-        self.transfers_on(pid, dst, src, bytes, direction, ts_ns, 1, Queue::default())
+        self.transfers_on(Copies {
+            pid,
+            dst,
+            src,
+            bytes,
+            direction,
+            ts_ns,
+            count: 1,
+            queue: Queue::default(),
+        })
     }
 
     /// Records `count` identical copies (a run the kernel counted) made by a thread on a
     /// stream, as [`Self::transfer`] does one; the allocation's timeline gets one event with
     /// their bytes together, and the thread and stream.
-    #[allow(clippy::too_many_arguments)]
-    pub fn transfers_on(
-        &mut self,
-        pid: u32,
-        dst: u64,
-        src: u64,
-        bytes: u64,
-        direction: CopyDirection,
-        ts_ns: u64,
-        count: u64,
-        queue: Queue,
-    ) -> Option<AllocId> {
+    pub fn transfers_on(&mut self, copies: Copies) -> Option<AllocId> {
+        let Copies {
+            pid,
+            dst,
+            src,
+            bytes,
+            direction,
+            ts_ns,
+            count,
+            queue,
+        } = copies;
         let total = bytes.saturating_mul(count);
         let direction = match direction {
             CopyDirection::Unresolved => self.resolve_direction(pid, dst, src),
@@ -1169,7 +1191,16 @@ impl MemHistory {
                     tid: call.tid,
                     stream: call.stream,
                 };
-                self.transfers_on(pid, dst, src, bytes, direction, ts, repeat, queue);
+                self.transfers_on(Copies {
+                    pid,
+                    dst,
+                    src,
+                    bytes,
+                    direction,
+                    ts_ns: ts,
+                    count: repeat,
+                    queue,
+                });
             }
             Op::Prefetch {
                 bytes, to_device, ..
