@@ -36,6 +36,9 @@ pub fn run() -> Result<()> {
     ]))?;
     // Also what tests start as processes of their own (transfer-bench, libhotpin.so).
     sh(cargo().args(["build", "--workspace"]))?;
+    // Python tools some tests start: moto's S3-compatible server (preload/tests/fleet.rs),
+    // and the manifest checkers deploy/check.py uses.
+    let python = crate::wheel::python_tools(&["moto[server]", "pyyaml", "kubernetes-validate"])?;
     // Everything but the load tests (`test = false` in tracer-agent's manifest), two at a time.
     sh(cargo()
         .args(["test", "--workspace", "--no-fail-fast"])
@@ -77,15 +80,6 @@ pub fn run() -> Result<()> {
     crate::wheel::check(&wheel)?;
     // The cluster files (deploy/): YAML, the Kubernetes schemas (kubernetes-validate, which
     // bundles them), the dashboard's metrics against what the daemon exports.
-    let python = std::path::Path::new(crate::wheel::TOOLS).join("bin/python");
-    sh(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "pyyaml",
-        "kubernetes-validate",
-    ]))?;
     sh(Command::new(&python).arg("deploy/check.py"))?;
     eprintln!(
         "xtask: test: everything passed in {:.0} s",

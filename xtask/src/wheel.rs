@@ -21,6 +21,20 @@ use crate::{cargo, sh};
 pub const TOOLS: &str = "target/wheel-tools";
 const OUT: &str = "target/wheels";
 
+/// The Python tools the build and the tests use, installed from PyPI into a virtualenv of
+/// their own (target/wheel-tools, made once): maturin, moto's S3 server, the manifest
+/// checkers. Its python.
+pub fn python_tools(packages: &[&str]) -> Result<PathBuf> {
+    let python = Path::new(TOOLS).join("bin/python");
+    if !python.exists() {
+        sh(Command::new("python3").args(["-m", "venv", TOOLS]))?;
+    }
+    sh(Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet"])
+        .args(packages))?;
+    Ok(python)
+}
+
 /// Builds the wheel; its path.
 pub fn build() -> Result<PathBuf> {
     sh(cargo().args([
@@ -37,15 +51,8 @@ pub fn build() -> Result<PathBuf> {
         std::fs::copy(Path::new("target/release").join(file), scripts.join(file))
             .with_context(|| format!("copying target/release/{file} into the wheel"))?;
     }
+    python_tools(&["maturin>=1.5,<2"])?;
     let maturin = Path::new(TOOLS).join("bin/maturin");
-    if !maturin.exists() {
-        sh(Command::new("python3").args(["-m", "venv", TOOLS]))?;
-        sh(Command::new(Path::new(TOOLS).join("bin/pip")).args([
-            "install",
-            "--quiet",
-            "maturin>=1.5,<2",
-        ]))?;
-    }
     let _ = std::fs::remove_dir_all(OUT);
     // maturin reads wheel/pyproject.toml where it runs.
     let root = std::env::current_dir()?;

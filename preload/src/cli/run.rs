@@ -40,6 +40,17 @@ pub struct RunArgs {
     /// history when --history is not given.
     #[arg(long, value_name = "DIR", default_value_os_t = store::default_root())]
     store: PathBuf,
+    /// A fleet's store of histories, s3://BUCKET/PREFIX (credentials and endpoint from the
+    /// usual AWS environment). Without --history, auto and use mode start from the program's
+    /// latest history there (cached under ~/.cache/hotpin/fleet), and auto mode first puts
+    /// there what this node's last run learned. An unreachable or slow store is said once
+    /// and the run goes on without it, after --fleet-wait seconds at most.
+    /// ($HOTPIN_FLEET when not given.)
+    #[arg(long, value_name = "URL")]
+    fleet: Option<String>,
+    /// The most the fleet's store may hold the program's start, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    fleet_wait: f64,
     /// Most memory pinned at once by the interposer's promotions (bytes like 512M, or 25%).
     #[arg(long, value_name = "BYTES")]
     budget: Option<String>,
@@ -59,7 +70,12 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-pub fn run(args: RunArgs) -> Result<ExitCode> {
+pub fn run(mut args: RunArgs) -> Result<ExitCode> {
+    if args.fleet.is_none() {
+        args.fleet = std::env::var("HOTPIN_FLEET")
+            .ok()
+            .filter(|url| !url.is_empty());
+    }
     let mode = Mode::from_name(&args.mode).with_context(|| {
         format!(
             "--mode {} is not one of auto, profile, use, pin-all, pin-none",
@@ -114,9 +130,14 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         auto(&args, &mut command, program, rest)?;
     }
     if mode == Mode::Use {
-        let history = match &args.history {
-            Some(history) => history.clone(),
-            None => latest_in_store(&args.store, program, rest)?,
+        let fleet_latest = match (&args.history, &args.fleet) {
+            (None, Some(url)) => from_fleet(url, args.fleet_wait, program, rest, None),
+            _ => None,
+        };
+        let history = match (&args.history, fleet_latest) {
+            (Some(history), _) => history.clone(),
+            (None, Some(fetched)) => fetched,
+            (None, None) => latest_in_store(&args.store, program, rest)?,
         };
         if hotpin_history::files::read_once(&history) {
             bail!(
@@ -200,6 +221,13 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
         None => state_file(program, rest),
     };
     let mut start = learned.clone().filter(|path| path.exists());
+    if args.history.is_none()
+        && let Some(url) = &args.fleet
+        && let Some(fleet_latest) =
+            from_fleet(url, args.fleet_wait, program, rest, learned.as_deref())
+    {
+        start = Some(fleet_latest);
+    }
     if start.is_none()
         && args.history.is_none()
         && let Ok(key) = ProgramKey::of_command(program, rest)
@@ -247,6 +275,71 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
         ),
     }
     Ok(())
+}
+
+/// The program's latest history in the fleet's store at `url`, fetched into the user's
+/// cache; first, what this node's last auto run learned (`learned`) is put there if it is
+/// newer than what was put before. All within `wait` seconds; a store that fails or is slow
+/// is said once, and the run goes on without it.
+fn from_fleet(
+    url: &str,
+    wait: f64,
+    program: &OsStr,
+    rest: &[OsString],
+    learned: Option<&Path>,
+) -> Option<PathBuf> {
+    let began = std::time::Instant::now();
+    let bound = std::time::Duration::from_secs_f64(wait.max(0.0));
+    let key = ProgramKey::of_command(program, rest).ok()?;
+    let said = |error: &dyn std::fmt::Display| {
+        eprintln!("hotpin: the fleet's store: {error}; going on without it");
+    };
+    let fleet = match hotpin_fleet::Fleet::open(url, bound) {
+        Ok(fleet) => fleet,
+        Err(error) => {
+            said(&error);
+            return None;
+        }
+    };
+    if let Some(learned) = learned.filter(|path| path.exists()) {
+        let marker = learned.with_extension("hotpin.shared");
+        let newer = match (std::fs::metadata(learned), std::fs::metadata(&marker)) {
+            (Ok(file), Ok(mark)) => file.modified().ok() > mark.modified().ok(),
+            (Ok(_), Err(_)) => true,
+            _ => false,
+        };
+        if newer {
+            match fleet.put(&key, learned, &hotpin_fleet::host_name()) {
+                Ok(_) => {
+                    let _ = std::fs::write(&marker, b"");
+                }
+                Err(error) => {
+                    said(&error);
+                    return None;
+                }
+            }
+        }
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?
+        .join("hotpin/fleet");
+    match fleet.latest(&key, &cache) {
+        Ok(Some(path)) => {
+            eprintln!(
+                "hotpin: starting from {}, the latest history of {key} in {url} ({:.2} s)",
+                path.display(),
+                began.elapsed().as_secs_f64()
+            );
+            Some(path)
+        }
+        Ok(None) => None,
+        Err(error) => {
+            said(&error);
+            None
+        }
+    }
 }
 
 /// Where auto mode keeps what a program's runs learned, per user:

@@ -94,6 +94,15 @@ struct DaemonArgs {
     /// Keep at most this many bytes of histories in the store (default 10G; suffixes K, M, G).
     #[arg(long, value_parser = tracer_agent::report::parse_bytes, value_name = "BYTES")]
     max_store_bytes: Option<u64>,
+    /// Also put each history written in a fleet's store, s3://BUCKET/PREFIX (credentials
+    /// and endpoint from the usual AWS environment), keeping there the --max-histories latest
+    /// of each program; `hotpin run --fleet` on any node starts from them.
+    #[arg(long, value_name = "URL")]
+    fleet: Option<String>,
+    /// The name this node writes its histories under in the fleet's store (default: the host
+    /// name).
+    #[arg(long, value_name = "NAME")]
+    host_name: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -36,6 +36,10 @@ struct File {
     users: Option<Vec<u32>>,
     cgroups: Option<Vec<String>>,
     commands: Option<Vec<String>>,
+    /// A fleet's store of histories, s3://BUCKET/PREFIX.
+    fleet: Option<String>,
+    /// The name this node writes its histories under in the fleet's store.
+    host_name: Option<String>,
 }
 
 /// The settings in force.
@@ -54,6 +58,10 @@ pub struct Settings {
     pub filter: ProcessFilter,
     /// The file read, if any.
     pub file: Option<PathBuf>,
+    /// A fleet's store each history written is also put in (s3://BUCKET/PREFIX), and the
+    /// name this node writes under.
+    pub fleet: Option<String>,
+    pub host_name: String,
 }
 
 impl Settings {
@@ -125,7 +133,20 @@ impl Settings {
                 .map_err(anyhow::Error::msg)
                 .context("a command filter")?,
         };
+        let fleet = args.fleet.clone().or(file.fleet);
+        if let Some(url) = &fleet
+            && !url.starts_with("s3://")
+        {
+            bail!("the fleet's store {url:?} is not s3://BUCKET/PREFIX");
+        }
+        let host_name = args
+            .host_name
+            .clone()
+            .or(file.host_name)
+            .unwrap_or_else(hotpin_fleet::host_name);
         Ok(Self {
+            fleet,
+            host_name,
             store: args
                 .store
                 .clone()

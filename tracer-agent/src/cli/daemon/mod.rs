@@ -30,6 +30,8 @@ use tracer_agent::{
 };
 
 pub use self::config::Settings;
+
+mod fleet;
 use super::DaemonArgs;
 
 /// How often ended runs are written to the store.
@@ -48,6 +50,8 @@ struct Daemon {
     store_errors: u64,
     /// Runs that ended without a CUDA call.
     without_calls: u64,
+    /// Puts each history written in the fleet's store too, where there is one.
+    fleet: Option<fleet::Uploader>,
 }
 
 pub fn run(args: DaemonArgs) -> Result<ExitCode> {
@@ -109,7 +113,19 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
             None => String::new(),
         }
     );
+    let fleet = match &settings.fleet {
+        Some(url) => Some(
+            fleet::Uploader::start(
+                url,
+                settings.host_name.clone(),
+                settings.retention.max_histories,
+            )
+            .with_context(|| format!("the fleet's store {url}"))?,
+        ),
+        None => None,
+    };
     let mut daemon = Daemon {
+        fleet,
         settings,
         store,
         filter,
@@ -136,6 +152,13 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         daemon.settings.store.display(),
         daemon.store_errors
     );
+    if let Some(uploader) = daemon.fleet.take() {
+        let (put, failed) = uploader.finish();
+        eprintln!(
+            "tracer daemon: {put} histories put in the fleet's store {}, {failed} could not be",
+            daemon.settings.fleet.as_deref().unwrap_or_default()
+        );
+    }
     Ok(if daemon.store_errors == 0 {
         ExitCode::SUCCESS
     } else {
@@ -222,11 +245,15 @@ impl Daemon {
                     session.info.root,
                     self.settings.verbose,
                 )
+                .map(|path| (key, path))
                 .map_err(anyhow::Error::from)
         });
         match saved {
-            Ok(path) => {
+            Ok((key, path)) => {
                 self.written += 1;
+                if let Some(uploader) = &self.fleet {
+                    uploader.put(&key, path.clone());
+                }
                 // Readable by the user whose run it is (`hotpin run --mode use` as that user),
                 // and still by no one else: it holds that process's addresses.
                 if let Some(uid) = session.info.uid
