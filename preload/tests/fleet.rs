@@ -15,9 +15,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use common::Setup;
 use hotpin_fleet::Fleet;
 use hotpin_history::store::ProgramKey;
 use serde_json::Value;
+
+mod common;
 
 const BUCKET: &str = "histories";
 
@@ -91,33 +94,8 @@ impl Drop for Moto {
 }
 
 /// The stand-in, and `online` compiled against it, in a folder of the test's own.
-struct Setup {
-    dir: PathBuf,
-    program: PathBuf,
-    standin: cuda_standin::Installed,
-}
-
 fn setup() -> Setup {
-    let dir = std::env::temp_dir().join(format!("hotpin-fleet-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let standin = cuda_standin::install(&dir).expect("install the CUDA stand-in");
-    let source = format!("{}/tests/c/online.c", env!("CARGO_MANIFEST_DIR"));
-    let program = dir.join("online");
-    let status = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .arg(&standin.runtime)
-        .arg("-ldl")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "compiling {source} failed");
-    Setup {
-        dir,
-        program,
-        standin,
-    }
+    common::compile("fleet", "online")
 }
 
 /// `hotpin run ARGS -- online shift` with `home` as the user's home (the state and the

@@ -4,17 +4,14 @@
 //! eBPF programs).
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output},
 };
 
+use common::Setup;
 use serde_json::Value;
 
-struct Setup {
-    dir: PathBuf,
-    program: PathBuf,
-    standin: cuda_standin::Installed,
-}
+mod common;
 
 fn setup(name: &str) -> Setup {
     setup_program(name, "unmodified")
@@ -28,26 +25,7 @@ fn setup_program(name: &str, program: &str) -> Setup {
         0,
         "profile mode runs the tracer, which loads eBPF programs: run as root"
     );
-    let dir = std::env::temp_dir().join(format!("hotpin-run-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let standin = cuda_standin::install(&dir).expect("install the CUDA stand-in");
-    let source = format!("{}/tests/c/{program}.c", env!("CARGO_MANIFEST_DIR"));
-    let program = dir.join(program);
-    let status = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .arg(&standin.runtime)
-        .arg("-ldl")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "compiling {source} failed");
-    Setup {
-        dir,
-        program,
-        standin,
-    }
+    common::compile(&format!("run-{name}"), program)
 }
 
 /// `hotpin run ARGS -- PROGRAM`, with the stand-in's directory on the library path.

@@ -62,8 +62,7 @@ pub fn cuda_runtime(standin: bool) -> Result<(PathBuf, Option<PathBuf>)> {
 pub fn run(args: DemoArgs) -> Result<()> {
     // A fresh machine lacks the eBPF toolchain: the same step `cargo xtask test` runs first.
     crate::setup::run()?;
-    crate::build_release()?;
-    sh(crate::cargo().args(["build", "--release", "--package", "preload"]))?;
+    crate::build_release_of(&["tracer-agent", "transfer-bench", "preload"])?;
     let out = Path::new("target/demo");
     std::fs::create_dir_all(out).context("creating target/demo")?;
     let (cudart, library_path) = cuda_runtime(args.standin)?;

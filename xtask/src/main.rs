@@ -100,14 +100,17 @@ fn shown(command: &Command) -> String {
 
 /// Builds the release `tracer` and `transfer-bench` that demo and bench run.
 pub fn build_release() -> Result<()> {
-    sh(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "tracer-agent",
-        "--package",
-        "transfer-bench",
-    ]))
+    build_release_of(&["tracer-agent", "transfer-bench"])
+}
+
+/// Builds these packages in release.
+pub fn build_release_of(packages: &[&str]) -> Result<()> {
+    let mut command = cargo();
+    command.args(["build", "--release"]);
+    for package in packages {
+        command.args(["--package", package]);
+    }
+    sh(&mut command)
 }
 
 pub fn cargo() -> Command {

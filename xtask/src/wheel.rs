@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{cargo, sh};
+use crate::sh;
 
 /// Where maturin is installed (a virtualenv of its own, made once).
 pub const TOOLS: &str = "target/wheel-tools";
@@ -37,14 +37,7 @@ pub fn python_tools(packages: &[&str]) -> Result<PathBuf> {
 
 /// Builds the wheel; its path.
 pub fn build() -> Result<PathBuf> {
-    sh(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "tracer-agent",
-        "--package",
-        "preload",
-    ]))?;
+    crate::build_release_of(&["tracer-agent", "preload"])?;
     let scripts = Path::new("wheel/hotpin.data/scripts");
     std::fs::create_dir_all(scripts).context("creating wheel/hotpin.data/scripts")?;
     for file in ["tracer", "libhotpin_preload.so"] {

@@ -1,0 +1,36 @@
+//! What the interposer's integration tests share: the CUDA stand-in (a test fixture, not
+//! CUDA) installed in a folder of the test's own, and a C program of tests/c compiled
+//! against it.
+
+use std::{path::PathBuf, process::Command};
+
+pub struct Setup {
+    pub dir: PathBuf,
+    pub program: PathBuf,
+    pub standin: cuda_standin::Installed,
+}
+
+/// Installs the stand-in into a fresh folder named for `name` and compiles
+/// tests/c/PROGRAM.c against its runtime.
+pub fn compile(name: &str, program: &str) -> Setup {
+    let dir = std::env::temp_dir().join(format!("hotpin-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let standin = cuda_standin::install(&dir).expect("install the CUDA stand-in");
+    let source = format!("{}/tests/c/{program}.c", env!("CARGO_MANIFEST_DIR"));
+    let program = dir.join(program);
+    let status = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .arg(&standin.runtime)
+        .arg("-ldl")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling {source} failed");
+    Setup {
+        dir,
+        program,
+        standin,
+    }
+}
