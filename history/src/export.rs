@@ -46,53 +46,86 @@ pub fn chrome_trace(history: &MemHistory) -> Result<Value, ExportError> {
     if tracked.is_empty() {
         return Err(ExportError::NoTimeline);
     }
-    let origin = tracked
-        .iter()
-        .flat_map(|a| a.events.iter().map(AllocEvent::ts_ns))
-        .min()
-        .unwrap_or(0);
-    let end = tracked
-        .iter()
-        .flat_map(|a| a.events.iter().map(AllocEvent::ts_ns))
-        .max()
-        .unwrap_or(origin);
-    let us = |ts_ns: u64| ts_ns.saturating_sub(origin) as f64 / 1000.0;
-    let command = history.meta().command.join(" ");
-    let mut events = Vec::new();
-    let mut pids: Vec<u32> = tracked.iter().map(|a| a.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    for pid in pids {
-        let name = if command.is_empty() {
-            format!("process {pid}")
-        } else {
-            format!("{command} ({pid})")
-        };
-        events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}));
-    }
-    let mut threads = BTreeSet::new();
-    let mut streams = BTreeMap::new();
+    let times = || {
+        tracked
+            .iter()
+            .flat_map(|a| a.events.iter().map(AllocEvent::ts_ns))
+    };
+    let origin = times().min().unwrap_or(0);
+    let mut trace = Trace {
+        history,
+        origin,
+        end: times().max().unwrap_or(origin),
+        events: Vec::new(),
+        threads: BTreeSet::new(),
+        streams: BTreeMap::new(),
+    };
+    trace.processes(&tracked);
     for allocation in tracked {
+        trace.allocation(allocation);
+    }
+    trace.queue_names();
+    Ok(json!({ "traceEvents": trace.events, "displayTimeUnit": "ns" }))
+}
+
+/// A Chrome trace being built: its events, and the thread and stream tracks copies used.
+struct Trace<'h> {
+    history: &'h MemHistory,
+    origin: u64,
+    end: u64,
+    events: Vec<Value>,
+    threads: BTreeSet<(u32, u32)>,
+    streams: BTreeMap<(u32, u64), u32>,
+}
+
+impl Trace<'_> {
+    /// Microseconds since the first event.
+    fn us(&self, ts_ns: u64) -> f64 {
+        ts_ns.saturating_sub(self.origin) as f64 / 1000.0
+    }
+
+    /// A name for each process.
+    fn processes(&mut self, tracked: &[&Allocation]) {
+        let command = self.history.meta().command.join(" ");
+        let mut pids: Vec<u32> = tracked.iter().map(|a| a.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
+            let name = if command.is_empty() {
+                format!("process {pid}")
+            } else {
+                format!("{command} ({pid})")
+            };
+            self.events.push(
+                json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}),
+            );
+        }
+    }
+
+    /// An allocation's track: its life as a slice, its copies, registrations and page faults
+    /// as instants (copies also on their thread's and stream's tracks).
+    fn allocation(&mut self, allocation: &Allocation) {
         let track = (allocation.id % u64::from(ALLOCATION_TRACKS)) as u32;
         let (pid, tid) = (allocation.pid, ALLOCATION_TRACKS + track);
-        let name = track_name(history, allocation);
-        events.push(json!({
+        let name = track_name(self.history, allocation);
+        self.events.push(json!({
             "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
             "args": {"name": name},
         }));
-        events.push(json!({
+        self.events.push(json!({
             "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
             "args": {"sort_index": tid},
         }));
-        let born = allocation.alloc_ns.max(origin);
-        let died = allocation.free_ns.unwrap_or(end).max(born);
-        events.push(json!({
+        let born = allocation.alloc_ns.max(self.origin);
+        let died = allocation.free_ns.unwrap_or(self.end).max(born);
+        let (start, length) = (self.us(born), self.us(died) - self.us(born));
+        self.events.push(json!({
             "ph": "X", "name": format!("{:?}", allocation.kind).to_lowercase(),
-            "pid": pid, "tid": tid, "ts": us(born), "dur": us(died) - us(born),
+            "pid": pid, "tid": tid, "ts": start, "dur": length,
             "args": {"bytes": allocation.size, "address": format!("{:#x}", allocation.start)},
         }));
         for event in &allocation.events {
-            let (name, args) = match *event {
+            let (label, args) = match *event {
                 AllocEvent::Transfer {
                     direction,
                     bytes,
@@ -100,26 +133,7 @@ pub fn chrome_trace(history: &MemHistory) -> Result<Value, ExportError> {
                     stream,
                     ts_ns,
                 } => {
-                    let copy = json!({
-                        "bytes": bytes,
-                        "stream": format!("{stream:#x}"),
-                        "memory": name,
-                    });
-                    let mut on = |track: u32| {
-                        events.push(json!({
-                            "ph": "i", "s": "t", "name": direction_name(direction),
-                            "pid": pid, "tid": track, "ts": us(ts_ns), "args": copy,
-                        }));
-                    };
-                    if thread != 0 {
-                        threads.insert((pid, thread));
-                        on(thread);
-                    }
-                    if stream != 0 {
-                        let next = STREAM_TRACKS + streams.len() as u32;
-                        let track = *streams.entry((pid, stream)).or_insert(next);
-                        on(track);
-                    }
+                    self.copy_on_queues(pid, &name, direction, bytes, (thread, stream), ts_ns);
                     (
                         direction_name(direction),
                         json!({ "bytes": bytes, "stream": format!("{stream:#x}") }),
@@ -132,29 +146,63 @@ pub fn chrome_trace(history: &MemHistory) -> Result<Value, ExportError> {
                 AllocEvent::Unregister { .. } => ("unregistered", json!({})),
                 AllocEvent::Alloc { .. } | AllocEvent::Free { .. } => continue,
             };
-            events.push(json!({
-                "ph": "i", "s": "t", "name": name, "pid": pid, "tid": tid,
-                "ts": us(event.ts_ns()), "args": args,
+            let at = self.us(event.ts_ns());
+            self.events.push(json!({
+                "ph": "i", "s": "t", "name": label, "pid": pid, "tid": tid,
+                "ts": at, "args": args,
             }));
         }
     }
-    for (pid, tid) in threads {
-        events.push(json!({
-            "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-            "args": {"name": format!("thread {tid}")},
-        }));
+
+    /// A copy of the allocation `memory`, as an instant on the track of the thread that made
+    /// it and of the stream it was queued on (0: not known).
+    fn copy_on_queues(
+        &mut self,
+        pid: u32,
+        memory: &str,
+        direction: CopyDirection,
+        bytes: u64,
+        (thread, stream): (u32, u64),
+        ts_ns: u64,
+    ) {
+        let copy = json!({ "bytes": bytes, "stream": format!("{stream:#x}"), "memory": memory });
+        let mut tracks = Vec::new();
+        if thread != 0 {
+            self.threads.insert((pid, thread));
+            tracks.push(thread);
+        }
+        if stream != 0 {
+            let next = STREAM_TRACKS + self.streams.len() as u32;
+            tracks.push(*self.streams.entry((pid, stream)).or_insert(next));
+        }
+        let at = self.us(ts_ns);
+        for track in tracks {
+            self.events.push(json!({
+                "ph": "i", "s": "t", "name": direction_name(direction),
+                "pid": pid, "tid": track, "ts": at, "args": copy,
+            }));
+        }
     }
-    for ((pid, stream), tid) in streams {
-        events.push(json!({
-            "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-            "args": {"name": format!("stream {stream:#x}")},
-        }));
-        events.push(json!({
-            "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-            "args": {"sort_index": tid},
-        }));
+
+    /// Names for the thread and stream tracks copies used.
+    fn queue_names(&mut self) {
+        for &(pid, tid) in &self.threads {
+            self.events.push(json!({
+                "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                "args": {"name": format!("thread {tid}")},
+            }));
+        }
+        for (&(pid, stream), &tid) in &self.streams {
+            self.events.push(json!({
+                "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                "args": {"name": format!("stream {stream:#x}")},
+            }));
+            self.events.push(json!({
+                "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                "args": {"sort_index": tid},
+            }));
+        }
     }
-    Ok(json!({ "traceEvents": events, "displayTimeUnit": "ns" }))
 }
 
 /// Track ids of streams and allocations, above any thread id (Linux's `pid_max` is at most
