@@ -15,7 +15,7 @@ What it checks, one line each (PASS, FAIL or SKIP), exit 0 only when nothing FAI
       kubeval on PATH); skipped, and said so, when none is;
   (c) the Grafana dashboard parses, and every hotpin_* metric its PromQL names, and every
       label and label value it filters or groups by, is one the daemon exports
-      (tracer-agent/src/metrics.rs);
+      (tracer-agent/src/daemon/metrics.rs);
   (d) the Dockerfile's ENTRYPOINT/CMD run `tracer daemon` with flags that exist.
 
 Needs Python 3.11+ (tomllib) and PyYAML; nothing from the network.
@@ -44,7 +44,7 @@ except ImportError:
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 AGENT = ROOT / "tracer-agent"
-METRICS_RS = AGENT / "src" / "metrics.rs"
+METRICS_RS = AGENT / "src" / "daemon" / "metrics.rs"
 PRIVILEGES_RS = AGENT / "src" / "privileges.rs"
 TRACEFS_RS = AGENT / "src" / "probes" / "tracefs.rs"
 CONFIG_RS = AGENT / "src" / "cli" / "daemon" / "config.rs"

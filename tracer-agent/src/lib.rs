@@ -4,10 +4,9 @@
 
 pub mod address_space;
 pub mod agent;
+pub mod daemon;
 pub mod error;
 pub mod filter;
-pub mod metrics;
-pub mod otlp;
 pub mod privileges;
 pub mod probes;
 pub mod recorder;

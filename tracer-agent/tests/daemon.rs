@@ -23,7 +23,7 @@ use opentelemetry_proto::tonic::{
 use prost::Message as _;
 
 use tracer_agent::{
-    dump, history::MemHistory, metrics::Traffic, policy::hot::HotPolicy, store::Store,
+    daemon::metrics::Traffic, dump, history::MemHistory, policy::hot::HotPolicy, store::Store,
 };
 
 /// A running daemon and the lines it wrote to stderr.

@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
-use tracer_agent::{filter::ProcessFilter, otlp::Endpoint, store};
+use tracer_agent::{daemon::otlp::Endpoint, filter::ProcessFilter, store};
 
 use super::super::DaemonArgs;
 

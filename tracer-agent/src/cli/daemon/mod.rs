@@ -21,8 +21,10 @@ use tokio::{
 };
 use tracer_agent::{
     AgentConfig, TracerAgent,
-    metrics::{self, FinishedPrograms, RunningRun, Sample, TracerNumbers, Traffic},
-    otlp,
+    daemon::{
+        metrics::{self, FinishedPrograms, RunningRun, Sample, TracerNumbers, Traffic},
+        otlp,
+    },
     policy::hot::HotPolicy,
     privileges,
     sessions::Session,

@@ -23,7 +23,7 @@ use opentelemetry_proto::tonic::{
 };
 use prost::Message as _;
 
-use crate::metrics::{Kind, Sample};
+use crate::daemon::metrics::{Kind, Sample};
 
 /// Longest an export may take, connection included.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -233,7 +233,7 @@ pub fn send(endpoint: &Endpoint, request: &ExportMetricsServiceRequest) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{FinishedPrograms, RunningRun, TracerNumbers, Traffic, samples};
+    use crate::daemon::metrics::{FinishedPrograms, RunningRun, TracerNumbers, Traffic, samples};
 
     #[test]
     fn endpoints_are_http_urls_with_the_metrics_path_by_default() {
