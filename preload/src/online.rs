@@ -1,8 +1,9 @@
 //! Auto mode's knowledge of the program, kept under the state's lock: every block at or
 //! above the floor with its heat and whether it is pinned, the budget, the recycled groups,
 //! and the record of every judged block written as a history at exit. The rules (when a
-//! block repays pinning, how dense it is, what the budget keeps) are `hotpin::online`'s; the
-//! CUDA calls they lead to are made by `state`, outside the lock.
+//! block repays pinning, how dense it is, what the budget keeps) are
+//! `hotpin_policy::online`'s; the CUDA calls they lead to are made by `state`, outside the
+//! lock.
 //!
 //! A block is pinned whole, or, when it is large and its copies touched only a small part of
 //! it, in one registration of that part (the over-pinned program's dataset, of which one
