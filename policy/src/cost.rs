@@ -18,7 +18,7 @@ use hotpin_history::history::TransferStats;
 pub const SIZES: [u64; 6] = [4 << 10, 64 << 10, 1 << 20, 8 << 20, 64 << 20, 1 << 30];
 
 /// A cost in seconds: `fixed + per_gib * bytes / GiB`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Linear {
     pub fixed_s: f64,
     pub per_gib_s: f64,
@@ -34,7 +34,7 @@ impl Linear {
 pub type Curve = [f64; SIZES.len()];
 
 /// What copies and pinning cost on one machine.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CostModel {
     pub h2d_pageable: Curve,
     pub h2d_pinned: Curve,

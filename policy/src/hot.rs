@@ -15,7 +15,7 @@ use crate::cost::{CostModel, Weighing};
 /// place costs about 42 ms/GiB while a pageable copy loses about 90 ms/GiB, so one round trip
 /// repays a large buffer and memory never copied never does. The first version's fixed bar
 /// ("hot = at least N transfers", [`HotPolicy::transfers`]) remains for comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HotPolicy {
     /// Pin when the copy time saved passes the cost of pinning (the default, with our
     /// H100's numbers, or those `hotpin calibrate` measured).

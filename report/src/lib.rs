@@ -15,7 +15,7 @@ use hotpin_policy::{cost::Weighing, hot::HotPolicy};
 use serde::Serialize;
 
 /// One allocation in the report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ReportRow {
     pub id: u64,
     pub pid: u32,
@@ -34,7 +34,7 @@ pub struct ReportRow {
 }
 
 /// A recycled group in the report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RecycledRow {
     pub pid: u32,
     pub call_site: String,
@@ -45,7 +45,7 @@ pub struct RecycledRow {
 }
 
 /// A call site the report recommends pinning (or no longer pinning).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SiteAdvice {
     pub call_site: String,
     pub allocations: u64,
@@ -83,7 +83,7 @@ impl SiteAdvice {
 }
 
 /// Everything `tracer report` shows.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Report {
     pub policy: HotPolicy,
     pub pids: Vec<u32>,

@@ -28,7 +28,7 @@ pub fn module_file_name(module: &str) -> &str {
 }
 
 /// What kind of memory an allocation is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AllocKind {
     /// malloc and friends.
