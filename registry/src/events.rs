@@ -335,7 +335,36 @@ pub fn decode_event(event: &Event) -> Result<ApiCall, DecodeError> {
     let kind = event.kind().ok_or(DecodeError::UnknownKind(raw_kind))?;
     let probe = call_probe(kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
     let args = &event.args;
-    let op = match probe.semantics {
+    let op = op_of(probe, event);
+    Ok(ApiCall {
+        kind,
+        pid: event.header.pid,
+        tid: event.header.tid,
+        ts_ns: event.header.ts_ns,
+        duration_ns: event.duration_ns,
+        caller: event.caller,
+        site: site_of(event),
+        stack: event.site.stack.checked_sub(1),
+        result: result_of(probe, event),
+        nested: event.header.flags & FLAG_NESTED != 0,
+        partial: event.header.flags & FLAG_NO_ENTRY != 0,
+        stream: probe
+            .stream
+            .and_then(|index| args.get(index as usize).copied())
+            .unwrap_or(0),
+        repeat: if event.header.flags & FLAG_AT_ENTRY != 0 {
+            u32::try_from(event.out.max(1)).unwrap_or(u32::MAX)
+        } else {
+            1
+        },
+        op,
+    })
+}
+
+/// What the call did, read from its arguments as the registry says.
+fn op_of(probe: &crate::registry::CallProbe, event: &Event) -> Op {
+    let args = &event.args;
+    match probe.semantics {
         Semantics::Alloc { ptr, size, space } => Op::Alloc {
             addr: match ptr {
                 PtrFrom::Ret => event.ret,
@@ -387,49 +416,37 @@ pub fn decode_event(event: &Event) -> Result<ApiCall, DecodeError> {
                 DirectionFrom::Pointers => CopyDirection::Unresolved,
             },
         },
-    };
-    Ok(ApiCall {
-        kind,
-        pid: event.header.pid,
-        tid: event.header.tid,
-        ts_ns: event.header.ts_ns,
-        duration_ns: event.duration_ns,
-        caller: event.caller,
-        site: match event.site.status {
-            SITE_BUILD_ID => Some(RawSite::BuildId {
-                build_id: event.site.build_id,
-                offset: event.site.offset,
-            }),
-            SITE_IP => Some(RawSite::Address(event.site.offset)),
-            _ => None,
-        },
-        stack: event.site.stack.checked_sub(1),
-        // cudaError_t and CUresult are C ints: the upper half of the register is not theirs.
-        result: match probe.semantics {
-            // A function returning its pointer fails by returning null.
-            Semantics::Alloc {
-                ptr: PtrFrom::Ret, ..
-            } => i32::from(event.ret == 0),
-            // realloc fails by returning null for a size it was asked for.
-            Semantics::Realloc { size, .. } => i32::from(event.ret == 0 && args[size] != 0),
-            // hotpin_pinned and libc's free return nothing: the register holds garbage.
-            Semantics::MarkPinned { .. } => 0,
-            Semantics::Free { .. } if probe.library == Library::Libc => 0,
-            _ => event.ret as u32 as i32,
-        },
-        nested: event.header.flags & FLAG_NESTED != 0,
-        partial: event.header.flags & FLAG_NO_ENTRY != 0,
-        stream: probe
-            .stream
-            .and_then(|index| args.get(index as usize).copied())
-            .unwrap_or(0),
-        repeat: if event.header.flags & FLAG_AT_ENTRY != 0 {
-            u32::try_from(event.out.max(1)).unwrap_or(u32::MAX)
-        } else {
-            1
-        },
-        op,
-    })
+    }
+}
+
+/// Where the call was made, as the kernel resolved it.
+fn site_of(event: &Event) -> Option<RawSite> {
+    match event.site.status {
+        SITE_BUILD_ID => Some(RawSite::BuildId {
+            build_id: event.site.build_id,
+            offset: event.site.offset,
+        }),
+        SITE_IP => Some(RawSite::Address(event.site.offset)),
+        _ => None,
+    }
+}
+
+/// The call's result as an error code (0: success).
+fn result_of(probe: &crate::registry::CallProbe, event: &Event) -> i32 {
+    let args = &event.args;
+    // cudaError_t and CUresult are C ints: the upper half of the register is not theirs.
+    match probe.semantics {
+        // A function returning its pointer fails by returning null.
+        Semantics::Alloc {
+            ptr: PtrFrom::Ret, ..
+        } => i32::from(event.ret == 0),
+        // realloc fails by returning null for a size it was asked for.
+        Semantics::Realloc { size, .. } => i32::from(event.ret == 0 && args[size] != 0),
+        // hotpin_pinned and libc's free return nothing: the register holds garbage.
+        Semantics::MarkPinned { .. } => 0,
+        Semantics::Free { .. } if probe.library == Library::Libc => 0,
+        _ => event.ret as u32 as i32,
+    }
 }
 
 #[cfg(test)]
