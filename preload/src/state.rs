@@ -630,6 +630,17 @@ impl State {
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
     }
 
+    /// Keeps a freed registered block in the cache for the next allocation that fits, if it
+    /// fits the cache and memory is not short; whether it was kept.
+    fn try_cache(&mut self, ptr: usize, size: usize) -> bool {
+        if self.cache_bytes + size > self.cache_limit || self.pressure.level() != Level::Normal {
+            return false;
+        }
+        self.cache.push((ptr, size));
+        self.cache_bytes += size;
+        true
+    }
+
     /// Forgets a block registered behind the program's back (it is looked up as such no
     /// more); its size, if it was one.
     fn forget_registered(&mut self, start: usize) -> Option<usize> {
@@ -835,30 +846,17 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
             return Release::NotOurs;
         }
         state.skipped.remove(&(ptr as usize));
-        if let Some((start, len)) = block.part {
-            // Only a part was registered: not a pinned block to hand on.
-            if let Some(learner) = state.learner.as_mut() {
-                learner.budget.release(len as u64);
-            }
-            state.forget_registered(start);
-            drop(guard);
-            let _ = cuda::unregister(start as *mut c_void);
-            return Release::Unregistered;
-        }
-        if keep
-            && state.cache_bytes + block.size <= state.cache_limit
-            && state.pressure.level() == Level::Normal
-        {
-            state.cache.push((ptr as usize, block.size));
-            state.cache_bytes += block.size;
+        // A part registered alone is not a pinned block to hand on: unregistered.
+        let (start, len) = block.part.unwrap_or((ptr as usize, block.size));
+        if keep && block.part.is_none() && state.try_cache(ptr as usize, len) {
             return Release::Cached;
         }
         if let Some(learner) = state.learner.as_mut() {
-            learner.budget.release(block.size as u64);
+            learner.budget.release(len as u64);
         }
-        state.forget_registered(ptr as usize);
+        state.forget_registered(start);
         drop(guard);
-        let _ = cuda::unregister(ptr);
+        let _ = cuda::unregister(start as *mut c_void);
         return Release::Unregistered;
     }
     let Some(&size) = state.registered.get(&(ptr as usize)) else {
@@ -866,12 +864,7 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
     };
     // A registration the program made on top of ours ends with the block too.
     state.skipped.remove(&(ptr as usize));
-    if keep
-        && state.cache_bytes + size <= state.cache_limit
-        && state.pressure.level() == Level::Normal
-    {
-        state.cache.push((ptr as usize, size));
-        state.cache_bytes += size;
+    if keep && state.try_cache(ptr as usize, size) {
         return Release::Cached;
     }
     state.forget_registered(ptr as usize);
