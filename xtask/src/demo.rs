@@ -67,14 +67,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     std::fs::create_dir_all(out).context("creating target/demo")?;
     let (cudart, library_path) = cuda_runtime(args.standin)?;
     let workload = out.join("workload");
-    let runtime_dir = cudart.parent().context("the CUDA runtime's folder")?;
-    sh(Command::new("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&workload)
-        .arg("xtask/demo/workload.c")
-        .arg(&cudart)
-        .arg("-ldl")
-        .arg(format!("-Wl,-rpath,{}", runtime_dir.display())))?;
+    compile_workload(&workload, &cudart)?;
     let steps = args.steps.to_string();
     let program = || {
         let mut command = Command::new(&workload);
@@ -156,6 +149,22 @@ pub fn run(args: DemoArgs) -> Result<()> {
         learned.display()
     );
     Ok(())
+}
+
+/// Compiles the demo's workload (`xtask/demo/workload.c`) at `workload`, linked against the
+/// CUDA runtime at `runtime` (the real one, or the stand-in) and finding it there at run time.
+pub fn compile_workload(workload: &Path, runtime: &Path) -> Result<()> {
+    let folder = runtime
+        .parent()
+        .context("the CUDA runtime's folder")?
+        .canonicalize()?;
+    sh(Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(workload)
+        .arg("xtask/demo/workload.c")
+        .arg(runtime)
+        .arg("-ldl")
+        .arg(format!("-Wl,-rpath,{}", folder.display())))
 }
 
 /// One run of the workload: its own verdict and hotpin's counters.

@@ -88,16 +88,7 @@ pub fn check(wheel: &Path) -> Result<()> {
         cuda_standin::install(&dir.join("standin")).context("installing the CUDA stand-in")?;
     eprintln!("xtask: wheel: the program runs on the CUDA STAND-IN (a test fixture, not CUDA)");
     let workload = dir.join("workload");
-    sh(Command::new("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&workload)
-        .arg("xtask/demo/workload.c")
-        .arg(&standin.runtime)
-        .arg("-ldl")
-        .arg(format!(
-            "-Wl,-rpath,{}",
-            standin.dir.canonicalize()?.display()
-        )))?;
+    crate::demo::compile_workload(&workload, &standin.runtime)?;
     let history = dir.join("learned.hotpin");
     let runs: [(&str, Vec<String>); 2] = [
         (
