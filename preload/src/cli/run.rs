@@ -320,11 +320,7 @@ fn from_fleet(
             }
         }
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?
-        .join("hotpin/fleet");
+    let cache = user_dir("XDG_CACHE_HOME", ".cache")?.join("hotpin/fleet");
     match fleet.latest(&key, &cache) {
         Ok(Some(path)) => {
             eprintln!(
@@ -342,17 +338,19 @@ fn from_fleet(
     }
 }
 
+/// A user's XDG folder: `$VARIABLE` if it is an absolute path, else `$HOME/fallback`.
+fn user_dir(variable: &str, fallback: &str) -> Option<PathBuf> {
+    std::env::var_os(variable)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(fallback)))
+}
+
 /// Where auto mode keeps what a program's runs learned, per user:
 /// `$XDG_STATE_HOME/hotpin/<program>.hotpin`, else `~/.local/state/hotpin/...`, the folder
 /// made (0700) if missing.
 fn state_file(program: &OsStr, args: &[OsString]) -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state"))
-        })?;
-    let folder = base.join("hotpin");
+    let folder = user_dir("XDG_STATE_HOME", ".local/state")?.join("hotpin");
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
