@@ -218,9 +218,5 @@ impl Fleet {
 
 /// This machine's host name, for the objects it writes.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "host".to_owned())
+    hotpin_history::files::host_name().unwrap_or_else(|| "host".to_owned())
 }

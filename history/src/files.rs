@@ -155,6 +155,14 @@ pub fn absolute(path: &Path) -> io::Result<PathBuf> {
     std::path::absolute(path)
 }
 
+/// This machine's host name (the kernel's), if it has one.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -152,7 +152,10 @@ pub fn request(
             resource: Some(Resource {
                 attributes: vec![
                     string("service.name", "hotpin-tracer".to_owned()),
-                    string("host.name", host_name()),
+                    string(
+                        "host.name",
+                        hotpin_history::files::host_name().unwrap_or_default(),
+                    ),
                 ],
                 ..Default::default()
             }),
@@ -168,12 +171,6 @@ pub fn request(
             ..Default::default()
         }],
     }
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_default()
 }
 
 /// Sends one export request; the collector must answer 2xx.
