@@ -191,7 +191,7 @@ fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
 
 /// The host allocations sorted into what the report advises: per call site, what to pin and
 /// what to stop pinning; the wasted pinned memory and the pageable memory copied often.
-struct Judged<'a> {
+struct HostAdvice<'a> {
     wasted: Vec<&'a Allocation>,
     candidates: Vec<&'a Allocation>,
     pin: BTreeMap<Option<CallSiteId>, SiteAdvice>,
@@ -205,7 +205,7 @@ fn judge_host<'a>(
     policy: &HotPolicy,
     host: &[&'a Allocation],
     groups: &[hotpin_policy::hot::RecycledGroup],
-) -> Judged<'a> {
+) -> HostAdvice<'a> {
     let mut wasted = Vec::new();
     let mut candidates = Vec::new();
     let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
@@ -288,7 +288,7 @@ fn judge_host<'a>(
         .filter(|(_, (_, hot))| !hot)
         .map(|(k, (v, _))| (k, v))
         .collect();
-    Judged {
+    HostAdvice {
         wasted,
         candidates,
         pin,
@@ -351,7 +351,7 @@ impl Report {
             .filter(|a| a.kind.is_host())
             .collect();
         let groups = policy.recycled_groups(history);
-        let judged = judge_host(history, &policy, &host, &groups);
+        let host_advice = judge_host(history, &policy, &host, &groups);
         let (cold, hidden_mappings, hidden_mapping_bytes) = cold_list(&host, &policy);
         let mut device_leaks: Vec<&Allocation> = history
             .allocations()
@@ -359,14 +359,14 @@ impl Report {
             .filter(|a| a.kind.is_device() && a.kind != AllocKind::DeviceReserved && a.is_live())
             .collect();
         device_leaks.sort_by_key(|a| std::cmp::Reverse(a.size));
-        let Judged {
+        let HostAdvice {
             wasted,
             candidates,
             pin,
             unpin,
             untracked_hot_bytes,
             folded_host,
-        } = judged;
+        } = host_advice;
         let pin_sites = advice(history, pin);
         Report {
             policy,
