@@ -1,7 +1,9 @@
-//! `tracer report`: what a history says a user should do, as data ([`Report`], also its JSON)
-//! and as text ([`Report::render_with`]). What is worth pinning is the policy's to say
-//! (`hotpin_policy`); this crate only gathers and shows it.
+//! `tracer report`: what a history says a user should do, as data ([`Report`], also its JSON),
+//! as text ([`Report::render_with`]) and as one self-contained HTML page with charts over time
+//! ([`html::render`]). What is worth pinning is the policy's to say (`hotpin_policy`); this
+//! crate only gathers and shows it.
 
+pub mod html;
 pub mod names;
 
 use std::{
@@ -649,6 +651,19 @@ impl Report {
         }
     }
 
+    /// The policy in words: "hot = at least 4 transfers and 2 per MiB".
+    fn policy_text(&self) -> String {
+        format!(
+            "{}{}",
+            self.policy.describe(),
+            if self.policy.cost.is_none() && self.policy.min_transfers_per_mib > 0.0 {
+                format!(" and {} per MiB", self.policy.min_transfers_per_mib)
+            } else {
+                String::new()
+            }
+        )
+    }
+
     fn header(&self, out: &mut String) {
         let _ = writeln!(out, "hotpin report");
         if !self.command.is_empty() {
@@ -673,16 +688,7 @@ impl Report {
             bytes(self.d2h_bytes),
             self.lost_events
         );
-        let _ = writeln!(
-            out,
-            "  policy       {}{}",
-            self.policy.describe(),
-            if self.policy.cost.is_none() && self.policy.min_transfers_per_mib > 0.0 {
-                format!(" and {} per MiB", self.policy.min_transfers_per_mib)
-            } else {
-                String::new()
-            }
-        );
+        let _ = writeln!(out, "  policy       {}", self.policy_text());
         if self.folded_allocations > 0 {
             let _ = writeln!(
                 out,

@@ -1,6 +1,6 @@
-//! `cargo xtask setup`: install what building the eBPF side (and valgrind for the tests)
-//! needs, and cargo-fuzz for the fuzz targets, only where missing, saying what it installs. With
-//! everything present it only looks (well under 2 s).
+//! `cargo xtask setup`: install what building the eBPF side (and valgrind and chromium for the
+//! tests) needs, and cargo-fuzz for the fuzz targets, only where missing, saying what it
+//! installs. With everything present it only looks (well under 2 s).
 
 use std::{path::Path, process::Command};
 
@@ -32,6 +32,13 @@ pub fn run() -> Result<()> {
     if output(Command::new("c++").arg("--version")).is_none() {
         eprintln!("xtask: g++ is missing (cargo-fuzz builds libFuzzer, which is C++)");
         packages.push("g++");
+    }
+    if output(Command::new("chromium").arg("--version")).is_none() {
+        eprintln!(
+            "xtask: chromium is missing (the HTML report's test opens it headless: \
+             report/tests/html.rs)"
+        );
+        packages.push("chromium");
     }
     if !packages.is_empty() {
         // Another apt run (unattended upgrades on a fresh machine) holds the lock for a while:

@@ -242,6 +242,12 @@ struct ReportArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Also write the report to FILE as one HTML page (besides the text or JSON printed):
+    /// the same sections as tables sorted by a click on a column, the pinned memory over time
+    /// and when each hot allocation was copied (timelines: `tracer record --verbose`).
+    /// Self-contained: it opens with no network.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// List mappings and heaps nobody copied too (hidden by default, with a count).
     #[arg(long)]
     all: bool,

@@ -5,13 +5,13 @@ use std::{
     process::ExitCode,
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use hotpin_policy::cost::CostModel;
 use tracer_agent::{
     dump::{self, DumpError},
     history::MemHistory,
     policy::hot::HotPolicy,
-    report::{RenderOptions, Report},
+    report::{RenderOptions, Report, html},
     store::Store,
 };
 
@@ -29,18 +29,37 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         (None, None) => HotPolicy::configured()?,
     };
     let report = Report::new(&history, policy, args.top);
+    let options = RenderOptions {
+        all: args.all,
+        full_names: args.full_names,
+    };
+    if let Some(path) = &args.html {
+        write_html(&report, &history, &options, path)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!(
-            "{}",
-            report.render_with(&RenderOptions {
-                all: args.all,
-                full_names: args.full_names,
-            })
-        );
+        print!("{}", report.render_with(&options));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--html FILE`: the report as one self-contained page, written whole (a temporary file
+/// renamed over `path`, never through a link), said on stderr.
+fn write_html(
+    report: &Report,
+    history: &MemHistory,
+    options: &RenderOptions,
+    path: &Path,
+) -> Result<()> {
+    let page = html::render(report, history, options);
+    hotpin_history::files::write_atomically(path, page.as_bytes(), 0o644)
+        .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
+    eprintln!(
+        "tracer: the HTML report written to {} (it opens in a browser with no network)",
+        path.display()
+    );
+    Ok(())
 }
 
 /// The history to report: the file `file`, else the latest history in the store at `store`
