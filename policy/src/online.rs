@@ -16,9 +16,8 @@
 //!   them costs, the next block of the group is pinned at birth. A fresh `.cpu()` result each
 //!   step, copied once, is such a group.
 //!
-//! A block is judged and pinned whole: CUDA refuses (`invalid argument`) a copy whose host
-//! range crosses a registration's edge, so pinning only the copied part of a block would need
-//! every copy kept inside one registration (docs/online.md).
+//! The interposer pins a large block's copied part alone where that part is small
+//! (`preload/src/online.rs`); the rules here weigh whatever range it would register.
 //!
 //! The cost model is [`CostModel`], the same that judges histories; nothing here calls CUDA.
 
@@ -202,6 +201,14 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
         let entry = self.retired.entry((site.clone(), size)).or_default();
         entry.0 += 1;
         entry.1 += saving_s;
+    }
+
+    /// The mean copy seconds pinning saved (or would have) each retired block of the group.
+    pub fn mean_saving(&self, site: &K, size: u64) -> Option<f64> {
+        self.retired
+            .get(&(site.clone(), size))
+            .filter(|(count, _)| *count > 0)
+            .map(|&(count, saving)| saving / count as f64)
     }
 
     /// Whether the next block of this group is to be pinned at birth: its retired blocks

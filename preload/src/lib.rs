@@ -57,6 +57,7 @@ macro_rules! stub {
 mod copies;
 mod cuda;
 mod exports;
+mod lease;
 mod online;
 mod questions;
 mod real;

@@ -113,7 +113,7 @@ impl Block {
 
 /// A block to pin or unpin, decided under the lock; carried out by `state` once it is let go.
 /// `[start, start + len)` is what is (un)registered: the whole block at `block`, or its part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlockRef {
     pub block: usize,
     pub start: usize,
@@ -121,6 +121,8 @@ pub struct BlockRef {
     pub asked_pinned: bool,
     /// A part of the block, not all of it.
     pub part: bool,
+    /// Its density when decided (what the node's arbiter weighs it by).
+    pub score: f64,
 }
 
 #[derive(Debug, Default)]
@@ -272,6 +274,7 @@ impl Learner {
             len: part_len,
             asked_pinned: block.asked_pinned,
             part: true,
+            score: 0.0,
         })
     }
 
@@ -316,6 +319,7 @@ impl Learner {
             len,
             asked_pinned: block.asked_pinned,
             part,
+            score: density,
         });
         for at in displaced {
             if let Some(held) = self.blocks.get_mut(&at) {
@@ -326,6 +330,7 @@ impl Learner {
                     len,
                     asked_pinned: held.asked_pinned,
                     part: held.part.is_some(),
+                    score: 0.0,
                 });
                 held.pin = Pin::Pageable;
                 held.part = None;
@@ -358,6 +363,69 @@ impl Learner {
             // Gone meanwhile (frees wait for a registration to end, so only when replaced).
             _ => self.budget.release(block.len as u64),
         }
+    }
+
+    /// The node's arbiter did not lease a block decided by [`Self::copied`]: pageable again,
+    /// weighed again after a few more copies or a while.
+    pub fn refused_by_node(&mut self, block: &BlockRef) {
+        let now = self.now_ns();
+        self.budget.release(block.len as u64);
+        if let Some(b) = self.blocks.get_mut(&block.block)
+            && b.pin == Pin::Registering
+        {
+            b.pin = Pin::Pageable;
+            b.part = None;
+            b.set_aside(now);
+        }
+    }
+
+    /// The node's arbiter reclaims the pinned block (or part) registered at `start`: it is
+    /// pageable again (returned, for the caller to unregister), weighed again later.
+    pub fn give_back(&mut self, start: usize) -> Option<BlockRef> {
+        let now = self.now_ns();
+        let (&base, block) = self.blocks.range_mut(..=start).next_back()?;
+        let (pin_start, len) = block.part.unwrap_or((base, block.size));
+        if block.pin != Pin::Pinned || pin_start != start {
+            return None;
+        }
+        let part = block.part.take().is_some();
+        block.pin = Pin::Pageable;
+        block.set_aside(now);
+        self.budget.release(len as u64);
+        Some(BlockRef {
+            block: base,
+            start,
+            len,
+            asked_pinned: block.asked_pinned,
+            part,
+            score: 0.0,
+        })
+    }
+
+    /// The density of the pinned block (or part) registered at each of `starts`, now.
+    pub fn scores(&self, starts: &[u64]) -> Vec<(u64, f64)> {
+        let now = self.now_ns();
+        starts
+            .iter()
+            .filter_map(|&start| {
+                let (&base, block) = self.blocks.range(..=start as usize).next_back()?;
+                let (pin_start, len) = block.part.unwrap_or((base, block.size));
+                (block.pin == Pin::Pinned && pin_start == start as usize)
+                    .then(|| (start, self.online.density(&block.heat, len, now)))
+            })
+            .collect()
+    }
+
+    /// What a block of `size` bytes from `site` pinned at birth is worth per byte: its
+    /// group's retired blocks' mean saving, spread as [`Self::scores`] spreads a block's.
+    pub fn birth_score(&self, site: &SiteKey, size: usize) -> f64 {
+        self.groups
+            .mean_saving(site, size as u64)
+            .map_or(0.0, |saving| {
+                saving
+                    / (self.online.half_life_ns as f64 / 1e9 / std::f64::consts::LN_2)
+                    / size.max(1) as f64
+            })
     }
 
     /// Writes what was learned as a history (`tracer report` and the next run read it):

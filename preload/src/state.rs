@@ -149,6 +149,10 @@ pub struct Counters {
     pub learned_pin_bytes: u64,
     pub evictions: u64,
     pub budget_refusals: u64,
+    /// Auto mode under a node arbiter: pins it did not lease (decided by the copies, or at
+    /// birth), and blocks it reclaimed that were given back.
+    pub node_refusals: u64,
+    pub node_reclaims: u64,
     /// Auto mode: of the learned pins, those of a part of a large block (what its copies
     /// touched); parts let go because a copy would have crossed their edge.
     pub part_pins: u64,
@@ -360,6 +364,8 @@ fn write_report(state: &State, path: &std::path::Path) {
         pid: u32,
         mode: &'a str,
         counters: &'a Counters,
+        /// The node's arbiter, as this process saw it (auto mode, once it asked).
+        leases: Option<crate::lease::LeaseCounters>,
         decisions: &'a [Decision],
     }
     let counters = Counters {
@@ -373,6 +379,7 @@ fn write_report(state: &State, path: &std::path::Path) {
         pid: std::process::id(),
         mode: state.mode.name(),
         counters: &counters,
+        leases: crate::lease::counters(),
         decisions: &state.log,
     };
     let mut name = path.as_os_str().to_owned();
@@ -502,6 +509,13 @@ impl State {
         let learner = (mode == Mode::Auto).then(|| {
             let limit = budget.or_else(default_budget);
             Learner::new(policy.cost.unwrap_or_default(), limit)
+        });
+        // Auto mode asks the node's arbiter before it pins (docs/leases.md).
+        crate::lease::configure(match std::env::var("HOTPIN_LEASE_SOCKET") {
+            _ if mode != Mode::Auto => None,
+            Ok(path) if path == "off" => None,
+            Ok(path) => Some(PathBuf::from(path)),
+            Err(_) => Some(PathBuf::from(hotpin_lease::DEFAULT_SOCKET)),
         });
         let mut counters = Counters::default();
         if let Some(learner) = &learner {
@@ -681,13 +695,20 @@ impl State {
     }
 }
 
+/// Unregisters a block hotpin registered (whole, or a part of one); its lease from the node's
+/// arbiter, if it had one, ends.
+fn unregister(start: usize) {
+    let _ = cuda::unregister(start as *mut c_void);
+    crate::lease::released(start);
+}
+
 /// Unregisters and frees blocks [`State::take_cache`] took. Never called with the lock held:
 /// no CUDA call is made under it, because CUDA calls back into the interposer (its own
 /// allocations, the driver functions the runtime takes from us) while holding locks of its
 /// own, and a thread holding ours while waiting for CUDA's would deadlock with it.
 fn release_blocks(blocks: Vec<(usize, usize)>) {
     for (ptr, _) in blocks {
-        let _ = cuda::unregister(ptr as *mut c_void);
+        unregister(ptr);
         // SAFETY: a libc block the program freed, which we kept registered until now.
         unsafe { __libc_free(ptr as *mut c_void) };
     }
@@ -720,6 +741,7 @@ pub fn allocate(
         return from_libc();
     }
     let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false, false);
+    let mut score = 0.0;
     // Short of memory: the cache goes first; critically short, nothing new is pinned.
     let level = state.pressure.level();
     let mut released = if level >= Level::High {
@@ -762,6 +784,7 @@ pub fn allocate(
         state.registered_bytes += size as u64;
         if let Some(learner) = state.learner.as_mut() {
             learner.budget.used += size as u64;
+            score = learner.birth_score(&site, size);
         }
     }
     if !register && let Some(learner) = state.learner.as_mut() {
@@ -772,8 +795,13 @@ pub fn allocate(
     if !register {
         return ptr;
     }
-    if LEARNING.load(Ordering::Acquire) && !pinning_pays() {
+    let learning = LEARNING.load(Ordering::Acquire);
+    let pays = !learning || pinning_pays();
+    // Auto mode asks the node's arbiter (a no-op without one).
+    let leased = !learning || !pays || crate::lease::ask(ptr as usize, size, score);
+    if !pays || !leased {
         if let Some(state) = lock().as_mut() {
+            state.counters.node_refusals += u64::from(!leased);
             state.registered_bytes -= size as u64;
             if let Some(learner) = state.learner.as_mut() {
                 learner.budget.release(size as u64);
@@ -856,7 +884,7 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
         }
         state.forget_registered(start);
         drop(guard);
-        let _ = cuda::unregister(start as *mut c_void);
+        unregister(start);
         return Release::Unregistered;
     }
     let Some(&size) = state.registered.get(&(ptr as usize)) else {
@@ -869,7 +897,7 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
     }
     state.forget_registered(ptr as usize);
     drop(guard);
-    let _ = cuda::unregister(ptr);
+    unregister(ptr as usize);
     Release::Unregistered
 }
 
@@ -959,10 +987,10 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
         cuda::context_synchronize();
     }
     if demoted.pinned_on_demand {
-        let _ = cuda::unregister(ptr);
+        unregister(ptr as usize);
     }
     if let Some((start, _)) = part {
-        let _ = cuda::unregister(start as *mut c_void);
+        unregister(start);
     }
     true
 }
@@ -1198,6 +1226,50 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
     }
 }
 
+/// The node's arbiter reclaims the blocks registered at `starts`: each pinned block of auto
+/// mode among them is let go as the budget lets blocks go (copies in flight waited for), and
+/// each freed block kept in the cache is unregistered and freed. Returns how many were.
+pub fn give_back(starts: &[u64]) -> usize {
+    let mut blocks = Vec::new();
+    let mut cached = Vec::new();
+    {
+        let mut guard = lock();
+        let Some(state) = guard.as_mut() else {
+            return 0;
+        };
+        for &start in starts {
+            let start = start as usize;
+            if let Some(block) = state.learner.as_mut().and_then(|l| l.give_back(start)) {
+                blocks.push(block);
+            } else if let Some(at) = state.cache.iter().position(|&(ptr, _)| ptr == start) {
+                let (ptr, size) = state.cache.swap_remove(at);
+                state.cache_bytes -= size;
+                state.forget_registered(ptr);
+                if let Some(learner) = state.learner.as_mut() {
+                    learner.budget.release(size as u64);
+                }
+                cached.push((ptr, size));
+            }
+        }
+        state.counters.node_reclaims += (blocks.len() + cached.len()) as u64;
+    }
+    let given = blocks.len() + cached.len();
+    for block in blocks {
+        unpin_block(block);
+    }
+    release_blocks(cached);
+    given
+}
+
+/// The current density of auto mode's pinned blocks registered at `starts`.
+pub fn lease_scores(starts: &[u64]) -> Vec<(u64, f64)> {
+    lock()
+        .as_ref()
+        .and_then(|state| state.learner.as_ref())
+        .map(|learner| learner.scores(starts))
+        .unwrap_or_default()
+}
+
 /// Whether pinning pays on this device, asked of CUDA once a context exists; said once where
 /// it does not.
 fn pinning_pays() -> bool {
@@ -1225,6 +1297,15 @@ fn pinning_pays() -> bool {
 /// the program is marked registered before CUDA is asked, so that copies from then on are
 /// waited for; one the program asked pinned is marked pinned on demand once it is.
 fn pin_block(block: BlockRef) {
+    if !crate::lease::ask(block.start, block.len, block.score) {
+        if let Some(state) = lock().as_mut() {
+            state.counters.node_refusals += 1;
+            if let Some(learner) = state.learner.as_mut() {
+                learner.refused_by_node(&block);
+            }
+        }
+        return;
+    }
     if !block.asked_pinned {
         if let Some(state) = lock().as_mut() {
             state.registered.insert(block.start, block.len);
@@ -1300,7 +1381,7 @@ fn unpin_block(block: BlockRef) {
             std::thread::yield_now();
         }
     }
-    let _ = cuda::unregister(block.start as *mut c_void);
+    unregister(block.start);
     EPOCH.fetch_add(1, Ordering::AcqRel);
     if let Some(state) = lock().as_mut() {
         state.counters.evictions += 1;

@@ -167,7 +167,15 @@ fn histories_are_shared_across_nodes_through_an_s3_store() {
         let store = setup.dir.join(format!("store-{node}"));
         let tracer = workspace().join("target/debug/tracer");
         let mut daemon = Command::new(&tracer)
-            .args(["daemon", "--metrics", "off", "--command", "*online*"])
+            .args([
+                "daemon",
+                "--metrics",
+                "off",
+                "--lease-socket",
+                "off",
+                "--command",
+                "*online*",
+            ])
             .arg("--store")
             .arg(&store)
             .args(["--fleet", &url, "--host-name", node])

@@ -52,6 +52,8 @@ impl Daemon {
             .arg("--store")
             .arg(store)
             .args(["--metrics", &format!("127.0.0.1:{port}")])
+            // Leases are tested in preload/tests/leases.rs, each daemon on a socket of its own.
+            .args(["--lease-socket", "off"])
             .args(args)
             .stderr(Stdio::piped())
             .spawn()
@@ -92,12 +94,50 @@ impl Daemon {
     fn metrics(&self) -> Metrics {
         let url = format!("http://127.0.0.1:{}/metrics", self.port);
         let text = ureq::get(&url)
+            .header("Accept", "application/openmetrics-text; version=1.0.0")
             .call()
             .expect("scrape the metrics endpoint")
             .body_mut()
             .read_to_string()
             .expect("the metrics are text");
         Metrics::parse(&text)
+    }
+
+    /// Scrapes the metrics as curl does (Prometheus's classic text format) and has
+    /// `promtool check metrics` lint them.
+    fn promtool_check(&self) {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        let text = ureq::get(&url)
+            .call()
+            .expect("scrape the metrics endpoint")
+            .body_mut()
+            .read_to_string()
+            .expect("the metrics are text");
+        assert!(
+            !text.contains("# EOF"),
+            "the classic format, not OpenMetrics"
+        );
+        let promtool = common::promtool();
+        let mut child = Command::new(&promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run promtool");
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(text.as_bytes())
+            .expect("feed promtool");
+        let check = child.wait_with_output().expect("promtool's verdict");
+        assert!(
+            check.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        );
     }
 
     /// SIGTERM, then its exit status.
@@ -582,6 +622,8 @@ fn a_run_going_before_the_start_is_traced_and_sigterm_leaves_its_history_whole()
         );
         std::thread::sleep(Duration::from_millis(100));
     };
+    // With a run going (its labels in the text), the format lints clean.
+    daemon.promtool_check();
     let status = daemon.terminate();
     assert!(status.success(), "{status}");
     assert!(

@@ -1,5 +1,5 @@
-//! `cargo xtask fuzz`: the cargo-fuzz targets in fuzz/ (history loaders, event decoder), one
-//! after another. The long runs grow and then minimise the committed corpus (fuzz/corpus);
+//! `cargo xtask fuzz`: the cargo-fuzz targets in fuzz/ (history loaders, event decoder, lease
+//! decoder), one after another. The long runs grow and then minimise the committed corpus (fuzz/corpus);
 //! `cargo xtask test` runs each briefly from that corpus as a smoke test, writing nothing
 //! back. A crash leaves its input in fuzz/artifacts/TARGET and fails the command.
 
@@ -10,7 +10,12 @@ use anyhow::{Context as _, Result};
 use crate::sh;
 
 /// Every target in fuzz/Cargo.toml.
-pub const TARGETS: [&str; 3] = ["history_json", "history_binary", "event_decoder"];
+pub const TARGETS: [&str; 4] = [
+    "history_json",
+    "history_binary",
+    "event_decoder",
+    "lease_decoder",
+];
 
 #[derive(clap::Args)]
 pub struct FuzzArgs {

@@ -51,6 +51,7 @@ pub fn run() -> Result<()> {
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
         installed.extend(packages);
     }
+    promtool(&mut installed)?;
 
     let linker = output(Command::new("bpf-linker").arg("--version"));
     if !linker
@@ -116,6 +117,41 @@ pub fn run() -> Result<()> {
         }
     }
     report(&installed)
+}
+
+/// Where `promtool` is unpacked when it is not on PATH.
+const PROMTOOL: &str = "target/tools/bin/promtool";
+
+/// `promtool` (the daemon's test lints its metrics with `promtool check metrics`): Debian's
+/// `prometheus` package, downloaded and unpacked into target/tools rather than installed, so
+/// that no Prometheus server is started as a service.
+fn promtool(installed: &mut Vec<&'static str>) -> Result<()> {
+    if output(Command::new("promtool").arg("--version")).is_some() || Path::new(PROMTOOL).exists() {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: promtool is missing (the daemon's metrics are linted with it): unpacking Debian's prometheus package into target/tools"
+    );
+    let folder = Path::new("target/tools/deb");
+    std::fs::create_dir_all(folder)?;
+    let lock = "DPkg::Lock::Timeout=300";
+    sh(Command::new("apt-get").args(["update", "-q", "-o", lock]))?;
+    sh(Command::new("apt-get")
+        .args(["download", "-q", "prometheus"])
+        .current_dir(folder))?;
+    let package = std::fs::read_dir(folder)?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|e| e == "deb"))
+        .ok_or_else(|| anyhow::anyhow!("apt-get download prometheus left no .deb"))?;
+    sh(Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&package)
+        .arg(folder.join("root")))?;
+    std::fs::create_dir_all("target/tools/bin")?;
+    std::fs::copy(folder.join("root/usr/bin/promtool"), PROMTOOL)?;
+    installed.push("promtool");
+    Ok(())
 }
 
 fn report(installed: &[&str]) -> Result<()> {

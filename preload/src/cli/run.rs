@@ -54,6 +54,11 @@ pub struct RunArgs {
     /// Most memory pinned at once by the interposer's promotions (bytes like 512M, or 25%).
     #[arg(long, value_name = "BYTES")]
     budget: Option<String>,
+    /// Auto mode asks the node's arbiter (`tracer daemon`) for a lease before each pin, at
+    /// this Unix socket (default /run/hotpin/lease.sock; $HOTPIN_LEASE_SOCKET), or "off".
+    /// Without a daemon there, the process keeps to its own budget and says so once.
+    #[arg(long, value_name = "PATH")]
+    lease_socket: Option<String>,
     /// Write the interposer's decisions and counters to FILE.<pid>.json per process.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
@@ -149,6 +154,9 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
         hotpin_history::dump::read(&history)
             .with_context(|| format!("the history {} cannot be used", history.display()))?;
         command.env("HOTPIN_HISTORY", absolute(&history)?);
+    }
+    if let Some(socket) = &args.lease_socket {
+        command.env("HOTPIN_LEASE_SOCKET", socket);
     }
     if let Some(budget) = &args.budget {
         command.env("HOTPIN_PINNED_BUDGET", budget);

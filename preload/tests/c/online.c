@@ -11,9 +11,20 @@
  *          times; then copies across the edges of what was copied so far (24 MiB of the block
  *          from 64 MiB, the whole dataset), and 20 more steps of the wider slice and the
  *          first. The result buffer is 160 MiB (malloc'd), copied into from its start.
+ *   steady [MIB] [MS] [PERIOD_MS]: two malloc'd buffers of MIB MiB, each copied there and back
+ *          (async) every PERIOD_MS ms (default 20) for MS ms (default 2000): a steady hot set
+ *          whose density the period sets (for the node's leases: two such programs at once).
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details. */
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 #include "transparency/cuda_decls.h"
 #include "transparency/check.h"
@@ -58,6 +69,16 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < 4; i++) free(buffers[i]);
         free(cold);
+    } else if (strcmp(which, "steady") == 0) {
+        double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
+        char *buffers[2] = {(char *)malloc(size), (char *)malloc(size)};
+        double began = now_ms();
+        for (unsigned step = 0; now_ms() - began < length; step++) {
+            for (int i = 0; i < 2; i++) round_trip(&t, buffers[i], size, step, (unsigned)i, 1);
+            usleep((useconds_t)(period * 1000));
+        }
+        free(buffers[0]);
+        free(buffers[1]);
     } else {
         size_t big = 160 * MIB;
         CUDA_OK(cudaFree(device));

@@ -103,6 +103,21 @@ struct DaemonArgs {
     /// name).
     #[arg(long, value_name = "NAME")]
     host_name: Option<String>,
+    /// Grant pinned-memory leases to `hotpin run` processes on this Unix socket (default
+    /// /run/hotpin/lease.sock), or "off".
+    #[arg(long, value_name = "PATH")]
+    lease_socket: Option<String>,
+    /// The node's pinned-memory budget for leases: bytes (suffixes K, M, G) or a share of
+    /// MemTotal such as "25%" (the default).
+    #[arg(long, value_name = "SIZE")]
+    node_budget: Option<String>,
+    /// Cap what one user's processes may lease, UID=SIZE (repeat for several).
+    #[arg(long = "user-cap", value_name = "UID=SIZE")]
+    user_caps: Vec<String>,
+    /// Cap what the processes in a cgroup (or under it) may lease, PATH=SIZE (repeat for
+    /// several).
+    #[arg(long = "cgroup-cap", value_name = "PATH=SIZE")]
+    cgroup_caps: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -29,6 +29,8 @@ pub struct Traffic {
     pub d2h_bytes: u64,
     /// Bytes of live pinned (page-locked or registered) host memory.
     pub pinned_bytes: u64,
+    /// Of those, the bytes of blocks copied at least once (the rest is pinned and wasted).
+    pub pinned_copied_bytes: u64,
     /// Bytes of live pageable host memory (allocations, mappings, heap).
     pub pageable_bytes: u64,
     /// Bytes of live host memory the cost model judges hot.
@@ -57,6 +59,9 @@ impl Traffic {
             }
             if allocation.kind.is_pinned() {
                 traffic.pinned_bytes += allocation.size;
+                if stats.transfers > 0 {
+                    traffic.pinned_copied_bytes += allocation.size;
+                }
             } else {
                 traffic.pageable_bytes += allocation.size;
             }
@@ -94,6 +99,8 @@ pub struct RunningRun {
     pub program: String,
     pub pid: u32,
     pub traffic: Traffic,
+    /// Bytes its processes hold in leases from the node's arbiter (auto mode's pins).
+    pub leased_bytes: u64,
 }
 
 /// Totals of a program's finished runs.
@@ -221,6 +228,33 @@ pub fn samples(
                 value,
             );
         }
+        for (by, value) in [
+            ("lease", run.leased_bytes),
+            ("program", t.pinned_bytes.saturating_sub(run.leased_bytes)),
+        ] {
+            add(
+                "pinned_bytes",
+                "Live pinned host memory of a running process, by who pinned it: hotpin in auto \
+                 mode, under a lease from the node's arbiter, or the program (its own pins, and \
+                 any hotpin made without a lease)",
+                Gauge,
+                labels(Some(("by", by))),
+                value,
+            );
+        }
+        for (copied, value) in [
+            ("yes", t.pinned_copied_bytes),
+            ("never", t.pinned_bytes - t.pinned_copied_bytes),
+        ] {
+            add(
+                "pinned_copied_bytes",
+                "Live pinned host memory of a running process, by whether any copy used it \
+                 (never: pinned and wasted so far)",
+                Gauge,
+                labels(Some(("copied", copied))),
+                value,
+            );
+        }
         add(
             "untracked_bytes",
             "Bytes a running process copied from or to host memory in no known allocation",
@@ -342,6 +376,133 @@ pub fn samples(
     out
 }
 
+/// The node's pinned-memory figures from the lease arbiter (none when leases are off).
+pub fn lease_samples(figures: &crate::daemon::lease::LeaseFigures) -> Vec<Sample> {
+    use Kind::{Counter, Gauge};
+    let c = &figures.counters;
+    [
+        (
+            "node_pinned_budget_bytes",
+            "The node's pinned-memory budget that leases are granted within",
+            Gauge,
+            figures.budget,
+        ),
+        (
+            "node_pinned_bytes",
+            "Pinned host memory counted against the node's budget: leases, and pins outside \
+             them that the tracer saw",
+            Gauge,
+            figures.used,
+        ),
+        (
+            "node_leased_bytes",
+            "Pinned host memory granted in leases",
+            Gauge,
+            figures.granted,
+        ),
+        (
+            "node_pinned_outside_leases_bytes",
+            "Pinned host memory the tracer saw that no lease covers (programs' own pins, \
+             processes not under hotpin)",
+            Gauge,
+            figures.outside,
+        ),
+        (
+            "lease_clients",
+            "hotpin run processes connected to the arbiter",
+            Gauge,
+            figures.clients.len() as u64,
+        ),
+        ("leases_granted", "Leases granted", Counter, c.granted),
+        (
+            "leases_denied",
+            "Leases denied (budget, caps, reclaim under way, distrust)",
+            Counter,
+            c.denied,
+        ),
+        (
+            "lease_reclaims",
+            "Leases asked back from less dense holders",
+            Counter,
+            c.reclaims,
+        ),
+        (
+            "lease_reclaimed_bytes",
+            "Bytes of the leases asked back",
+            Counter,
+            c.reclaimed_bytes,
+        ),
+        (
+            "lease_clients_distrusted",
+            "Clients refused for a claim the socket or the tracer showed false",
+            Counter,
+            c.distrusted,
+        ),
+        (
+            "lease_messages_refused",
+            "Lease messages refused: malformed, oversized, too frequent, out of order",
+            Counter,
+            c.refused_messages,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, help, kind, value)| Sample {
+        name,
+        help,
+        kind,
+        labels: Vec::new(),
+        value,
+    })
+    .collect()
+}
+
+/// The same samples in Prometheus's classic text format (0.0.4), for scrapers that do not
+/// ask for OpenMetrics (curl, `promtool check metrics`): a counter's HELP and TYPE name its
+/// `_total` series, and there is no `# EOF`.
+pub fn render_classic(samples: &[Sample]) -> String {
+    use std::fmt::Write as _;
+    let mut families: BTreeMap<String, (&Sample, Vec<&Sample>)> = BTreeMap::new();
+    for sample in samples {
+        let name = match sample.kind {
+            Kind::Counter => format!("hotpin_{}_total", sample.name),
+            Kind::Gauge => format!("hotpin_{}", sample.name),
+        };
+        families
+            .entry(name)
+            .or_insert((sample, Vec::new()))
+            .1
+            .push(sample);
+    }
+    let mut text = String::new();
+    for (name, (first, members)) in &families {
+        let kind = match first.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let help = first.help.replace('\\', "\\\\").replace('\n', "\\n");
+        let _ = writeln!(text, "# HELP {name} {help}.\n# TYPE {name} {kind}");
+        for sample in members {
+            let labels: Vec<String> = sample
+                .labels
+                .iter()
+                .map(|(key, value)| {
+                    let value = value
+                        .replace('\\', "\\\\")
+                        .replace('"', "\\\"")
+                        .replace('\n', "\\n");
+                    format!("{key}=\"{value}\"")
+                })
+                .collect();
+            if labels.is_empty() {
+                let _ = writeln!(text, "{name} {}", sample.value);
+            } else {
+                let _ = writeln!(text, "{name}{{{}}} {}", labels.join(","), sample.value);
+            }
+        }
+    }
+    text
+}
+
 type Labels = Vec<(&'static str, String)>;
 
 /// The samples as Prometheus text (ends with `# EOF`, as OpenMetrics wants).
@@ -394,6 +555,7 @@ mod tests {
             program: "app-0123456789ab".into(),
             pid: 42,
             traffic,
+            leased_bytes: 1024,
         }];
         let mut finished = FinishedPrograms::default();
         for i in 0..MAX_PROGRAMS + 5 {
@@ -405,6 +567,12 @@ mod tests {
         ));
         assert!(text.contains(
             "hotpin_host_memory_bytes{program=\"app-0123456789ab\",pid=\"42\",memory=\"pinned\"} 4096"
+        ));
+        assert!(text.contains(
+            "hotpin_pinned_bytes{program=\"app-0123456789ab\",pid=\"42\",by=\"program\"} 3072"
+        ));
+        assert!(text.contains(
+            "hotpin_pinned_copied_bytes{program=\"app-0123456789ab\",pid=\"42\",copied=\"never\"} 4096"
         ));
         assert!(text.contains("hotpin_program_runs_total{program=\"other\"} 5"));
         assert_eq!(finished.programs.len(), MAX_PROGRAMS + 1);

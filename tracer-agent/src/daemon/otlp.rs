@@ -264,6 +264,7 @@ mod tests {
                 pinned_bytes: 4096,
                 ..Traffic::default()
             },
+            leased_bytes: 0,
         }];
         let samples = samples(
             &running,

@@ -13,6 +13,21 @@ use cuda_standin::Installed;
 use tracer_agent::{AgentConfig, TracerAgent, target};
 
 /// Fails loudly unless the tests can load eBPF: these tests must run, not skip, in CI.
+/// Prometheus's `promtool`: on PATH (Debian's `prometheus` package), else where `cargo xtask
+/// setup` unpacks it (target/tools/bin). Missing, the test fails: it lints the metrics.
+pub fn promtool() -> PathBuf {
+    let unpacked = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools/bin/promtool");
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("promtool"))
+            .find(|candidate| candidate.is_file())
+    });
+    let found = on_path.or_else(|| unpacked.is_file().then_some(unpacked));
+    found.expect(
+        "no promtool to lint the metrics: `cargo xtask setup` unpacks it into target/tools/bin",
+    )
+}
+
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };

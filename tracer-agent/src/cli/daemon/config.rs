@@ -7,6 +7,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use hotpin_lease::arbiter::Limits;
 use serde::Deserialize;
 use tracer_agent::{daemon::otlp::Endpoint, filter::ProcessFilter, store};
 
@@ -40,6 +41,24 @@ struct File {
     fleet: Option<String>,
     /// The name this node writes its histories under in the fleet's store.
     host_name: Option<String>,
+    /// The lease socket's path, or "off".
+    lease_socket: Option<String>,
+    /// Bytes ("64G") or a share of MemTotal ("25%").
+    node_budget: Option<String>,
+    /// uid = size.
+    user_caps: Option<std::collections::BTreeMap<String, String>>,
+    /// cgroup path = size.
+    cgroup_caps: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// The share of MemTotal the node's pinned-memory budget is by default.
+pub const DEFAULT_NODE_SHARE: &str = "25%";
+
+/// Where the daemon grants leases, and within what.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseSettings {
+    pub socket: PathBuf,
+    pub limits: Limits,
 }
 
 /// The settings in force.
@@ -62,6 +81,8 @@ pub struct Settings {
     /// name this node writes under.
     pub fleet: Option<String>,
     pub host_name: String,
+    /// The lease arbiter's socket and limits; None: off.
+    pub leases: Option<LeaseSettings>,
 }
 
 impl Settings {
@@ -144,9 +165,17 @@ impl Settings {
             .clone()
             .or(file.host_name)
             .unwrap_or_else(hotpin_fleet::host_name);
+        let leases = lease_settings(
+            args,
+            file.lease_socket,
+            file.node_budget,
+            file.user_caps.unwrap_or_default(),
+            file.cgroup_caps.unwrap_or_default(),
+        )?;
         Ok(Self {
             fleet,
             host_name,
+            leases,
             store: args
                 .store
                 .clone()
@@ -182,6 +211,90 @@ impl Settings {
             max_allocations: Some(self.max_allocations).filter(|&n| n > 0),
         }
     }
+}
+
+/// The lease settings from the command line, else the file, else the defaults.
+fn lease_settings(
+    args: &DaemonArgs,
+    socket: Option<String>,
+    budget: Option<String>,
+    user_caps: std::collections::BTreeMap<String, String>,
+    cgroup_caps: std::collections::BTreeMap<String, String>,
+) -> Result<Option<LeaseSettings>> {
+    let socket = args
+        .lease_socket
+        .clone()
+        .or(socket)
+        .unwrap_or_else(|| hotpin_lease::DEFAULT_SOCKET.into());
+    if socket == "off" {
+        return Ok(None);
+    }
+    let budget = args
+        .node_budget
+        .clone()
+        .or(budget)
+        .unwrap_or_else(|| DEFAULT_NODE_SHARE.into());
+    let node = node_budget(&budget).with_context(|| format!("the node budget {budget:?}"))?;
+    let pairs = |cli: &[String], file: std::collections::BTreeMap<String, String>| {
+        if cli.is_empty() {
+            file.into_iter().collect::<Vec<_>>()
+        } else {
+            cli.iter()
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, value)) => (key.to_owned(), value.to_owned()),
+                    None => (pair.clone(), String::new()),
+                })
+                .collect()
+        }
+    };
+    let size = |what: &str, key: &str, value: &str| {
+        tracer_agent::report::parse_bytes(value)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("the {what} cap {key}={value:?} (a size such as 8G)"))
+    };
+    let mut limits = Limits {
+        node,
+        ..Limits::default()
+    };
+    for (key, value) in pairs(&args.user_caps, user_caps) {
+        let uid = key
+            .parse::<u32>()
+            .with_context(|| format!("the user cap {key}={value:?}: {key:?} is not a uid"))?;
+        limits.per_user.insert(uid, size("user", &key, &value)?);
+    }
+    for (key, value) in pairs(&args.cgroup_caps, cgroup_caps) {
+        if !key.starts_with('/') {
+            bail!(
+                "the cgroup cap {key}={value:?}: a cgroup is a path from / (as in /proc/PID/cgroup)"
+            );
+        }
+        let bytes = size("cgroup", &key, &value)?;
+        limits.per_cgroup.push((key, bytes));
+    }
+    Ok(Some(LeaseSettings {
+        socket: PathBuf::from(socket),
+        limits,
+    }))
+}
+
+/// A budget in bytes ("64G") or as a share of MemTotal ("25%").
+fn node_budget(text: &str) -> Result<u64> {
+    let Some(percent) = text.strip_suffix('%') else {
+        return tracer_agent::report::parse_bytes(text).map_err(anyhow::Error::msg);
+    };
+    let percent: f64 = percent
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p: &f64| (0.0..=100.0).contains(p))
+        .context("a share is a number from 0 to 100 followed by %")?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").context("cannot read /proc/meminfo")?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .context("/proc/meminfo has no MemTotal")?;
+    Ok((kib as f64 * 1024.0 * percent / 100.0) as u64)
 }
 
 fn read_file(path: &Path) -> Result<File> {
@@ -265,5 +378,42 @@ mod tests {
         let (endpoint, every) = Settings::load(&args).unwrap().otlp.expect("OTLP on");
         assert_eq!(endpoint.to_string(), "http://collector:4318/v1/metrics");
         assert_eq!(every, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn the_lease_settings_read_sizes_shares_and_caps_and_refuse_nonsense() {
+        let mut args = args();
+        let settings = Settings::load(&args)
+            .unwrap()
+            .leases
+            .expect("on by default");
+        assert_eq!(settings.socket, PathBuf::from(hotpin_lease::DEFAULT_SOCKET));
+        assert!(settings.limits.node > 0, "a quarter of MemTotal");
+        args.node_budget = Some("3G".into());
+        args.user_caps = vec!["1000=1G".into()];
+        args.cgroup_caps = vec!["/kubepods/a=512M".into()];
+        let limits = Settings::load(&args).unwrap().leases.unwrap().limits;
+        assert_eq!(limits.node, 3 << 30);
+        assert_eq!(limits.per_user.get(&1000), Some(&(1 << 30)));
+        assert_eq!(
+            limits.per_cgroup,
+            vec![("/kubepods/a".to_owned(), 512 << 20)]
+        );
+        for (budget, user, cgroup) in [
+            ("150%", "1000=1G", "/a=1G"),
+            ("3G", "me=1G", "/a=1G"),
+            ("3G", "1000", "/a=1G"),
+            ("3G", "1000=1G", "kubepods=1G"),
+        ] {
+            args.node_budget = Some(budget.into());
+            args.user_caps = vec![user.into()];
+            args.cgroup_caps = vec![cgroup.into()];
+            assert!(Settings::load(&args).is_err(), "{budget} {user} {cgroup}");
+        }
+        args.lease_socket = Some("off".into());
+        args.node_budget = None;
+        args.user_caps.clear();
+        args.cgroup_caps.clear();
+        assert_eq!(Settings::load(&args).unwrap().leases, None);
     }
 }

@@ -1,8 +1,10 @@
 //! `tracer daemon`: traces every process that opens a CUDA library, from its first CUDA call
 //! (the kernel makes it a target at the open and holds it until the probes are in), one
 //! history per program run; writes each run's history to the store when its last process
-//! exits; serves metrics over HTTP. SIGTERM or SIGINT ends it, writing the runs still going
-//! (marked as checkpoints); SIGHUP reloads the configuration file.
+//! exits; serves metrics over HTTP; grants the node's pinned memory to `hotpin run` processes
+//! on its lease socket (`tracer_agent::daemon::lease`). SIGTERM or SIGINT ends it, writing
+//! the runs still going (marked as checkpoints); SIGHUP reloads the configuration file (the
+//! node budget and caps included).
 
 mod config;
 
@@ -22,6 +24,7 @@ use tokio::{
 use tracer_agent::{
     AgentConfig, TracerAgent,
     daemon::{
+        lease::LeaseServer,
         metrics::{self, FinishedPrograms, RunningRun, Sample, TracerNumbers, Traffic},
         otlp,
     },
@@ -38,6 +41,8 @@ use super::DaemonArgs;
 
 /// How often ended runs are written to the store.
 const COLLECT_EVERY: Duration = Duration::from_millis(200);
+/// How often the lease arbiter learns what the tracer sees pinned.
+const LEASE_TICK: Duration = Duration::from_millis(250);
 /// How long a metrics client has to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -54,6 +59,8 @@ struct Daemon {
     without_calls: u64,
     /// Puts each history written in the fleet's store too, where there is one.
     fleet: Option<fleet::Uploader>,
+    /// The node's pinned-memory arbiter, unless leases are off.
+    leases: Option<LeaseServer>,
 }
 
 pub fn run(args: DaemonArgs) -> Result<ExitCode> {
@@ -92,6 +99,15 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
             )?),
             None => None,
         };
+    let leases = match &settings.leases {
+        Some(lease) => {
+            let (server, listener) = LeaseServer::bind(&lease.socket, lease.limits.clone())
+                .context("the lease socket")?;
+            runtime.spawn(server.clone().accept(listener));
+            Some(server)
+        }
+        None => None,
+    };
     let mut agent = TracerAgent::with_config(config);
     agent.start().context("starting the tracer")?;
     let running_already = agent.sessions().running().count();
@@ -113,6 +129,13 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         } + &match &settings.otlp {
             Some((endpoint, every)) => format!(" and every {}s to {endpoint}", every.as_secs()),
             None => String::new(),
+        } + &match &settings.leases {
+            Some(lease) => format!(
+                "; pinned-memory leases on {} within {} MiB",
+                lease.socket.display(),
+                lease.limits.node >> 20
+            ),
+            None => String::new(),
         }
     );
     let fleet = match &settings.fleet {
@@ -128,6 +151,7 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
     };
     let mut daemon = Daemon {
         fleet,
+        leases,
         settings,
         store,
         filter,
@@ -154,6 +178,10 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         daemon.settings.store.display(),
         daemon.store_errors
     );
+    if let Some(server) = &daemon.leases {
+        // Clients keep their pins and reconnect to the next daemon.
+        let _ = std::fs::remove_file(&server.path);
+    }
     if let Some(uploader) = daemon.fleet.take() {
         let (put, failed) = uploader.finish();
         eprintln!(
@@ -179,6 +207,7 @@ impl Daemon {
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut hangup = signal(SignalKind::hangup())?;
         let mut collect = tokio::time::interval(COLLECT_EVERY);
+        let mut lease_tick = tokio::time::interval(LEASE_TICK);
         let started_unix_ns = unix_ns();
         let mut next_export = tokio::time::Instant::now();
         loop {
@@ -200,10 +229,10 @@ impl Daemon {
                         });
                     }
                 }
+                _ = lease_tick.tick(), if self.leases.is_some() => self.tick_leases(agent),
                 accepted = accept(listener.as_ref()) => match accepted {
                     Ok((stream, _)) => {
-                        let text = metrics::render(&self.samples(agent));
-                        tokio::spawn(respond(stream, text));
+                        tokio::spawn(respond(stream, self.samples(agent)));
                     }
                     Err(error) => tracing::warn!(%error, "cannot accept a metrics connection"),
                 },
@@ -309,6 +338,16 @@ impl Daemon {
                  next start"
             );
         }
+        match (&self.leases, &settings.leases) {
+            (Some(server), Some(lease)) if lease.socket == server.path => {
+                server.set_limits(lease.limits.clone());
+            }
+            (None, None) => {}
+            _ => eprintln!(
+                "tracer daemon: SIGHUP: turning leases on or off, or moving their socket, \
+                 takes a restart"
+            ),
+        }
         *self.filter.write().unwrap_or_else(PoisonError::into_inner) = settings.filter.clone();
         // Runs that start from now on.
         agent.sessions().retention = settings.history_retention();
@@ -330,8 +369,31 @@ impl Daemon {
         );
     }
 
+    /// Tells the lease arbiter what the tracer sees pinned per process now, and checks the
+    /// releases due against it.
+    fn tick_leases(&self, agent: &TracerAgent) {
+        let Some(server) = &self.leases else { return };
+        let sessions = agent.sessions();
+        let mut pinned: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+        for session in sessions.running() {
+            for allocation in session.history.allocations() {
+                if allocation.is_live() && allocation.kind.is_pinned() {
+                    *pinned.entry(allocation.pid).or_default() += allocation.size;
+                }
+            }
+        }
+        server.tick(pinned, |pid, start, len| {
+            sessions.running().any(|session| {
+                session.history.find(pid, start).is_some_and(|a| {
+                    a.start == start && a.size == len && a.is_live() && a.kind.is_pinned()
+                })
+            })
+        });
+    }
+
     /// The metrics as things stand.
     fn samples(&self, agent: &TracerAgent) -> Vec<Sample> {
+        let leases = self.leases.as_ref().map(LeaseServer::figures);
         let running: Vec<RunningRun> = agent
             .sessions()
             .running()
@@ -339,6 +401,14 @@ impl Daemon {
                 program: session.program(),
                 pid: session.info.root,
                 traffic: Traffic::of(&session.history, &self.policy),
+                leased_bytes: leases.as_ref().map_or(0, |figures| {
+                    figures
+                        .clients
+                        .iter()
+                        .filter(|(pid, _)| session.live.contains(pid) || *pid == session.info.root)
+                        .map(|(_, bytes)| bytes)
+                        .sum()
+                }),
             })
             .collect();
         let status = agent.live_status();
@@ -352,7 +422,11 @@ impl Daemon {
             runs_without_calls: self.without_calls,
             store_errors: self.store_errors,
         };
-        metrics::samples(&running, &self.finished, &numbers)
+        let mut samples = metrics::samples(&running, &self.finished, &numbers);
+        if let Some(figures) = &leases {
+            samples.extend(metrics::lease_samples(figures));
+        }
+        samples
     }
 }
 
@@ -370,8 +444,10 @@ async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, S
     }
 }
 
-/// Answers one HTTP/1.x request: `GET /metrics` (or `/`) with the text, anything else 404.
-async fn respond(mut stream: TcpStream, text: String) {
+/// Answers one HTTP/1.x request: `GET /metrics` (or `/`) with the samples, anything else
+/// 404. OpenMetrics to a scraper that accepts it (Prometheus asks for it), else Prometheus's
+/// classic text format (curl, `promtool check metrics`).
+async fn respond(mut stream: TcpStream, samples: Vec<Sample>) {
     let mut request = Vec::new();
     let mut buffer = [0u8; 1024];
     let read = tokio::time::timeout(REQUEST_TIMEOUT, async {
@@ -394,11 +470,22 @@ async fn respond(mut stream: TcpStream, text: String) {
         .unwrap_or_default();
     let mut words = line.split_whitespace();
     let (method, path) = (words.next(), words.next());
+    let openmetrics = String::from_utf8_lossy(&request)
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .any(|(name, value)| {
+            name.eq_ignore_ascii_case("accept") && value.contains("application/openmetrics-text")
+        });
     let (status, content_type, body) = match (method, path) {
-        (Some("GET"), Some("/metrics" | "/")) => (
+        (Some("GET"), Some("/metrics" | "/")) if openmetrics => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            text,
+            metrics::render(&samples),
+        ),
+        (Some("GET"), Some("/metrics" | "/")) => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics::render_classic(&samples),
         ),
         _ => (
             "404 Not Found",

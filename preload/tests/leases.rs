@@ -1,0 +1,417 @@
+//! The node's pinned-memory leases (#27): `tracer daemon` as the arbiter, `hotpin run`
+//! processes (auto mode) as its clients, on the CUDA stand-in (a test fixture, not CUDA). The
+//! program is `online steady`, whose period sets how dense its hot set is; every run checks
+//! what it computed. Needs root (the daemon loads eBPF programs). The daemons of this file run
+//! one at a time (a lock), each on a socket of its own.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::{Mutex, mpsc},
+    time::{Duration, Instant},
+};
+
+use common::Setup;
+use serde_json::Value;
+
+mod common;
+
+const MIB: u64 = 1 << 20;
+/// One daemon at a time: they share the machine's two cores with the programs.
+static ONE_DAEMON: Mutex<()> = Mutex::new(());
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+fn setup(name: &str) -> Setup {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the daemon loads eBPF programs: run as root"
+    );
+    let setup = common::compile(&format!("leases-{name}"), "online");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&setup.dir, std::fs::Permissions::from_mode(0o755))
+        .expect("let other users in");
+    setup
+}
+
+/// A `tracer daemon` granting leases on `socket`, tracing only this test's programs.
+struct Daemon {
+    child: Child,
+    port: u16,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Daemon {
+    fn start(setup: &Setup, socket: &Path, args: &[&str]) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut child = Command::new(workspace().join("target/debug/tracer"))
+            .arg("daemon")
+            .arg("--store")
+            .arg(setup.dir.join("store"))
+            .args(["--metrics", &format!("127.0.0.1:{port}")])
+            .arg("--lease-socket")
+            .arg(socket)
+            .args(["--command", &format!("*{}*", setup.dir.display())])
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tracer daemon");
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("daemon: {line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let daemon = Self { child, port, lines };
+        daemon.wait_for_line("tracing every CUDA process", Duration::from_secs(60));
+        daemon
+    }
+
+    fn wait_for_line(&self, text: &str, limit: Duration) -> String {
+        let began = Instant::now();
+        while began.elapsed() < limit {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.contains(text) => return line,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                _ => {}
+            }
+        }
+        panic!("the daemon never said {text:?}");
+    }
+
+    /// One metric's value (the first line of that name, labels ignored).
+    fn metric(&self, name: &str) -> u64 {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("scrape");
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("ask");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("the metrics");
+        text.lines()
+            .find(|line| line.starts_with(name) && line[name.len()..].starts_with([' ', '{']))
+            .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in the metrics"))
+    }
+
+    fn stop(mut self) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `hotpin run --lease-socket SOCKET --report PREFIX -- online steady ARGS`, started.
+fn spawn(setup: &Setup, socket: &Path, prefix: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .arg("run")
+        .arg("--lease-socket")
+        .arg(socket)
+        .arg("--report")
+        .arg(prefix)
+        .arg("--")
+        .arg(&setup.program)
+        .arg("steady")
+        .args(args)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hotpin")
+}
+
+/// Waits for a run; asserts it succeeded and computed right.
+fn finish(child: Child) -> Output {
+    let output = child.wait_with_output().expect("wait for hotpin run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "hotpin run failed: {stderr}");
+    let verdict: Value = serde_json::from_str(
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default(),
+    )
+    .expect("the program's verdict");
+    assert!(verdict["checks"].as_u64().unwrap_or(0) > 0, "{verdict}");
+    assert_eq!(verdict["mismatches"], 0, "{verdict}: {stderr}");
+    output
+}
+
+/// The interposer's report of the run at `prefix` (one process: the program).
+fn report(prefix: &Path) -> Value {
+    let dir = prefix.parent().expect("a folder");
+    let stem = prefix.file_name().expect("a name").to_string_lossy();
+    let path = std::fs::read_dir(dir)
+        .expect("the folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{stem}.")))
+        })
+        .unwrap_or_else(|| panic!("no report {stem}.PID.json"));
+    serde_json::from_slice(&std::fs::read(path).expect("read the report")).expect("JSON")
+}
+
+/// Two programs at once under a node budget smaller than their hot sets together (24 MiB
+/// each, 40 MiB for both): the less dense one, started first, is asked to give blocks back
+/// when the denser one needs the room; the budget holds at every sample.
+#[test]
+fn a_denser_program_reclaims_from_a_less_dense_one_within_the_node_budget() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("reclaim");
+    let socket = setup.dir.join("lease.sock");
+    let daemon = Daemon::start(&setup, &socket, &["--node-budget", "40M"]);
+    assert_eq!(daemon.metric("hotpin_node_pinned_budget_bytes"), 40 * MIB);
+    let (slow, fast) = (setup.dir.join("slow"), setup.dir.join("fast"));
+    let slow_run = spawn(&setup, &socket, &slow, &["8", "5000", "40"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let fast_run = spawn(&setup, &socket, &fast, &["8", "3000", "2"]);
+    let began = Instant::now();
+    let (mut most, mut clients) = (0, 0);
+    while began.elapsed() < Duration::from_millis(3000) {
+        let used = daemon.metric("hotpin_node_pinned_bytes");
+        assert!(used <= 40 * MIB, "the budget held: {used}");
+        most = most.max(used);
+        clients = clients.max(daemon.metric("hotpin_lease_clients"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    finish(fast_run);
+    finish(slow_run);
+    assert_eq!(clients, 2);
+    assert!(most > 24 * MIB, "both held leases at once: {most}");
+    assert!(daemon.metric("hotpin_lease_reclaims_total") >= 1);
+    let (slow, fast) = (
+        report(&slow)["leases"].clone(),
+        report(&fast)["leases"].clone(),
+    );
+    assert!(slow["given_back"].as_u64() >= Some(1), "{slow}");
+    assert!(
+        fast["granted"].as_u64() >= Some(3),
+        "all its hot set: {fast}"
+    );
+    assert_eq!(fast["link"], "connected", "{fast}");
+    daemon.stop();
+}
+
+/// Without a daemon, auto mode keeps to its own budget and says so once; killed with
+/// SIGKILL under a daemon, a program's leases end within a second.
+#[test]
+fn without_a_daemon_the_process_budget_holds_and_a_killed_holder_frees_its_leases() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("fallback");
+    let socket = setup.dir.join("lease.sock");
+    let prefix = setup.dir.join("alone");
+    let output = finish(spawn(&setup, &socket, &prefix, &["8", "600", "5"]));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("no node arbiter").count(), 1, "{stderr}");
+    let r = report(&prefix);
+    assert_eq!(r["leases"]["link"], "no-daemon", "{r}");
+    assert!(r["counters"]["learned_pins"].as_u64() >= Some(3), "{r}");
+
+    let daemon = Daemon::start(&setup, &socket, &["--node-budget", "64M"]);
+    let mut run = spawn(
+        &setup,
+        &socket,
+        &setup.dir.join("killed"),
+        &["8", "20000", "5"],
+    );
+    let began = Instant::now();
+    while daemon.metric("hotpin_node_leased_bytes") < 24 * MIB {
+        assert!(began.elapsed() < Duration::from_secs(15), "no leases taken");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    run.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    let _ = run.wait();
+    while daemon.metric("hotpin_lease_clients") > 0 || daemon.metric("hotpin_node_leased_bytes") > 0
+    {
+        assert!(
+            killed.elapsed() < Duration::from_secs(1),
+            "the leases of a killed program outlived it by a second"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon.stop();
+}
+
+/// The daemon restarts while a program holds leases: the program keeps its pins, pins
+/// nothing new meanwhile, and hands what it holds to the new daemon.
+#[test]
+fn a_restarted_daemon_gets_back_the_leases_its_clients_kept() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("restart");
+    let socket = setup.dir.join("lease.sock");
+    let prefix = setup.dir.join("kept");
+    let first = Daemon::start(&setup, &socket, &["--node-budget", "64M"]);
+    let run = spawn(&setup, &socket, &prefix, &["8", "8000", "5"]);
+    let began = Instant::now();
+    while first.metric("hotpin_node_leased_bytes") < 24 * MIB {
+        assert!(began.elapsed() < Duration::from_secs(15), "no leases taken");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    let second = Daemon::start(&setup, &socket, &["--node-budget", "64M"]);
+    let began = Instant::now();
+    while second.metric("hotpin_node_leased_bytes") < 24 * MIB {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the program did not hand its leases over"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(second.metric("hotpin_lease_clients"), 1);
+    let output = finish(run);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("went away"), "{stderr}");
+    let leases = report(&prefix)["leases"].clone();
+    assert!(leases["reconnects"].as_u64() >= Some(1), "{leases}");
+    assert_eq!(leases["link"], "connected", "{leases}");
+    second.stop();
+}
+
+/// Who asks is known from the socket: a user's cap holds for a program run as that user, a
+/// client naming another pid is refused, and one that says it released a block the tracer
+/// still sees pinned is refused from then on.
+#[test]
+fn caps_hold_per_user_and_a_lying_client_is_refused() {
+    use std::os::unix::process::CommandExt as _;
+    const NOBODY: u32 = 65534;
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("trust");
+    let socket = setup.dir.join("lease.sock");
+    let daemon = Daemon::start(
+        &setup,
+        &socket,
+        &["--node-budget", "1G", "--user-cap", &format!("{NOBODY}=2M")],
+    );
+    // As nobody (1 MiB buffers: the stand-in pins with mlock, bound for users to 8 MiB):
+    // two of the three hot blocks fit the cap.
+    let home = setup.dir.join("home");
+    std::fs::create_dir_all(&home).expect("a home");
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).expect("give it to nobody");
+    let prefix = home.join("capped");
+    let run = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .arg("run")
+        .arg("--lease-socket")
+        .arg(&socket)
+        .arg("--report")
+        .arg(&prefix)
+        .arg("--")
+        .arg(&setup.program)
+        .args(["steady", "1", "800", "5"])
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("HOME", &home)
+        .env_remove("XDG_STATE_HOME")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run as nobody");
+    finish(run);
+    let leases = report(&prefix)["leases"].clone();
+    assert_eq!(leases["granted"], 2, "{leases}");
+    assert!(leases["denied"]["user-cap"].as_u64() >= Some(1), "{leases}");
+
+    // A client naming a pid not its own.
+    let mut stream = UnixStream::connect(&socket).expect("connect");
+    stream
+        .write_all(b"{\"op\":\"hello\",\"version\":1,\"pid\":1}\n")
+        .expect("say hello");
+    let mut answer = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut answer)
+        .expect("an answer");
+    assert!(answer.contains("is not yours"), "{answer}");
+    // Malformed and oversized lines are refused, and the daemon goes on.
+    let mut stream = UnixStream::connect(&socket).expect("connect");
+    stream.write_all(b"{\"op\":\"nonsense\"}\n").expect("send");
+    stream.write_all(&vec![b'x'; 10_000]).expect("send");
+    stream.write_all(b"\n").expect("send");
+    let mut reader = BufReader::new(&stream);
+    for _ in 0..2 {
+        let mut answer = String::new();
+        reader.read_line(&mut answer).expect("an answer");
+        assert!(answer.contains("\"refused\""), "{answer}");
+    }
+
+    // A client that pins a block itself (the tracer sees it), leases it, says it released
+    // it, and asks again.
+    let script = setup.dir.join("liar.py");
+    std::fs::write(&script, LIAR).expect("write the script");
+    let liar = Command::new("python3")
+        .arg(&script)
+        .arg(&setup.standin.driver)
+        .arg(&socket)
+        .output()
+        .expect("run python3");
+    let said = String::from_utf8_lossy(&liar.stdout);
+    assert!(
+        liar.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&liar.stderr)
+    );
+    let said: Value = serde_json::from_str(said.trim()).expect("the client's JSON");
+    assert_eq!(said["first"]["op"], "granted", "{said}");
+    assert_eq!(said["after"]["reason"], "distrusted", "{said}");
+    daemon.wait_for_line("still sees pinned", Duration::from_secs(5));
+    assert!(daemon.metric("hotpin_lease_clients_distrusted_total") >= 2);
+    assert!(daemon.metric("hotpin_lease_messages_refused_total") >= 3);
+    daemon.stop();
+}
+
+/// The lying client: python3 LIAR DRIVER SOCKET.
+const LIAR: &str = r#"
+import ctypes, json, mmap, os, socket, sys, time
+cuda = ctypes.CDLL(sys.argv[1])
+assert cuda.cuInit(0) == 0
+size = 1 << 20
+block = mmap.mmap(-1, size)
+start = ctypes.addressof(ctypes.c_char.from_buffer(block))
+register = cuda.cuMemHostRegister_v2
+register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+assert register(start, size, 0) == 0
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[2])
+lines = s.makefile("r")
+def send(message):
+    s.sendall((json.dumps(message) + "\n").encode())
+def ask(i, at):
+    send({"op": "ask", "id": i, "lease": {"start": at, "len": size, "score": 1.0}})
+    return json.loads(lines.readline())
+send({"op": "hello", "version": 1, "pid": os.getpid()})
+json.loads(lines.readline())
+first = ask(1, start)
+send({"op": "release", "starts": [start]})
+time.sleep(2.0)
+after = ask(2, start + (1 << 30))
+print(json.dumps({"first": first, "after": after}))
+"#;

@@ -1,0 +1,434 @@
+//! The node's pinned-memory arbiter on a Unix socket (#27): `hotpin run` processes ask it for
+//! leases, it grants within the node's budget by `hotpin_lease::arbiter`'s rules and asks
+//! less dense holders to give blocks back. Who asks is known from the socket (`SO_PEERCRED`):
+//! the pid a client names must be its own, its uid and cgroup select its caps. What a client
+//! says it released is checked against the tracer a second later.
+//!
+//! Each connection is served by its own task: a malformed, oversized or too frequent message
+//! is refused to its sender, and the others go on. A client's leases end when its socket
+//! closes, or, should a child that inherited the socket keep it open, when its process is
+//! gone (checked at every [`LeaseServer::tick`]).
+
+use std::{
+    collections::HashMap,
+    os::unix::fs::{FileTypeExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use hotpin_lease::{
+    arbiter::{Arbiter, ClientId, Counters, Limits},
+    wire::{self, Framer, Reply, Request, WireError},
+};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{UnixListener, UnixStream},
+    sync::mpsc,
+};
+
+/// A release is checked against the tracer this long after it was said (the tracer's events
+/// arrive through a ring buffer, a little later than the client's message).
+const CHECK_AFTER: Duration = Duration::from_secs(1);
+/// A lease asked back and not given back within this is said (once).
+const RECLAIM_GRACE: Duration = Duration::from_secs(2);
+/// Messages one client may send: a burst of this many, then [`REFILL_PER_S`] a second.
+const BURST: f64 = 2000.0;
+const REFILL_PER_S: f64 = 1000.0;
+/// Malformed messages in a row after which a client's connection is closed.
+const MALFORMED_IN_A_ROW: u32 = 16;
+
+/// The node's figures and each client's, for metrics.
+#[derive(Clone, Debug, Default)]
+pub struct LeaseFigures {
+    pub budget: u64,
+    /// Pinned bytes counted against the budget: leases, and pins outside them.
+    pub used: u64,
+    pub granted: u64,
+    pub outside: u64,
+    pub counters: Counters,
+    /// `(pid, leased bytes)` per connected client.
+    pub clients: Vec<(u32, u64)>,
+}
+
+/// A release to check against the tracer.
+struct Check {
+    client: ClientId,
+    pid: u32,
+    start: u64,
+    len: u64,
+    due: Instant,
+}
+
+struct Shared {
+    arbiter: Mutex<Arbiter>,
+    /// Each connected client's outgoing messages.
+    outboxes: Mutex<HashMap<ClientId, mpsc::UnboundedSender<Reply>>>,
+    checks: Mutex<Vec<Check>>,
+    next_id: AtomicU64,
+    started: Instant,
+}
+
+impl Shared {
+    fn arbiter(&self) -> std::sync::MutexGuard<'_, Arbiter> {
+        self.arbiter.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    fn send(&self, client: ClientId, reply: Reply) {
+        let outboxes = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(outbox) = outboxes.get(&client) {
+            let _ = outbox.send(reply);
+        }
+    }
+}
+
+/// The arbiter, bound to its socket.
+#[derive(Clone)]
+pub struct LeaseServer {
+    shared: Arc<Shared>,
+    pub path: PathBuf,
+}
+
+impl LeaseServer {
+    /// Binds `path` (its folder made if missing; a stale socket replaced, one a live daemon
+    /// serves refused), readable and writable by every local user: who may ask how much is
+    /// the caps' business (docs/leases.md).
+    pub fn bind(path: &Path, limits: Limits) -> anyhow::Result<(Self, UnixListener)> {
+        use anyhow::Context as _;
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder)
+                .with_context(|| format!("cannot make the folder of {}", path.display()))?;
+        }
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                anyhow::bail!("{} exists and is not a socket", path.display());
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                anyhow::bail!(
+                    "another daemon grants leases at {} (set another with --lease-socket, or off)",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot replace the stale socket {}", path.display()))?;
+        }
+        let listener = UnixListener::bind(path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+            .with_context(|| format!("cannot open {} to every user", path.display()))?;
+        let server = Self {
+            shared: Arc::new(Shared {
+                arbiter: Mutex::new(Arbiter::new(limits)),
+                outboxes: Mutex::new(HashMap::new()),
+                checks: Mutex::new(Vec::new()),
+                next_id: AtomicU64::new(1),
+                started: Instant::now(),
+            }),
+            path: path.to_owned(),
+        };
+        Ok((server, listener))
+    }
+
+    /// Serves every connection, each in its own task, until the runtime ends.
+    pub async fn accept(self, listener: UnixListener) {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let shared = Arc::clone(&self.shared);
+                    tokio::spawn(serve(shared, stream));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot accept a lease connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// A new budget and caps (SIGHUP); leases granted stay.
+    pub fn set_limits(&self, limits: Limits) {
+        self.shared.arbiter().limits = limits;
+    }
+
+    /// What the tracer sees pinned per pid, now; releases due are checked with
+    /// `still_pinned(pid, start, len)`; clients whose process is gone lose their leases.
+    pub fn tick(&self, pinned: HashMap<u32, u64>, still_pinned: impl Fn(u32, u64, u64) -> bool) {
+        let shared = &self.shared;
+        let now = Instant::now();
+        let due: Vec<Check> = {
+            let mut checks = shared.checks.lock().unwrap_or_else(PoisonError::into_inner);
+            let (due, later) = checks.drain(..).partition(|c| c.due <= now);
+            *checks = later;
+            due
+        };
+        let mut arbiter = shared.arbiter();
+        arbiter.observe(pinned);
+        for check in due {
+            if still_pinned(check.pid, check.start, check.len) {
+                let why = format!(
+                    "released {:#x} ({} bytes), which the tracer still sees pinned",
+                    check.start, check.len
+                );
+                eprintln!(
+                    "tracer daemon: leases: pid {} {why}: its asks are refused from now on",
+                    check.pid
+                );
+                arbiter.distrust(check.client, check.start, check.len, why);
+            }
+        }
+        let gone: Vec<ClientId> = arbiter
+            .clients
+            .iter()
+            .filter(|(_, c)| !Path::new(&format!("/proc/{}", c.pid)).exists())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            if let Some(client) = arbiter.disconnect(id) {
+                tracing::info!(
+                    pid = client.pid,
+                    leased = client.leased(),
+                    "lease holder gone"
+                );
+            }
+        }
+        let overdue = arbiter.overdue(shared.now_ns(), RECLAIM_GRACE.as_nanos() as u64);
+        drop(arbiter);
+        for (client, start) in overdue {
+            // Asked again: the first may have crossed a reconnection.
+            shared.send(
+                client,
+                Reply::Reclaim {
+                    starts: vec![start],
+                },
+            );
+        }
+    }
+
+    pub fn figures(&self) -> LeaseFigures {
+        let arbiter = self.shared.arbiter();
+        LeaseFigures {
+            budget: arbiter.limits.node,
+            used: arbiter.used(),
+            granted: arbiter.granted(),
+            outside: arbiter.outside(),
+            counters: arbiter.counters,
+            clients: arbiter
+                .clients
+                .values()
+                .map(|c| (c.pid, c.leased()))
+                .collect(),
+        }
+    }
+}
+
+/// The cgroup (v2) a process is in, "/" when not known.
+fn cgroup_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("0::").map(str::to_owned))
+        })
+        .unwrap_or_else(|| "/".into())
+}
+
+/// A token bucket: how many messages a client may still send now.
+struct Rate {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Rate {
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * REFILL_PER_S;
+        self.tokens = (self.tokens + refill).min(BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One connection, from its first byte to its close.
+async fn serve(shared: Arc<Shared>, stream: UnixStream) {
+    let peer = stream.peer_cred().ok();
+    let (mut read, mut write) = stream.into_split();
+    let (outbox, mut outgoing) = mpsc::unbounded_channel::<Reply>();
+    let writer = tokio::spawn(async move {
+        while let Some(reply) = outgoing.recv().await {
+            let closing = matches!(reply, Reply::Refused { closing: true, .. });
+            if write.write_all(&wire::encode(&reply)).await.is_err() || closing {
+                break;
+            }
+        }
+        let _ = write.shutdown().await;
+    });
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut connection = Connection {
+        shared: Arc::clone(&shared),
+        id,
+        peer_pid: peer
+            .and_then(|p| p.pid())
+            .and_then(|p| u32::try_from(p).ok()),
+        peer_uid: peer.map(|p| p.uid()),
+        outbox: outbox.clone(),
+        said_hello: false,
+        malformed: 0,
+        rate: Rate {
+            tokens: BURST,
+            at: Instant::now(),
+        },
+    };
+    let mut framer = Framer::default();
+    let mut buffer = vec![0u8; 8192];
+    'reading: loop {
+        match read.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => framer.push(buffer.get(..n).unwrap_or_default()),
+        }
+        while let Some(line) = framer.next_line() {
+            if !connection.take(line) {
+                break 'reading;
+            }
+        }
+    }
+    if connection.said_hello {
+        shared.arbiter().disconnect(id);
+        tracing::info!(pid = connection.peer_pid, "lease client disconnected");
+    }
+    shared
+        .outboxes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&id);
+    drop(connection);
+    drop(outbox);
+    let _ = writer.await;
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    id: ClientId,
+    peer_pid: Option<u32>,
+    peer_uid: Option<u32>,
+    outbox: mpsc::UnboundedSender<Reply>,
+    said_hello: bool,
+    malformed: u32,
+    rate: Rate,
+}
+
+impl Connection {
+    fn reply(&self, reply: Reply) {
+        let _ = self.outbox.send(reply);
+    }
+
+    fn refuse(&mut self, reason: String, closing: bool) -> bool {
+        self.shared.arbiter().counters.refused_messages += 1;
+        self.reply(Reply::Refused { reason, closing });
+        !closing
+    }
+
+    /// Takes one line; false once the connection is to close.
+    fn take(&mut self, line: Result<Vec<u8>, WireError>) -> bool {
+        if !self.rate.take() {
+            return self.refuse("too frequent: at most 1000 messages a second".into(), false);
+        }
+        let request = match line.and_then(|line| wire::decode_request(&line)) {
+            Ok(request) => request,
+            Err(error) => {
+                self.malformed += 1;
+                let closing = self.malformed >= MALFORMED_IN_A_ROW;
+                return self.refuse(error.to_string(), closing);
+            }
+        };
+        self.malformed = 0;
+        match request {
+            Request::Hello { pid, .. } => self.hello(pid),
+            _ if !self.said_hello => self.refuse("say hello first".into(), true),
+            Request::Hold { holding } => {
+                self.shared.arbiter().adopt(self.id, &holding);
+                true
+            }
+            Request::Ask { id, lease } => {
+                let now = self.shared.now_ns();
+                let verdict = self.shared.arbiter().ask(self.id, lease, now);
+                self.reply(match verdict.answer {
+                    Ok(()) => Reply::Granted { id },
+                    Err(reason) => Reply::Denied { id, reason },
+                });
+                for (holder, starts) in verdict.reclaim {
+                    self.shared.send(holder, Reply::Reclaim { starts });
+                }
+                true
+            }
+            Request::Release { starts } => {
+                let released = self.shared.arbiter().release(self.id, &starts);
+                let pid = self.peer_pid.unwrap_or(0);
+                let due = Instant::now() + CHECK_AFTER;
+                let mut checks = self
+                    .shared
+                    .checks
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                checks.extend(released.into_iter().map(|(start, len)| Check {
+                    client: self.id,
+                    pid,
+                    start,
+                    len,
+                    due,
+                }));
+                true
+            }
+            Request::Scores { scores } => {
+                self.shared.arbiter().rescore(self.id, &scores);
+                true
+            }
+        }
+    }
+
+    /// The first message: the pid named must be the socket's peer's.
+    fn hello(&mut self, pid: u32) -> bool {
+        if self.said_hello {
+            return self.refuse("hello was said already".into(), false);
+        }
+        let (Some(peer_pid), Some(uid)) = (self.peer_pid, self.peer_uid) else {
+            return self.refuse("the socket does not say who you are".into(), true);
+        };
+        if pid != peer_pid {
+            eprintln!(
+                "tracer daemon: leases: a client said it is pid {pid}, the socket says pid \
+                 {peer_pid} (uid {uid}): refused"
+            );
+            self.shared.arbiter().counters.distrusted += 1;
+            return self.refuse(
+                format!("pid {pid} is not yours (the socket says {peer_pid})"),
+                true,
+            );
+        }
+        self.said_hello = true;
+        let budget = {
+            let mut arbiter = self.shared.arbiter();
+            arbiter.connect(self.id, pid, uid, cgroup_of(pid));
+            arbiter.limits.node
+        };
+        self.shared
+            .outboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(self.id, self.outbox.clone());
+        tracing::info!(pid, uid, "lease client connected");
+        self.reply(Reply::Welcome { budget });
+        true
+    }
+}
