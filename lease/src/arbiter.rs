@@ -345,6 +345,14 @@ impl Arbiter {
             .collect()
     }
 
+    /// Whether client `id` holds a lease on the block at `start` (granted again since it was
+    /// released, say: then the tracer seeing it pinned is no lie).
+    pub fn holds(&self, id: ClientId, start: u64) -> bool {
+        self.clients
+            .get(&id)
+            .is_some_and(|client| client.leases.contains_key(&start))
+    }
+
     /// New scores for blocks a client holds.
     pub fn rescore(&mut self, id: ClientId, scores: &[(u64, f64)]) {
         if let Some(client) = self.clients.get_mut(&id) {
@@ -514,6 +522,7 @@ mod tests {
         assert!(a.ask(1, lease(0, 40, 1.0), 0).answer.is_ok());
         a.release(1, &[0]);
         assert_eq!(a.granted(), 0);
+        assert!(!a.holds(1, 0));
         a.distrust(1, 0, 40 * MIB, "still pinned".into());
         assert_eq!(a.granted(), 40 * MIB);
         assert_eq!(

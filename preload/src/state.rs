@@ -695,11 +695,14 @@ impl State {
     }
 }
 
-/// Unregisters a block hotpin registered (whole, or a part of one); its lease from the node's
-/// arbiter, if it had one, ends.
+/// Unregisters a block hotpin registered (whole, or a part of one); once CUDA did, its lease
+/// from the node's arbiter, if it had one, ends.
 fn unregister(start: usize) {
-    let _ = cuda::unregister(start as *mut c_void);
-    crate::lease::released(start);
+    // A block CUDA did not unregister (at exit the runtime may be torn down already) stays
+    // pinned: its lease ends with the process, not with a false release.
+    if cuda::unregister(start as *mut c_void) == Some(0) {
+        crate::lease::released(start);
+    }
 }
 
 /// Unregisters and frees blocks [`State::take_cache`] took. Never called with the lock held:

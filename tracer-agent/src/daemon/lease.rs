@@ -31,8 +31,11 @@ use tokio::{
 };
 
 /// A release is checked against the tracer this long after it was said (the tracer's events
-/// arrive through a ring buffer, a little later than the client's message).
+/// arrive through a ring buffer, a little later than the client's message), and a block
+/// still seen pinned then is checked once more this much later before its client is
+/// distrusted: a false accusation stops an honest process from growing.
 const CHECK_AFTER: Duration = Duration::from_secs(1);
+const CHECK_AGAIN: Duration = Duration::from_secs(2);
 /// A lease asked back and not given back within this is said (once).
 const RECLAIM_GRACE: Duration = Duration::from_secs(2);
 /// Messages one client may send: a burst of this many, then [`REFILL_PER_S`] a second.
@@ -61,6 +64,8 @@ struct Check {
     start: u64,
     len: u64,
     due: Instant,
+    /// Seen pinned at the first check already.
+    again: bool,
 }
 
 struct Shared {
@@ -170,19 +175,40 @@ impl LeaseServer {
         };
         let mut arbiter = shared.arbiter();
         arbiter.observe(pinned);
+        let mut recheck = Vec::new();
         for check in due {
-            if still_pinned(check.pid, check.start, check.len) {
+            // Leased again since (the block was weighed again and granted): pinned rightly.
+            if arbiter.holds(check.client, check.start) {
+                continue;
+            }
+            if still_pinned(check.pid, check.start, check.len) && !check.again {
+                recheck.push(Check {
+                    due: now + CHECK_AGAIN,
+                    again: true,
+                    ..check
+                });
+            } else if still_pinned(check.pid, check.start, check.len) {
                 let why = format!(
                     "released {:#x} ({} bytes), which the tracer still sees pinned",
                     check.start, check.len
                 );
                 eprintln!(
-                    "tracer daemon: leases: pid {} {why}: its asks are refused from now on",
-                    check.pid
+                    "tracer daemon: leases: pid {} {why}: its asks are refused from now on{}",
+                    check.pid,
+                    if Path::new(&format!("/proc/{}", check.pid)).exists() {
+                        ""
+                    } else {
+                        " (it has exited since)"
+                    }
                 );
                 arbiter.distrust(check.client, check.start, check.len, why);
             }
         }
+        shared
+            .checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(recheck);
         let gone: Vec<ClientId> = arbiter
             .clients
             .iter()
@@ -381,12 +407,18 @@ impl Connection {
                     .checks
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
+                // Only the latest release of a block is checked: one released, leased again
+                // and released again would otherwise be checked against the second pin.
+                checks.retain(|c| {
+                    c.client != self.id || !released.iter().any(|&(start, _)| start == c.start)
+                });
                 checks.extend(released.into_iter().map(|(start, len)| Check {
                     client: self.id,
                     pid,
                     start,
                     len,
                     due,
+                    again: false,
                 }));
                 true
             }
