@@ -446,3 +446,162 @@ time.sleep(4.0)
 after = ask(2, start + (1 << 30))
 print(json.dumps({"first": first, "after": after}))
 "#;
+
+/// The soak test, CI-sized: for 12 s, 6 clients connect, ask, release and disconnect without
+/// pause, each ask checked against the budget, while 2 others send garbage, oversized lines and
+/// floods. The budget holds at every sample, no lease outlives its client, the daemon's memory
+/// stays flat, and an honest client is still served at the end.
+#[test]
+fn the_arbiter_holds_under_churn_and_garbage_and_its_memory_stays_flat() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    };
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("soak");
+    let socket = setup.dir.join("lease.sock");
+    let daemon = Daemon::start(&setup, &socket, &["--node-budget", "64M"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (asked, granted) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut threads = Vec::new();
+    for client in 0..6u64 {
+        let (socket, stop) = (socket.clone(), Arc::clone(&stop));
+        let (asked, granted) = (Arc::clone(&asked), Arc::clone(&granted));
+        threads.push(std::thread::spawn(move || {
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                let stream = UnixStream::connect(&socket).expect("connect");
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut writer = stream;
+                let mut line = String::new();
+                let hello = format!(
+                    "{{\"op\":\"hello\",\"version\":1,\"pid\":{}}}\n",
+                    std::process::id()
+                );
+                writer.write_all(hello.as_bytes()).expect("hello");
+                reader.read_line(&mut line).expect("welcome");
+                for i in 0..20u64 {
+                    let start = (client << 40) + (round << 24) + (i << 20);
+                    let ask = format!(
+                        "{{\"op\":\"ask\",\"id\":{i},\"lease\":{{\"start\":{start},\"len\":{},\"score\":{}}}}}\n",
+                        4 * MIB,
+                        (client + 1) as f64 * 0.5
+                    );
+                    writer.write_all(ask.as_bytes()).expect("ask");
+                    // Answers, and reclaims of this client's blocks, which it honours.
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let reply: Value = serde_json::from_str(&line).expect("JSON");
+                        if reply["op"] == "reclaim" {
+                            let release =
+                                format!("{{\"op\":\"release\",\"starts\":{}}}\n", reply["starts"]);
+                            writer.write_all(release.as_bytes()).expect("release");
+                            continue;
+                        }
+                        asked.fetch_add(1, Ordering::Relaxed);
+                        if reply["op"] == "granted" {
+                            granted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        break;
+                    }
+                    if i % 3 == 2 {
+                        let release = format!("{{\"op\":\"release\",\"starts\":[{start}]}}\n");
+                        writer.write_all(release.as_bytes()).expect("release");
+                    }
+                }
+                // Gone without releasing the rest: the daemon ends them.
+            }
+        }));
+    }
+    for kind in 0..2 {
+        let (socket, stop) = (socket.clone(), Arc::clone(&stop));
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut stream) = UnixStream::connect(&socket) else {
+                    continue;
+                };
+                let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
+                let junk: Vec<u8> = if kind == 0 {
+                    (0..3000u32).map(|i| (i * 7919 % 251) as u8).collect()
+                } else {
+                    b"{\"op\":\"scores\",\"scores\":[]}\n".repeat(5000)
+                };
+                let _ = stream.write_all(&junk);
+                if kind == 1 {
+                    // Floods, then holds the connection without reading the answers.
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+        }));
+    }
+    let began = Instant::now();
+    let rss = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS")
+    };
+    let mut rss_at_2s = 0;
+    let mut samples = 0;
+    while began.elapsed() < Duration::from_secs(12) {
+        let used = daemon.metric("hotpin_node_pinned_bytes");
+        assert!(used <= 64 * MIB, "the budget held under churn: {used}");
+        if rss_at_2s == 0 && began.elapsed() > Duration::from_secs(2) {
+            rss_at_2s = rss(daemon.child.id());
+        }
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rss_at_end = rss(daemon.child.id());
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().expect("a client thread");
+    }
+    let (asked, granted) = (
+        asked.load(Ordering::Relaxed),
+        granted.load(Ordering::Relaxed),
+    );
+    assert!(
+        asked > 1000 && granted > 100,
+        "asked {asked}, granted {granted}"
+    );
+    // Every client gone: no lease outlives one.
+    let began = Instant::now();
+    while daemon.metric("hotpin_lease_clients") > 0 || daemon.metric("hotpin_node_leased_bytes") > 0
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "leases outlived their clients"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(daemon.metric("hotpin_lease_messages_refused_total") > 100);
+    assert!(
+        rss_at_end < rss_at_2s + 8 * 1024,
+        "the daemon's memory grew from {rss_at_2s} KiB to {rss_at_end} KiB over {samples} samples"
+    );
+    // Still serving: an honest client is answered.
+    let mut stream = UnixStream::connect(&socket).expect("connect");
+    let hello = format!(
+        "{{\"op\":\"hello\",\"version\":1,\"pid\":{}}}\n",
+        std::process::id()
+    );
+    stream.write_all(hello.as_bytes()).expect("hello");
+    stream
+        .write_all(
+            b"{\"op\":\"ask\",\"id\":1,\"lease\":{\"start\":4096,\"len\":4096,\"score\":1}}\n",
+        )
+        .expect("ask");
+    let mut reader = BufReader::new(&stream);
+    let (mut welcome, mut answer) = (String::new(), String::new());
+    reader.read_line(&mut welcome).expect("welcome");
+    reader.read_line(&mut answer).expect("an answer");
+    assert!(answer.contains("\"granted\""), "{welcome} {answer}");
+    daemon.stop();
+}

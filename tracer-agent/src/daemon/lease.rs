@@ -43,6 +43,9 @@ const BURST: f64 = 2000.0;
 const REFILL_PER_S: f64 = 1000.0;
 /// Malformed messages in a row after which a client's connection is closed.
 const MALFORMED_IN_A_ROW: u32 = 16;
+/// Answers waiting for a client to read them, at most: one that does not read is cut off
+/// rather than let the daemon's memory grow.
+const OUTBOX: usize = 256;
 
 /// The node's figures and each client's, for metrics.
 #[derive(Clone, Debug, Default)]
@@ -71,7 +74,7 @@ struct Check {
 struct Shared {
     arbiter: Mutex<Arbiter>,
     /// Each connected client's outgoing messages.
-    outboxes: Mutex<HashMap<ClientId, mpsc::UnboundedSender<Reply>>>,
+    outboxes: Mutex<HashMap<ClientId, mpsc::Sender<Reply>>>,
     checks: Mutex<Vec<Check>>,
     next_id: AtomicU64,
     started: Instant,
@@ -89,7 +92,8 @@ impl Shared {
     fn send(&self, client: ClientId, reply: Reply) {
         let outboxes = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(outbox) = outboxes.get(&client) {
-            let _ = outbox.send(reply);
+            // A full outbox: the reclaim is asked again at the next tick.
+            let _ = outbox.try_send(reply);
         }
     }
 }
@@ -290,7 +294,7 @@ impl Rate {
 async fn serve(shared: Arc<Shared>, stream: UnixStream) {
     let peer = stream.peer_cred().ok();
     let (mut read, mut write) = stream.into_split();
-    let (outbox, mut outgoing) = mpsc::unbounded_channel::<Reply>();
+    let (outbox, mut outgoing) = mpsc::channel::<Reply>(OUTBOX);
     let writer = tokio::spawn(async move {
         while let Some(reply) = outgoing.recv().await {
             let closing = matches!(reply, Reply::Refused { closing: true, .. });
@@ -309,6 +313,7 @@ async fn serve(shared: Arc<Shared>, stream: UnixStream) {
             .and_then(|p| u32::try_from(p).ok()),
         peer_uid: peer.map(|p| p.uid()),
         outbox: outbox.clone(),
+        deaf: false,
         said_hello: false,
         malformed: 0,
         rate: Rate {
@@ -340,7 +345,14 @@ async fn serve(shared: Arc<Shared>, stream: UnixStream) {
         .remove(&id);
     drop(connection);
     drop(outbox);
-    let _ = writer.await;
+    // What is left goes out, unless the client does not read: then it is dropped.
+    let mut writer = writer;
+    if tokio::time::timeout(Duration::from_secs(1), &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
 }
 
 struct Connection {
@@ -348,15 +360,19 @@ struct Connection {
     id: ClientId,
     peer_pid: Option<u32>,
     peer_uid: Option<u32>,
-    outbox: mpsc::UnboundedSender<Reply>,
+    outbox: mpsc::Sender<Reply>,
+    /// Its answers piled up unread: the connection is closed.
+    deaf: bool,
     said_hello: bool,
     malformed: u32,
     rate: Rate,
 }
 
 impl Connection {
-    fn reply(&self, reply: Reply) {
-        let _ = self.outbox.send(reply);
+    fn reply(&mut self, reply: Reply) {
+        if self.outbox.try_send(reply).is_err() {
+            self.deaf = true;
+        }
     }
 
     fn refuse(&mut self, reason: String, closing: bool) -> bool {
@@ -367,6 +383,11 @@ impl Connection {
 
     /// Takes one line; false once the connection is to close.
     fn take(&mut self, line: Result<Vec<u8>, WireError>) -> bool {
+        let open = self.take_line(line);
+        open && !self.deaf
+    }
+
+    fn take_line(&mut self, line: Result<Vec<u8>, WireError>) -> bool {
         if !self.rate.take() {
             return self.refuse("too frequent: at most 1000 messages a second".into(), false);
         }
