@@ -159,8 +159,14 @@ pub struct Counters {
     pub parts_let_go: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,
-    /// The longest a program thread waited in one registration of ours, in nanoseconds.
+    /// The longest single registration call of ours, on any thread, in nanoseconds.
     pub longest_register_ns: u64,
+    /// The longest a program thread waited for a registration of ours (the pinner thread's
+    /// are not waited for), in nanoseconds.
+    pub longest_thread_wait_ns: u64,
+    /// Blocks auto mode had the pinner thread register, being larger than
+    /// `HOTPIN_OFF_THREAD_ABOVE`.
+    pub off_thread_pins: u64,
     /// The budget auto mode kept within (bytes), and why pinning was off, if it was.
     pub budget: Option<u64>,
     pub pinning_off: Option<String>,
@@ -259,30 +265,40 @@ fn lock() -> MutexGuard<'static, Option<State>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A size in the environment variable `name` (suffixes K, M, G), else `default`; one that
+/// is not a size is said once (strict mode: the process stops before the program starts).
+fn size_setting(name: &str, default: usize) -> usize {
+    let Ok(text) = std::env::var(name) else {
+        return default;
+    };
+    match hotpin_history::units::parse_bytes(&text) {
+        Ok(bytes) => bytes as usize,
+        Err(error) if strict() => {
+            eprintln!("hotpin: {name}={text:?} is not a size ({error}); stopping (HOTPIN_STRICT)");
+            // SAFETY: ends the process before the program starts.
+            unsafe { libc::_exit(STRICT_SETTING) };
+        }
+        Err(error) => {
+            eprintln!("hotpin: {name}={text:?} is not a size ({error}); it is {default} bytes");
+            default
+        }
+    }
+}
+
 /// Reads the environment and the history; on any problem says so once on stderr and leaves
 /// the program untouched.
 pub fn init() {
     let Some(_busy) = Busy::enter() else { return };
     match State::from_env() {
         Ok(Some(state)) => {
-            let floor = match std::env::var("HOTPIN_MALLOC_FLOOR") {
-                Ok(text) => hotpin_history::units::parse_bytes(&text).unwrap_or_else(|error| {
-                    if strict() {
-                        eprintln!(
-                            "hotpin: HOTPIN_MALLOC_FLOOR={text:?} is not a size ({error}); \
-                             stopping (HOTPIN_STRICT)"
-                        );
-                        // SAFETY: ends the process before the program starts.
-                        unsafe { libc::_exit(STRICT_SETTING) };
-                    }
-                    eprintln!(
-                        "hotpin: HOTPIN_MALLOC_FLOOR={text:?} is not a size ({error}); the \
-                         floor is {DEFAULT_FLOOR} bytes"
-                    );
-                    DEFAULT_FLOOR as u64
-                }),
-                Err(_) => DEFAULT_FLOOR as u64,
-            } as usize;
+            let floor = size_setting("HOTPIN_MALLOC_FLOOR", DEFAULT_FLOOR);
+            OFF_THREAD_ABOVE.store(
+                size_setting(
+                    "HOTPIN_OFF_THREAD_ABOVE",
+                    OFF_THREAD_ABOVE.load(Ordering::Relaxed),
+                ),
+                Ordering::Relaxed,
+            );
             let learning = state.learner.is_some();
             *lock() = Some(state);
             if learning {
@@ -821,6 +837,7 @@ pub fn allocate(
         return ptr;
     };
     state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
+    state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
     if let Some(learner) = state.learner.as_mut() {
         learner.track(ptr as usize, size, &site, false, registered);
         if !registered {
@@ -1222,7 +1239,9 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
     }
     for block in decisions.pin {
         if pays {
-            pin_block(block);
+            if block.len <= OFF_THREAD_ABOVE.load(Ordering::Relaxed) || !hand_to_pinner(block) {
+                pin_block(block, true);
+            }
         } else if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
             learner.registered(&block, false);
         }
@@ -1273,6 +1292,42 @@ pub fn lease_scores(starts: &[u64]) -> Vec<(u64, f64)> {
         .unwrap_or_default()
 }
 
+/// Blocks (or parts) larger than this that auto mode decides to pin are registered by the
+/// pinner thread, not the copying thread (`HOTPIN_OFF_THREAD_ABOVE`, bytes; default 128 MiB,
+/// about 7 ms of registration on the H100): the program's thread does not wait, and the block
+/// is copied as pageable memory (its copies waited for) until the registration is done.
+pub static OFF_THREAD_ABOVE: AtomicUsize = AtomicUsize::new(128 << 20);
+/// The pinner thread's queue, once started.
+static PINNER: Mutex<Option<std::sync::mpsc::Sender<BlockRef>>> = Mutex::new(None);
+
+/// Hands `block` to the pinner thread (started at the first); false if it cannot be started.
+fn hand_to_pinner(block: BlockRef) -> bool {
+    let mut pinner = PINNER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if pinner.is_none() {
+        let (queue, blocks) = std::sync::mpsc::channel::<BlockRef>();
+        let started = std::thread::Builder::new()
+            .name("hotpin-pinner".into())
+            .spawn(move || {
+                let _busy = Busy::enter();
+                for block in blocks {
+                    pin_block(block, false);
+                    if let Some(state) = lock().as_mut() {
+                        state.counters.off_thread_pins += 1;
+                    }
+                }
+            });
+        if started.is_err() {
+            return false;
+        }
+        *pinner = Some(queue);
+    }
+    pinner
+        .as_ref()
+        .is_some_and(|queue| queue.send(block).is_ok())
+}
+
 /// Whether pinning pays on this device, asked of CUDA once a context exists; said once where
 /// it does not.
 fn pinning_pays() -> bool {
@@ -1296,10 +1351,11 @@ fn pinning_pays() -> bool {
     true
 }
 
-/// Pins one block auto mode decided on, on this (the copying) thread. A block hidden from
-/// the program is marked registered before CUDA is asked, so that copies from then on are
-/// waited for; one the program asked pinned is marked pinned on demand once it is.
-fn pin_block(block: BlockRef) {
+/// Pins one block auto mode decided on, on this thread (`program_thread`: the copying
+/// thread, which waits; else the pinner thread). A block hidden from the program is marked
+/// registered before CUDA is asked, so that copies from then on are waited for; one the
+/// program asked pinned is marked pinned on demand once it is.
+fn pin_block(block: BlockRef, program_thread: bool) {
     if !crate::lease::ask(block.start, block.len, block.score) {
         if let Some(state) = lock().as_mut() {
             state.counters.node_refusals += 1;
@@ -1332,6 +1388,9 @@ fn pin_block(block: BlockRef) {
         learner.registered(&block, ok);
     }
     state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
+    if program_thread {
+        state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
+    }
     if ok {
         state.counters.learned_pins += 1;
         state.counters.learned_pin_bytes += block.len as u64;

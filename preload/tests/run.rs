@@ -613,6 +613,7 @@ fn settings_that_cannot_be_used_are_said() {
     let interposer = Path::new(env!("CARGO_BIN_EXE_hotpin")).with_file_name("libhotpin_preload.so");
     for (name, value, said) in [
         ("HOTPIN_MALLOC_FLOOR", "garbage", "is not a size"),
+        ("HOTPIN_OFF_THREAD_ABOVE", "12 apples", "is not a size"),
         ("HOTPIN_COSTS", "/no/such/costs.json", "cost file"),
     ] {
         let mode = if name == "HOTPIN_COSTS" {
@@ -702,6 +703,51 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
         "{:?}",
         learned.stats()
     );
+}
+
+/// Blocks above `HOTPIN_OFF_THREAD_ABOVE` are registered by the pinner thread: the copying
+/// threads wait for none of them, and every copy's data is right while they are copied as
+/// pageable memory and after; below it, the copying thread registers them itself.
+#[test]
+fn large_blocks_are_registered_off_the_programs_thread() {
+    let setup = setup_program("auto-offthread", "online");
+    let run = |name: &str, above: &str| {
+        let prefix = setup.dir.join(name);
+        // A first run each: a history of its own.
+        let history = setup.dir.join(format!("history-of-{name}.hotpin"));
+        let output = hotpin_run_env(
+            &setup,
+            &[
+                "--lease-socket",
+                "off",
+                "--history",
+                history.to_str().expect("UTF-8"),
+                "--report",
+                prefix.to_str().expect("UTF-8"),
+            ],
+            &[
+                Path::new("steady"),
+                Path::new("16"),
+                Path::new("800"),
+                Path::new("2"),
+            ],
+            &[("HOTPIN_OFF_THREAD_ABOVE", Path::new(above))],
+        );
+        assert_computed_right(&output);
+        counters(&prefix)
+    };
+    let off = run("off-thread", "8M");
+    assert!(off["learned_pins"].as_u64() >= Some(3), "{off}");
+    assert_eq!(off["off_thread_pins"], off["learned_pins"], "{off}");
+    assert_eq!(
+        off["longest_thread_wait_ns"], 0,
+        "no program thread waited: {off}"
+    );
+    assert!(off["longest_register_ns"].as_u64() > Some(0), "{off}");
+    let on = run("on-thread", "1G");
+    assert!(on["learned_pins"].as_u64() >= Some(3), "{on}");
+    assert_eq!(on["off_thread_pins"], 0, "{on}");
+    assert!(on["longest_thread_wait_ns"].as_u64() > Some(0), "{on}");
 }
 
 /// Auto mode pins what its copies repay, and of a large block only the part its copies

@@ -15,7 +15,9 @@ Prints one JSON line: `alloc_seconds` (the torch.empty(..., pin_memory=True) cal
 `seconds` (allocation, filling, the copies; the check not counted), its own ground truth,
 checks and mismatches. Check (not timed): the part on the GPU in full against the values
 computed on the GPU.
-Usage: python3 big_pin.py [copies] [GiB]   (default 20 copies, 16 GiB)"""
+Usage: python3 big_pin.py [copies] [GiB] [MiB]   (default 20 copies, 16 GiB, a 64 MiB part;
+a part of GiB x 1024 MiB copies the whole buffer each time: the registration of a large
+block, off the program's thread or on it)"""
 import json
 import os
 import sys
@@ -26,7 +28,7 @@ import torch
 copies = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 by_hand = os.environ.get("BY_HAND") == "1"  # accepted, changes nothing
 BIG = (int(sys.argv[2]) if len(sys.argv) > 2 else 16) << 30
-PART = 64 << 20
+PART = (int(sys.argv[3]) if len(sys.argv) > 3 else 64) << 20
 dev = torch.device("cuda")
 torch.zeros(1, device=dev)
 torch.cuda.synchronize()  # the CUDA context, outside the timed part
