@@ -182,10 +182,28 @@ impl Fleet {
     /// The program `key`'s latest history, fetched into `cache` (a folder, made if needed)
     /// and checked to be a history; None when the store has none.
     pub fn latest(&self, key: &ProgramKey, cache: &Path) -> Result<Option<PathBuf>, FleetError> {
-        let Some(name) = self.list(key)?.pop() else {
-            return Ok(None);
-        };
-        let object = Key::from(name.as_str());
+        Ok(self.latest_runs(key, cache, 1)?.pop())
+    }
+
+    /// The program `key`'s `runs` latest histories (fewer if the store has fewer), newest
+    /// first, each fetched into `cache` and checked to be a history.
+    pub fn latest_runs(
+        &self,
+        key: &ProgramKey,
+        cache: &Path,
+        runs: usize,
+    ) -> Result<Vec<PathBuf>, FleetError> {
+        let names = self.list(key)?;
+        let mut paths = Vec::new();
+        for name in names.iter().rev().take(runs) {
+            paths.push(self.fetch(key, name, cache)?);
+        }
+        Ok(paths)
+    }
+
+    /// Fetches the object `name` (a history of `key`) into `cache`, refusing what is not one.
+    fn fetch(&self, key: &ProgramKey, name: &str, cache: &Path) -> Result<PathBuf, FleetError> {
+        let object = Key::from(name);
         let bytes = self.bounded(async { self.store.get(&object).await?.bytes().await })?;
         std::fs::create_dir_all(cache).map_err(|source| FleetError::Local {
             path: cache.to_path_buf(),
@@ -199,9 +217,12 @@ impl Fleet {
         })?;
         if let Err(source) = dump::read(&path) {
             let _ = std::fs::remove_file(&path);
-            return Err(FleetError::NotAHistory { key: name, source });
+            return Err(FleetError::NotAHistory {
+                key: name.to_owned(),
+                source,
+            });
         }
-        Ok(Some(path))
+        Ok(path)
     }
 
     /// Keeps the program `key`'s `keep` latest histories, deleting the older; how many went.

@@ -15,7 +15,7 @@ use crate::{Mode, hot::HotPolicy, online::LARGEST_AT_BIRTH};
 
 /// An allocation's identity across runs: its call site as the module's file name and the
 /// offset in it (stable under ASLR), then which allocation from that site it is, and its size.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SiteKey {
     pub module: String,
     pub offset: u64,
@@ -193,45 +193,43 @@ pub fn decide(
 }
 
 /// What competes for the pinned budget: one hot allocation, or one recycled group.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Unit {
     One(SiteKey, u32, u64),
     Group(SiteKey, u64),
 }
 
-impl HotSet {
-    /// Reads a history (either format) and judges its host allocations with `policy`. Under a
-    /// `budget`, hot allocations and recycled groups are admitted by the most net saving per
-    /// pinned byte first (transfers per block under a fixed bar) until the budget is spent;
-    /// the rest are `OverBudget`. A group costs its peak of live blocks.
-    pub fn load(path: &Path, policy: HotPolicy, budget: Option<u64>) -> Result<Self, DumpError> {
-        Ok(Self::from_history(&dump::read(path)?, policy, budget))
-    }
+/// What one run says of each allocation and recycled group: whether it is hot, its merit (net
+/// saving per pinned byte, or transfers per block) and the bytes pinning it takes.
+#[derive(Debug, Default)]
+struct RunJudgement {
+    units: HashMap<Unit, (bool, f64, u64)>,
+    /// Per call site: (hot allocations, all allocations).
+    sites: HashMap<SiteKey, (u32, u32)>,
+}
 
-    pub fn from_history(history: &MemHistory, policy: HotPolicy, budget: Option<u64>) -> Self {
-        let mut set = HotSet::default();
+impl RunJudgement {
+    fn of(history: &MemHistory, policy: HotPolicy) -> Self {
+        let mut run = RunJudgement::default();
         let site_key = |id| {
             history
                 .call_site(id)
                 .map(|site| SiteKey::new(&site.module, site.offset))
         };
-        // (merit: net saving per pinned byte, or transfers per block; bytes pinned; unit)
-        let mut units: Vec<(f64, u64, Unit)> = Vec::new();
-        let groups = policy.recycled_groups(history);
         let mut grouped = HashSet::new();
-        for group in &groups {
+        for group in &policy.recycled_groups(history) {
             let Some(key) = site_key(group.call_site) else {
                 continue;
             };
             grouped.insert((group.pid, group.call_site, group.size));
-            let counts = set.sites.entry(key.clone()).or_default();
+            let counts = run.sites.entry(key.clone()).or_default();
             counts.0 += group.allocations as u32;
             counts.1 += group.allocations as u32;
-            set.groups.insert((key.clone(), group.size), Verdict::Cold);
-            units.push((
-                policy.merit(&group.stats, group.size, group.peak_live),
-                group.pinned_bytes(),
+            let merit = policy.merit(&group.stats, group.size, group.peak_live);
+            run.units.insert(
                 Unit::Group(key, group.size),
-            ));
+                (true, merit, group.pinned_bytes()),
+            );
         }
         for allocation in history.allocations() {
             if !allocation.kind.is_host() || allocation.kind == AllocKind::Untracked {
@@ -246,21 +244,96 @@ impl HotSet {
             let Some(key) = site_key(site) else {
                 continue;
             };
-            let is_hot = policy.is_hot(allocation);
-            let counts = set.sites.entry(key.clone()).or_default();
+            let hot = policy.is_hot(allocation);
+            let counts = run.sites.entry(key.clone()).or_default();
             counts.1 += 1;
-            if is_hot {
-                counts.0 += 1;
-                units.push((
-                    policy.merit(&allocation.stats, allocation.size, 1),
-                    allocation.size,
-                    Unit::One(key.clone(), allocation.ordinal, allocation.size),
-                ));
+            counts.0 += u32::from(hot);
+            let merit = policy.merit(&allocation.stats, allocation.size, 1);
+            let unit = Unit::One(key, allocation.ordinal, allocation.size);
+            // A key seen twice (a forked child's allocations): hot if either is.
+            let entry = run
+                .units
+                .entry(unit)
+                .or_insert((false, 0.0, allocation.size));
+            if hot && (!entry.0 || merit > entry.1) {
+                *entry = (true, merit, allocation.size);
             }
-            set.allocations
-                .insert((key, allocation.ordinal, allocation.size), Verdict::Cold);
         }
-        units.sort_by(|a, b| b.0.total_cmp(&a.0));
+        run
+    }
+}
+
+impl HotSet {
+    /// Reads a history (either format) and judges its host allocations with `policy`. Under a
+    /// `budget`, hot allocations and recycled groups are admitted by the most net saving per
+    /// pinned byte first (transfers per block under a fixed bar) until the budget is spent;
+    /// the rest are `OverBudget`. A group costs its peak of live blocks.
+    pub fn load(path: &Path, policy: HotPolicy, budget: Option<u64>) -> Result<Self, DumpError> {
+        Ok(Self::from_history(&dump::read(path)?, policy, budget))
+    }
+
+    /// [`Self::load`] of several runs of one program, merged by [`Self::from_histories`].
+    pub fn load_merged(
+        paths: &[&Path],
+        policy: HotPolicy,
+        budget: Option<u64>,
+    ) -> Result<Self, DumpError> {
+        let histories = paths
+            .iter()
+            .map(|path| dump::read(path))
+            .collect::<Result<Vec<_>, _>>()?;
+        let runs: Vec<&MemHistory> = histories.iter().collect();
+        Ok(Self::from_histories(&runs, policy, budget))
+    }
+
+    pub fn from_history(history: &MemHistory, policy: HotPolicy, budget: Option<u64>) -> Self {
+        Self::from_histories(&[history], policy, budget)
+    }
+
+    /// Several runs of one program merged, per allocation (call site, ordinal, size) and per
+    /// recycled group (call site, size): hot where a majority of the runs that made it found
+    /// it hot (one run that did something unusual does not decide), worth the mean of its
+    /// merits in those runs, taking the most bytes any run's took. Then admitted under the
+    /// budget as one run's are. One run merges to itself.
+    pub fn from_histories(runs: &[&MemHistory], policy: HotPolicy, budget: Option<u64>) -> Self {
+        let mut set = HotSet::default();
+        // unit -> (runs that made it, runs that found it hot, merit sum over those, bytes)
+        let mut merged: HashMap<Unit, (u32, u32, f64, u64)> = HashMap::new();
+        for history in runs {
+            let run = RunJudgement::of(history, policy);
+            for (key, (hot, all)) in run.sites {
+                let counts = set.sites.entry(key).or_default();
+                counts.0 += hot;
+                counts.1 += all;
+            }
+            for (unit, (hot, merit, bytes)) in run.units {
+                let entry = merged.entry(unit).or_default();
+                entry.0 += 1;
+                if hot {
+                    entry.1 += 1;
+                    entry.2 += merit;
+                }
+                entry.3 = entry.3.max(bytes);
+            }
+        }
+        let mut units: Vec<(f64, u64, Unit)> = Vec::new();
+        for (unit, (made, hot, merits, bytes)) in merged {
+            match &unit {
+                Unit::One(key, ordinal, size) => {
+                    set.allocations
+                        .insert((key.clone(), *ordinal, *size), Verdict::Cold);
+                }
+                Unit::Group(key, size) => {
+                    set.groups.insert((key.clone(), *size), Verdict::Cold);
+                }
+            }
+            if 2 * hot > made {
+                units.push((merits / f64::from(hot), bytes, unit));
+            }
+        }
+        // Most merit first; ties in a stable order, so that a budget admits the same units
+        // whatever the order the runs were read in.
+        units.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
         let mut spent = 0u64;
         for (_, bytes, unit) in units {
             let verdict = match budget {
@@ -500,5 +573,67 @@ mod tests {
             Judged::Known(Verdict::OverBudget),
             "100 transfers"
         );
+    }
+
+    /// One run of site A's allocations, copied `transfers[i]` times each (4 MiB each).
+    fn run_of(transfers: &[u64]) -> MemHistory {
+        let mut h = MemHistory::new();
+        let a = h.intern_call_site(CallSite {
+            module: "/app".into(),
+            offset: 0x100,
+            symbol: None,
+        });
+        for (i, &count) in transfers.iter().enumerate() {
+            let start = 0x1000_0000 * (i as u64 + 1);
+            h.alloc(1, start, 4 * MIB, AllocKind::Pageable, Some(a), 0);
+            for t in 0..count {
+                h.transfer(
+                    1,
+                    0xd000_0000,
+                    start,
+                    4 * MIB,
+                    CopyDirection::HostToDevice,
+                    t,
+                );
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn runs_merge_by_majority_per_allocation_and_one_run_merges_to_itself() {
+        let policy = HotPolicy::default();
+        let a = SiteKey::new("/app", 0x100);
+        // Allocation 0 hot in every run; 1 hot in the first two only; 2 hot only in the
+        // latest (an unusual last run); 3 never.
+        let runs = [
+            run_of(&[200, 200, 0, 0]),
+            run_of(&[200, 200, 1, 1]),
+            run_of(&[200, 1, 200, 0]),
+        ];
+        let all: Vec<&MemHistory> = runs.iter().collect();
+        let merged = HotSet::from_histories(&all, policy, None);
+        let verdict = |set: &HotSet, ordinal| set.judge(&a, ordinal, 4 * MIB);
+        assert_eq!(verdict(&merged, 0), Judged::Known(Verdict::Pin));
+        assert_eq!(verdict(&merged, 1), Judged::Known(Verdict::Pin), "2 of 3");
+        assert_eq!(verdict(&merged, 2), Judged::Known(Verdict::Cold), "1 of 3");
+        assert_eq!(verdict(&merged, 3), Judged::Known(Verdict::Cold));
+        // The latest alone follows its own oddity.
+        let latest = HotSet::from_history(&runs[2], policy, None);
+        assert_eq!(verdict(&latest, 1), Judged::Known(Verdict::Cold));
+        assert_eq!(verdict(&latest, 2), Judged::Known(Verdict::Pin));
+        // The order the runs come in changes nothing, budget included.
+        let reversed: Vec<&MemHistory> = runs.iter().rev().collect();
+        let budget = Some(4 * MIB);
+        let one = HotSet::from_histories(&all, policy, budget);
+        let other = HotSet::from_histories(&reversed, policy, budget);
+        for ordinal in 0..4 {
+            assert_eq!(
+                verdict(&one, ordinal),
+                verdict(&other, ordinal),
+                "{ordinal}"
+            );
+        }
+        assert_eq!(one.pinned_count(), 1, "the budget holds one 4 MiB block");
     }
 }

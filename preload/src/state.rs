@@ -428,6 +428,23 @@ fn stored_history() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("{}: the store has none of {key}", missing()))
 }
 
+/// The history at `path`, merged with the earlier runs of the program named in
+/// `HOTPIN_MERGE` (paths, `:`-separated; `hotpin run --merge-runs N` sets it), by
+/// `HotSet::from_histories`: per allocation and recycled group, hot where most runs found it
+/// hot.
+fn load_runs(
+    path: &std::path::Path,
+    policy: HotPolicy,
+    budget: Option<u64>,
+) -> Result<HotSet, hotpin_history::dump::DumpError> {
+    let earlier: Vec<PathBuf> = std::env::var_os("HOTPIN_MERGE")
+        .map(|paths| std::env::split_paths(&paths).collect())
+        .unwrap_or_default();
+    let mut paths = vec![path];
+    paths.extend(earlier.iter().map(PathBuf::as_path));
+    HotSet::load_merged(&paths, policy, budget)
+}
+
 /// Auto mode's budget when none is given: a quarter of the memory this process may use,
 /// the cgroup's limit (`memory.max`, what a container may use) where there is one, else
 /// the machine's available memory. None if neither can be read.
@@ -495,7 +512,7 @@ impl State {
                         path.display()
                     ));
                 }
-                Some(path) => Some(HotSet::load(&path, policy, budget).map_err(|e| {
+                Some(path) => Some(load_runs(&path, policy, budget).map_err(|e| {
                     format!(
                         "cannot start from the history {}: {:#}",
                         path.display(),
@@ -516,7 +533,7 @@ impl State {
                 ));
             }
             Some(
-                HotSet::load(&path, policy, budget)
+                load_runs(&path, policy, budget)
                     .map_err(|e| format!("cannot use the history: {:#}", anyhow::Error::from(e)))?,
             )
         } else {

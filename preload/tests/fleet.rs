@@ -241,6 +241,19 @@ fn histories_are_shared_across_nodes_through_an_s3_store() {
         .filter_map(Result::ok)
         .collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
+    // The same, from the two runs merged (per allocation, hot where most runs found it).
+    let merged = hotpin_run(
+        &setup,
+        &setup.dir.join("home-m"),
+        &moto.endpoint,
+        &["--fleet", &url, "--merge-runs", "2"],
+    );
+    let said = String::from_utf8_lossy(&merged.stderr);
+    assert!(
+        said.contains("-node-b-") && said.contains("merged with the 1 runs before it"),
+        "{said}"
+    );
+    assert!(!said.contains("cannot start from"), "{said}");
 
     // A corrupt object, newest: refused with its key named; the run learns live instead.
     let garbage = setup.dir.join("garbage.hotpin");

@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// The most the fleet's store may hold the program's start, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
     fleet_wait: f64,
+    /// Without --history, start from the N latest runs of the program in the fleet's store
+    /// (or the local store), merged: an allocation or recycled group is hot where most of the
+    /// runs that made it found it hot (docs/online.md). 1: the latest alone.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    merge_runs: u16,
     /// Most memory pinned at once by the interposer's promotions (bytes like 512M, or 25%).
     #[arg(long, value_name = "BYTES")]
     budget: Option<String>,
@@ -135,15 +140,35 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
         auto(&args, &mut command, program, rest)?;
     }
     if mode == Mode::Use {
-        let fleet_latest = match (&args.history, &args.fleet) {
-            (None, Some(url)) => from_fleet(url, args.fleet_wait, program, rest, None),
-            _ => None,
+        let mut runs = match (&args.history, &args.fleet) {
+            (None, Some(url)) => from_fleet(url, &args, program, rest, None),
+            _ => Vec::new(),
         };
-        let history = match (&args.history, fleet_latest) {
-            (Some(history), _) => history.clone(),
-            (None, Some(fetched)) => fetched,
-            (None, None) => latest_in_store(&args.store, program, rest)?,
+        if args.history.is_none() && runs.is_empty() {
+            runs = latest_in_store(&args.store, program, rest, args.merge_runs.into())?;
+            let key = ProgramKey::of_command(program, rest)?;
+            let Some(latest) = runs.first() else {
+                bail!(
+                    "use mode needs --history FILE (a history `hotpin run --mode profile` \
+                     wrote), or a history of {key} in the store {}: run the program under \
+                     `tracer daemon` first, or give --store DIR",
+                    args.store.display()
+                );
+            };
+            eprintln!(
+                "hotpin: using {}, the latest history of {key} in the store{}",
+                latest.display(),
+                match runs.len() {
+                    1 => String::new(),
+                    n => format!(", merged with the {} runs before it", n - 1),
+                }
+            );
+        }
+        let history = match &args.history {
+            Some(history) => history.clone(),
+            None => runs.remove(0),
         };
+        merge_with(&mut command, &runs)?;
         if hotpin_history::files::read_once(&history) {
             bail!(
                 "the history {} can be read only once (a pipe or a device), and it is read \
@@ -231,16 +256,24 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
     let mut start = learned.clone().filter(|path| path.exists());
     if args.history.is_none()
         && let Some(url) = &args.fleet
-        && let Some(fleet_latest) =
-            from_fleet(url, args.fleet_wait, program, rest, learned.as_deref())
     {
-        start = Some(fleet_latest);
+        let mut runs = from_fleet(url, args, program, rest, learned.as_deref());
+        if !runs.is_empty() {
+            start = Some(runs.remove(0));
+            merge_with(command, &runs)?;
+        }
     }
     if start.is_none()
         && args.history.is_none()
         && let Ok(key) = ProgramKey::of_command(program, rest)
-        && let Ok(Some(stored)) = Store::open_existing(&args.store).latest_of(&key)
+        && let Ok(mut stored) = latest_in_store(&args.store, program, rest, args.merge_runs.into())
+        && !stored.is_empty()
     {
+        let stored = {
+            let latest = stored.remove(0);
+            merge_with(command, &stored)?;
+            latest
+        };
         eprintln!(
             "hotpin: starting from {}, the latest history of {key} in the store (the \
              daemon's histories know no libc allocations: only pinned requests and mappings \
@@ -260,11 +293,14 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
             Ok(_) => {
                 command.env("HOTPIN_HISTORY", &history);
             }
-            Err(error) => eprintln!(
-                "hotpin: the history {} cannot be used ({:#}); learning from scratch",
-                history.display(),
-                anyhow::Error::from(error)
-            ),
+            Err(error) => {
+                command.env_remove("HOTPIN_MERGE");
+                eprintln!(
+                    "hotpin: the history {} cannot be used ({:#}); learning from scratch",
+                    history.display(),
+                    anyhow::Error::from(error)
+                );
+            }
         }
     }
     match learned {
@@ -291,14 +327,16 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
 /// is said once, and the run goes on without it.
 fn from_fleet(
     url: &str,
-    wait: f64,
+    args: &RunArgs,
     program: &OsStr,
     rest: &[OsString],
     learned: Option<&Path>,
-) -> Option<PathBuf> {
+) -> Vec<PathBuf> {
     let began = std::time::Instant::now();
-    let bound = std::time::Duration::from_secs_f64(wait.max(0.0));
-    let key = ProgramKey::of_command(program, rest).ok()?;
+    let bound = std::time::Duration::from_secs_f64(args.fleet_wait.max(0.0));
+    let Ok(key) = ProgramKey::of_command(program, rest) else {
+        return Vec::new();
+    };
     let said = |error: &dyn std::fmt::Display| {
         eprintln!("hotpin: the fleet's store: {error}; going on without it");
     };
@@ -306,7 +344,7 @@ fn from_fleet(
         Ok(fleet) => fleet,
         Err(error) => {
             said(&error);
-            return None;
+            return Vec::new();
         }
     };
     if let Some(learned) = learned.filter(|path| path.exists()) {
@@ -323,27 +361,54 @@ fn from_fleet(
                 }
                 Err(error) => {
                     said(&error);
-                    return None;
+                    return Vec::new();
                 }
             }
         }
     }
-    let cache = user_dir("XDG_CACHE_HOME", ".cache")?.join("hotpin/fleet");
-    match fleet.latest(&key, &cache) {
-        Ok(Some(path)) => {
-            eprintln!(
-                "hotpin: starting from {}, the latest history of {key} in {url} ({:.2} s)",
-                path.display(),
-                began.elapsed().as_secs_f64()
-            );
-            Some(path)
+    let Some(cache) = user_dir("XDG_CACHE_HOME", ".cache").map(|dir| dir.join("hotpin/fleet"))
+    else {
+        return Vec::new();
+    };
+    match fleet.latest_runs(&key, &cache, args.merge_runs.into()) {
+        Ok(runs) => {
+            if let Some(latest) = runs.first() {
+                eprintln!(
+                    "hotpin: starting from {}, the latest history of {key} in {url}{} ({:.2} s)",
+                    latest.display(),
+                    match runs.len() {
+                        1 => String::new(),
+                        n => format!(", merged with the {} runs before it", n - 1),
+                    },
+                    began.elapsed().as_secs_f64()
+                );
+            }
+            runs
         }
-        Ok(None) => None,
         Err(error) => {
             said(&error);
-            None
+            Vec::new()
         }
     }
+}
+
+/// Tells the interposer the earlier runs to merge with the history it starts from
+/// (`HOTPIN_MERGE`, `:`-separated); a path that cannot be put in such a list is said.
+fn merge_with(command: &mut Command, earlier: &[PathBuf]) -> Result<()> {
+    if earlier.is_empty() {
+        return Ok(());
+    }
+    let absolute: Vec<PathBuf> = earlier.iter().map(|p| absolute(p)).collect::<Result<_>>()?;
+    match std::env::join_paths(&absolute) {
+        Ok(list) => {
+            command.env("HOTPIN_MERGE", list);
+        }
+        Err(error) => eprintln!(
+            "hotpin: the earlier runs cannot be merged ({error}: a path with ':'); starting from \
+             the latest alone"
+        ),
+    }
+    Ok(())
 }
 
 /// A user's XDG folder: `$VARIABLE` if it is an absolute path, else `$HOME/fallback`.
@@ -370,22 +435,17 @@ fn state_file(program: &OsStr, args: &[OsString]) -> Option<PathBuf> {
 
 /// Use mode without --history: the latest history in the store at `root` of the program
 /// `program` with `args` starts (its executable, build id and script), said on stderr.
-fn latest_in_store(root: &Path, program: &OsStr, args: &[OsString]) -> Result<PathBuf> {
+/// The program's `runs` latest histories in the store at `root`, newest first (none: empty).
+fn latest_in_store(
+    root: &Path,
+    program: &OsStr,
+    args: &[OsString],
+    runs: usize,
+) -> Result<Vec<PathBuf>> {
     let key = ProgramKey::of_command(program, args)?;
-    let latest = Store::open_existing(root).latest_of(&key)?;
-    let Some(path) = latest else {
-        bail!(
-            "use mode needs --history FILE (a history `hotpin run --mode profile` wrote), or a \
-             history of {key} in the store {}: run the program under `tracer daemon` first, or \
-             give --store DIR",
-            root.display()
-        );
-    };
-    eprintln!(
-        "hotpin: using {}, the latest history of {key} in the store",
-        path.display()
-    );
-    Ok(path)
+    let mut histories = Store::open_existing(root).histories_of(&key)?;
+    histories.truncate(runs);
+    Ok(histories)
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {
