@@ -59,6 +59,7 @@ mod cuda;
 mod exports;
 mod lease;
 mod online;
+mod python;
 mod questions;
 mod real;
 mod state;

@@ -13,6 +13,8 @@
 
 use std::{collections::BTreeMap, path::Path, time::Instant};
 
+use crate::python::PyFrame;
+use hotpin_history::history::PYTHON_MODULE;
 use hotpin_history::{
     dump::Format,
     history::{AllocKind, CallSite, Copies, MemHistory, TransferStats},
@@ -133,6 +135,8 @@ pub struct Decisions {
 
 struct Learned {
     site: SiteKey,
+    /// The Python frames that made it, innermost first (none outside CPython).
+    python: Vec<PyFrame>,
     size: u64,
     asked_pinned: bool,
     alloc_ns: u64,
@@ -177,10 +181,12 @@ impl Learner {
         site: &SiteKey,
         asked_pinned: bool,
         pinned: bool,
+        python: Vec<PyFrame>,
     ) {
         let learned = (self.learned.len() < MAX_LEARNED).then(|| {
             self.learned.push(Learned {
                 site: site.clone(),
+                python,
                 size: size as u64,
                 asked_pinned,
                 alloc_ns: self.started.elapsed().as_nanos() as u64,
@@ -461,7 +467,21 @@ impl Learner {
             } else {
                 AllocKind::Pageable
             };
-            history.alloc(pid, start, entry.size, kind, Some(site), entry.alloc_ns);
+            let id = history.alloc(pid, start, entry.size, kind, Some(site), entry.alloc_ns);
+            // The Python lines that made it, as its callers (`tracer report` shows them as
+            // `file.py:LINE in function`).
+            let callers = entry
+                .python
+                .iter()
+                .map(|frame| {
+                    history.intern_call_site(CallSite {
+                        module: format!("{PYTHON_MODULE}{}", frame.file),
+                        offset: u64::from(frame.line),
+                        symbol: Some(frame.function.to_string()),
+                    })
+                })
+                .collect();
+            history.record_callers(id, callers);
             let s = &entry.stats;
             for (count, bytes, direction, dst, src) in [
                 (

@@ -167,6 +167,11 @@ pub struct Counters {
     /// Blocks auto mode had the pinner thread register, being larger than
     /// `HOTPIN_OFF_THREAD_ABOVE`.
     pub off_thread_pins: u64,
+    /// Auto mode in CPython: allocations given their Python frames, and the time reading
+    /// them took in all (python.rs).
+    pub python_stacks: u64,
+    pub python_stack_ns: u64,
+    pub python_stack_max_ns: u64,
     /// The budget auto mode kept within (bytes), and why pinning was off, if it was.
     pub budget: Option<u64>,
     pub pinning_off: Option<String>,
@@ -389,6 +394,9 @@ fn write_report(state: &State, path: &std::path::Path) {
         captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
         questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
         budget_refusals: state.learner.as_ref().map_or(0, |l| l.refusals),
+        python_stacks: PYTHON_STACKS.load(Ordering::Relaxed),
+        python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
+        python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
         ..state.counters.clone()
     };
     let report = Report {
@@ -762,6 +770,7 @@ pub fn allocate(
     reuse: bool,
     from_libc: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
+    let python = python_frames();
     let mut guard = lock();
     let Some(state) = guard.as_mut() else {
         drop(guard);
@@ -792,7 +801,7 @@ pub fn allocate(
         state.counters.cache_hits += 1;
         state.record(call, &site, ordinal, size as u64, "pinned-from-cache", why);
         if let Some(learner) = state.learner.as_mut() {
-            learner.track(ptr, size, &site, false, true);
+            learner.track(ptr, size, &site, false, true, python);
         }
         drop(guard);
         release_blocks(released);
@@ -823,9 +832,12 @@ pub fn allocate(
             score = learner.birth_score(&site, size);
         }
     }
-    if !register && let Some(learner) = state.learner.as_mut() {
-        learner.track(ptr as usize, size, &site, false, false);
-    }
+    let python = if !register && let Some(learner) = state.learner.as_mut() {
+        learner.track(ptr as usize, size, &site, false, false, python);
+        Vec::new()
+    } else {
+        python
+    };
     drop(guard);
     release_blocks(released);
     if !register {
@@ -841,7 +853,7 @@ pub fn allocate(
             state.registered_bytes -= size as u64;
             if let Some(learner) = state.learner.as_mut() {
                 learner.budget.release(size as u64);
-                learner.track(ptr as usize, size, &site, false, false);
+                learner.track(ptr as usize, size, &site, false, false, python);
             }
         }
         return ptr;
@@ -856,7 +868,7 @@ pub fn allocate(
     state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
     state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
     if let Some(learner) = state.learner.as_mut() {
-        learner.track(ptr as usize, size, &site, false, registered);
+        learner.track(ptr as usize, size, &site, false, registered, python);
         if !registered {
             learner.budget.release(size as u64);
         }
@@ -979,6 +991,7 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
 
 /// A pinned request served pageable at `ptr`.
 pub fn demoted(ptr: *mut c_void, size: usize) {
+    let python = python_frames();
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
     state.demoted.insert(
@@ -994,7 +1007,7 @@ pub fn demoted(ptr: *mut c_void, size: usize) {
     if let Some(site) = DEMOTING.with(|d| d.borrow_mut().take())
         && let Some(learner) = state.learner.as_mut()
     {
-        learner.track(ptr as usize, size, &site, true, false);
+        learner.track(ptr as usize, size, &site, true, false, python);
     }
 }
 
@@ -1344,6 +1357,30 @@ fn hand_to_pinner(block: BlockRef) -> bool {
         .as_ref()
         .is_some_and(|queue| queue.send(block).is_ok())
 }
+
+/// The calling thread's Python frames, in auto mode (what it learns names the Python line
+/// that made each block); the time taken is counted for the report.
+fn python_frames() -> Vec<crate::python::PyFrame> {
+    if !LEARNING.load(Ordering::Acquire) {
+        return Vec::new();
+    }
+    let began = std::time::Instant::now();
+    let frames = crate::python::frames();
+    if !frames.is_empty() {
+        let took = began.elapsed().as_nanos() as u64;
+        PYTHON_STACKS.fetch_add(1, Ordering::Relaxed);
+        PYTHON_STACK_NS.fetch_add(took, Ordering::Relaxed);
+        PYTHON_STACK_MAX_NS.fetch_max(took, Ordering::Relaxed);
+    }
+    frames
+}
+
+/// Python stacks read, and the time it took (the report's `python_stacks`,
+/// `python_stack_ns`).
+static PYTHON_STACKS: AtomicU64 = AtomicU64::new(0);
+static PYTHON_STACK_NS: AtomicU64 = AtomicU64::new(0);
+/// The longest one took (the first, which finds the interpreter, is one).
+static PYTHON_STACK_MAX_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Whether pinning pays on this device, asked of CUDA once a context exists; said once where
 /// it does not.

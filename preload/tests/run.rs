@@ -705,6 +705,102 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
     );
 }
 
+/// Auto mode in a Python program names the Python lines that made each block (#28): what it
+/// learned holds, as the hot block's callers, `frames.py:LINE in make_batch` then `main`, read
+/// from the interpreter's frames (CPython 3.11 here, Debian's; 3.12 on the GPU machine).
+#[test]
+fn auto_mode_names_the_python_lines_that_made_each_block() {
+    let setup = setup_program("auto-python", "online");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/frames.py");
+    let source = std::fs::read_to_string(&script).expect("the script");
+    let line_of = |mark: &str| {
+        source
+            .lines()
+            .position(|line| line.contains(mark))
+            .expect("the mark")
+            + 1
+    };
+    let history = setup.dir.join("python.hotpin");
+    let prefix = setup.dir.join("python-report");
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--lease-socket", "off", "--history"])
+        .arg(&history)
+        .arg("--report")
+        .arg(&prefix)
+        .arg("--")
+        .arg("python3")
+        .arg(&script)
+        .arg(&setup.standin.runtime)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .output()
+        .expect("run python3 under hotpin");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_computed_right(&output);
+    let learned = hotpin_history::dump::read(&history).expect("what it learned");
+    let named = |allocation: &hotpin_history::history::Allocation| -> Vec<String> {
+        learned
+            .callers(allocation.id)
+            .iter()
+            .filter_map(|&id| learned.call_site(id))
+            .map(|site| {
+                format!(
+                    "{}:{} in {}",
+                    hotpin_history::history::module_file_name(&site.module),
+                    site.offset,
+                    site.symbol.as_deref().unwrap_or("?")
+                )
+            })
+            .collect()
+    };
+    let hot = learned
+        .allocations()
+        .iter()
+        .find(|a| a.stats.h2d_count == 20)
+        .expect("the hot block, copied to the device at every step");
+    let frames = named(hot);
+    assert_eq!(
+        frames.first().map(String::as_str),
+        Some(format!("frames.py:{} in make_batch", line_of("MARK: hot")).as_str()),
+        "{frames:?}"
+    );
+    assert!(
+        frames.get(1).is_some_and(|f| f.ends_with("in main")),
+        "{frames:?}"
+    );
+    let cold = learned
+        .allocations()
+        .iter()
+        .find(|a| a.stats.transfers == 1 && a.stats.h2d_count == 1)
+        .expect("the cold block");
+    assert_eq!(
+        named(cold).first().map(String::as_str),
+        Some(format!("frames.py:{} in make_cold", line_of("MARK: cold")).as_str())
+    );
+    // The interpreter's helpers (processes it starts at start-up) write reports of their
+    // own, with nothing judged: the program's is the one that read Python stacks.
+    let stacks: u64 = std::fs::read_dir(&setup.dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("python-report.")
+        })
+        .map(|e| {
+            let report: Value =
+                serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("JSON");
+            report["counters"]["python_stacks"].as_u64().unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(stacks >= 3, "{stacks}");
+}
+
 /// Blocks above `HOTPIN_OFF_THREAD_ABOVE` are registered by the pinner thread: the copying
 /// threads wait for none of them, and every copy's data is right while they are copied as
 /// pageable memory and after; below it, the copying thread registers them itself.

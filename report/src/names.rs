@@ -22,6 +22,14 @@ pub fn demangle(symbol: &str) -> String {
 /// `name` with what is inside its template brackets and argument lists folded: `f<…>(…)`.
 /// `operator<`, `operator()` and the like keep their own brackets.
 pub fn fold(name: &str) -> String {
+    // A Python frame (`train.py:57 in <module>`, `f.<locals>.g`): its brackets are its name.
+    if let Some((place, _)) = name.split_once(" in ")
+        && place
+            .rsplit_once(':')
+            .is_some_and(|(_, line)| line.parse::<u32>().is_ok())
+    {
+        return name.to_owned();
+    }
     let mut out = String::with_capacity(name.len());
     let mut depth = 0usize;
     let mut chars = name.char_indices().peekable();
@@ -75,6 +83,20 @@ pub fn fold(name: &str) -> String {
 /// A call site: `file+0xOFFSET function`, the module's file name first and whole; the
 /// function demangled, folded unless `full`.
 pub fn call_site(module: &str, offset: u64, symbol: Option<&str>, full: bool) -> String {
+    // A Python frame: `train.py:57 in load_batch` (the offset is the line).
+    if let Some(path) = module.strip_prefix(hotpin_history::history::PYTHON_MODULE) {
+        let mut parts = path.rsplit('/');
+        let name = parts.next().unwrap_or(path);
+        // A package's `__init__.py` says nothing alone: `cupy/__init__.py`.
+        let file = match (name, parts.next()) {
+            ("__init__.py" | "__main__.py", Some(package)) => format!("{package}/{name}"),
+            _ => name.to_owned(),
+        };
+        return match symbol {
+            Some(function) => format!("{file}:{offset} in {function}"),
+            None => format!("{file}:{offset}"),
+        };
+    }
     let file = hotpin_history::history::module_file_name(module);
     match symbol {
         Some(symbol) => {
@@ -181,6 +203,27 @@ mod tests {
         assert_eq!(
             shorten("libc.so.6+0x10 malloc", 44),
             "libc.so.6+0x10 malloc"
+        );
+    }
+
+    #[test]
+    fn python_frames_read_as_file_line_and_function_and_are_never_folded() {
+        let name = call_site("python:/home/u/train.py", 57, Some("load_batch"), false);
+        assert_eq!(name, "train.py:57 in load_batch");
+        assert_eq!(fold("train.py:44 in <module>"), "train.py:44 in <module>");
+        assert_eq!(
+            fold("model.py:9 in Net.forward.<locals>.step"),
+            "model.py:9 in Net.forward.<locals>.step"
+        );
+        assert_eq!(fold("f<int>(char)"), "f<…>(…)");
+        assert_eq!(
+            call_site(
+                "python:/x/site-packages/cupy/__init__.py",
+                851,
+                Some("asnumpy"),
+                false
+            ),
+            "cupy/__init__.py:851 in asnumpy"
         );
     }
 }

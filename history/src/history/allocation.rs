@@ -20,6 +20,11 @@ pub struct CallSite {
     pub symbol: Option<String>,
 }
 
+/// The prefix of a call site's module that marks a Python frame: the module is
+/// `python:FILE`, the offset the line, the symbol the function (`hotpin run` records the
+/// Python lines that made an allocation as its callers).
+pub const PYTHON_MODULE: &str = "python:";
+
 /// A module's file name (the part after the last `/`): what identifies a call site's module
 /// across runs and machines (a history recorded with the program at one path applies to it
 /// at another), and what a report shows first.

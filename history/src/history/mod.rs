@@ -14,7 +14,7 @@ use crate::registry::function_name;
 pub use aggregate::peak_alive;
 pub use aggregate::{Retention, SiteAggregate};
 pub use allocation::{
-    AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, TransferStats,
+    AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, PYTHON_MODULE, TransferStats,
     module_file_name,
 };
 use serde::{Deserialize, Serialize};
