@@ -843,6 +843,40 @@ pub fn allocate(
     if !register {
         return ptr;
     }
+    let birth = Birth {
+        call,
+        site,
+        ordinal,
+        why,
+        score,
+        python,
+    };
+    register_at_birth(ptr, size, birth)
+}
+
+/// A new block to be pinned at birth, as `allocate` judged it.
+struct Birth {
+    call: &'static str,
+    site: SiteKey,
+    ordinal: u32,
+    why: Why,
+    /// Its density, for the node's arbiter.
+    score: f64,
+    python: Vec<crate::python::PyFrame>,
+}
+
+/// Registers the block `allocate` judged worth pinning at birth (its bytes held in the
+/// budget already), on this thread: unless pinning pays nothing here or the node's arbiter
+/// leases it no room, in which case it stays pageable and its bytes are given back.
+fn register_at_birth(ptr: *mut c_void, size: usize, birth: Birth) -> *mut c_void {
+    let Birth {
+        call,
+        site,
+        ordinal,
+        why,
+        score,
+        python,
+    } = birth;
     let learning = LEARNING.load(Ordering::Acquire);
     let pays = !learning || pinning_pays();
     // Auto mode asks the node's arbiter (a no-op without one).

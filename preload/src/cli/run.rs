@@ -140,45 +140,7 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
         auto(&args, &mut command, program, rest)?;
     }
     if mode == Mode::Use {
-        let mut runs = match (&args.history, &args.fleet) {
-            (None, Some(url)) => from_fleet(url, &args, program, rest, None),
-            _ => Vec::new(),
-        };
-        if args.history.is_none() && runs.is_empty() {
-            runs = latest_in_store(&args.store, program, rest, args.merge_runs.into())?;
-            let key = ProgramKey::of_command(program, rest)?;
-            let Some(latest) = runs.first() else {
-                bail!(
-                    "use mode needs --history FILE (a history `hotpin run --mode profile` \
-                     wrote), or a history of {key} in the store {}: run the program under \
-                     `tracer daemon` first, or give --store DIR",
-                    args.store.display()
-                );
-            };
-            eprintln!(
-                "hotpin: using {}, the latest history of {key} in the store{}",
-                latest.display(),
-                match runs.len() {
-                    1 => String::new(),
-                    n => format!(", merged with the {} runs before it", n - 1),
-                }
-            );
-        }
-        let history = match &args.history {
-            Some(history) => history.clone(),
-            None => runs.remove(0),
-        };
-        merge_with(&mut command, &runs)?;
-        if hotpin_history::files::read_once(&history) {
-            bail!(
-                "the history {} can be read only once (a pipe or a device), and it is read \
-                 twice (checked here, used by the program): give a file",
-                history.display()
-            );
-        }
-        hotpin_history::dump::read(&history)
-            .with_context(|| format!("the history {} cannot be used", history.display()))?;
-        command.env("HOTPIN_HISTORY", absolute(&history)?);
+        use_mode(&args, &mut command, program, rest)?;
     }
     if let Some(socket) = &args.lease_socket {
         command.env("HOTPIN_LEASE_SOCKET", socket);
@@ -243,6 +205,56 @@ fn profile(
         .env("HOTPIN_MODE", "profile");
     let error = command.exec();
     Err(anyhow::Error::from(error).context("cannot start the tracer"))
+}
+
+/// Use mode: the history it pins from (the one given, else the program's latest in the
+/// fleet's store or the local store, with the runs before it to merge), checked now.
+fn use_mode(
+    args: &RunArgs,
+    command: &mut Command,
+    program: &OsStr,
+    rest: &[OsString],
+) -> Result<()> {
+    let mut runs = match (&args.history, &args.fleet) {
+        (None, Some(url)) => from_fleet(url, args, program, rest, None),
+        _ => Vec::new(),
+    };
+    if args.history.is_none() && runs.is_empty() {
+        runs = latest_in_store(&args.store, program, rest, args.merge_runs.into())?;
+        let key = ProgramKey::of_command(program, rest)?;
+        let Some(latest) = runs.first() else {
+            bail!(
+                "use mode needs --history FILE (a history `hotpin run --mode profile` \
+                 wrote), or a history of {key} in the store {}: run the program under \
+                 `tracer daemon` first, or give --store DIR",
+                args.store.display()
+            );
+        };
+        eprintln!(
+            "hotpin: using {}, the latest history of {key} in the store{}",
+            latest.display(),
+            match runs.len() {
+                1 => String::new(),
+                n => format!(", merged with the {} runs before it", n - 1),
+            }
+        );
+    }
+    let history = match &args.history {
+        Some(history) => history.clone(),
+        None => runs.remove(0),
+    };
+    merge_with(command, &runs)?;
+    if hotpin_history::files::read_once(&history) {
+        bail!(
+            "the history {} can be read only once (a pipe or a device), and it is read \
+             twice (checked here, used by the program): give a file",
+            history.display()
+        );
+    }
+    hotpin_history::dump::read(&history)
+        .with_context(|| format!("the history {} cannot be used", history.display()))?;
+    command.env("HOTPIN_HISTORY", absolute(&history)?);
+    Ok(())
 }
 
 /// Auto mode: where it starts from (the history given, else what the last run of this

@@ -175,151 +175,180 @@ pub fn samples(
     tracer: &TracerNumbers,
 ) -> Vec<Sample> {
     let mut out = Vec::new();
-    let mut add = |name, help, kind, labels, value| {
-        out.push(Sample {
-            name,
-            help,
-            kind,
-            labels,
-            value,
-        });
-    };
-    use Kind::{Counter, Gauge};
     for run in running {
-        let t = &run.traffic;
-        let labels = |more: Option<(&'static str, &'static str)>| {
-            let mut labels = vec![
-                ("program", run.program.clone()),
-                ("pid", run.pid.to_string()),
-            ];
-            labels.extend(more.map(|(k, v)| (k, v.to_owned())));
-            labels
-        };
-        for (direction, count, bytes) in [
-            ("h2d", t.h2d_transfers, t.h2d_bytes),
-            ("d2h", t.d2h_transfers, t.d2h_bytes),
-        ] {
-            add(
-                "transfers",
-                "Host<->device copies of a running process, by direction",
-                Counter,
-                labels(Some(("direction", direction))),
-                count,
-            );
-            add(
-                "transfer_bytes",
-                "Bytes copied between host and device by a running process, by direction",
-                Counter,
-                labels(Some(("direction", direction))),
-                bytes,
-            );
-        }
-        for (memory, value) in [
-            ("pinned", t.pinned_bytes),
-            ("pageable", t.pageable_bytes),
-            ("hot", t.hot_bytes),
-        ] {
-            add(
-                "host_memory_bytes",
-                "Live host memory of a running process: pinned, pageable, and hot (the cost \
-                 model's judgement, a part of the other two)",
-                Gauge,
-                labels(Some(("memory", memory))),
-                value,
-            );
-        }
-        for (by, value) in [
-            ("lease", run.leased_bytes),
-            ("program", t.pinned_bytes.saturating_sub(run.leased_bytes)),
-        ] {
-            add(
-                "pinned_bytes",
-                "Live pinned host memory of a running process, by who pinned it: hotpin in auto \
-                 mode, under a lease from the node's arbiter, or the program (its own pins, and \
-                 any hotpin made without a lease)",
-                Gauge,
-                labels(Some(("by", by))),
-                value,
-            );
-        }
-        for (copied, value) in [
-            ("yes", t.pinned_copied_bytes),
-            ("never", t.pinned_bytes - t.pinned_copied_bytes),
-        ] {
-            add(
-                "pinned_copied_bytes",
-                "Live pinned host memory of a running process, by whether any copy used it \
-                 (never: pinned and wasted so far)",
-                Gauge,
-                labels(Some(("copied", copied))),
-                value,
-            );
-        }
-        add(
-            "untracked_bytes",
-            "Bytes a running process copied from or to host memory in no known allocation",
-            Counter,
-            labels(None),
-            t.untracked_bytes,
-        );
-        for (memory, value) in [("live", t.device_live_bytes), ("peak", t.device_peak_bytes)] {
-            add(
-                "device_memory_bytes",
-                "Device memory of a running process: live and peak",
-                Gauge,
-                labels(Some(("memory", memory))),
-                value,
-            );
-        }
+        run_samples(&mut out, run);
     }
     for (program, totals) in &finished.programs {
-        let labels = |more: Option<(&'static str, &'static str)>| {
-            let mut labels = vec![("program", program.clone())];
-            labels.extend(more.map(|(k, v)| (k, v.to_owned())));
-            labels
-        };
-        let t = &totals.traffic;
+        program_samples(&mut out, program, totals);
+    }
+    tracer_samples(&mut out, tracer, running.len() as u64);
+    out
+}
+
+/// Pushes one sample.
+fn push(
+    out: &mut Vec<Sample>,
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    labels: Labels,
+    value: u64,
+) {
+    out.push(Sample {
+        name,
+        help,
+        kind,
+        labels,
+        value,
+    });
+}
+
+/// A running run's copies, host and pinned memory, and device memory.
+fn run_samples(out: &mut Vec<Sample>, run: &RunningRun) {
+    use Kind::{Counter, Gauge};
+    let mut add = |name, help, kind, labels, value| push(out, name, help, kind, labels, value);
+    let t = &run.traffic;
+    let labels = |more: Option<(&'static str, &'static str)>| {
+        let mut labels = vec![
+            ("program", run.program.clone()),
+            ("pid", run.pid.to_string()),
+        ];
+        labels.extend(more.map(|(k, v)| (k, v.to_owned())));
+        labels
+    };
+    for (direction, count, bytes) in [
+        ("h2d", t.h2d_transfers, t.h2d_bytes),
+        ("d2h", t.d2h_transfers, t.d2h_bytes),
+    ] {
         add(
-            "program_runs",
-            "Finished runs of a program whose history was taken",
+            "transfers",
+            "Host<->device copies of a running process, by direction",
             Counter,
-            labels(None),
-            totals.runs,
+            labels(Some(("direction", direction))),
+            count,
         );
-        for (direction, count, bytes) in [
-            ("h2d", t.h2d_transfers, t.h2d_bytes),
-            ("d2h", t.d2h_transfers, t.d2h_bytes),
-        ] {
-            add(
-                "program_transfers",
-                "Host<->device copies of a program's finished runs, by direction",
-                Counter,
-                labels(Some(("direction", direction))),
-                count,
-            );
-            add(
-                "program_transfer_bytes",
-                "Bytes copied between host and device by a program's finished runs, by direction",
-                Counter,
-                labels(Some(("direction", direction))),
-                bytes,
-            );
-        }
         add(
-            "program_untracked_bytes",
-            "Bytes a program's finished runs copied in no known allocation",
+            "transfer_bytes",
+            "Bytes copied between host and device by a running process, by direction",
             Counter,
-            labels(None),
-            t.untracked_bytes,
-        );
-        add(
-            "program_device_memory_peak_bytes",
-            "The highest device memory peak of a program's finished runs",
-            Gauge,
-            labels(None),
-            t.device_peak_bytes,
+            labels(Some(("direction", direction))),
+            bytes,
         );
     }
+    for (memory, value) in [
+        ("pinned", t.pinned_bytes),
+        ("pageable", t.pageable_bytes),
+        ("hot", t.hot_bytes),
+    ] {
+        add(
+            "host_memory_bytes",
+            "Live host memory of a running process: pinned, pageable, and hot (the cost \
+             model's judgement, a part of the other two)",
+            Gauge,
+            labels(Some(("memory", memory))),
+            value,
+        );
+    }
+    for (by, value) in [
+        ("lease", run.leased_bytes),
+        ("program", t.pinned_bytes.saturating_sub(run.leased_bytes)),
+    ] {
+        add(
+            "pinned_bytes",
+            "Live pinned host memory of a running process, by who pinned it: hotpin in auto \
+             mode, under a lease from the node's arbiter, or the program (its own pins, and \
+             any hotpin made without a lease)",
+            Gauge,
+            labels(Some(("by", by))),
+            value,
+        );
+    }
+    for (copied, value) in [
+        ("yes", t.pinned_copied_bytes),
+        ("never", t.pinned_bytes - t.pinned_copied_bytes),
+    ] {
+        add(
+            "pinned_copied_bytes",
+            "Live pinned host memory of a running process, by whether any copy used it \
+             (never: pinned and wasted so far)",
+            Gauge,
+            labels(Some(("copied", copied))),
+            value,
+        );
+    }
+    add(
+        "untracked_bytes",
+        "Bytes a running process copied from or to host memory in no known allocation",
+        Counter,
+        labels(None),
+        t.untracked_bytes,
+    );
+    for (memory, value) in [("live", t.device_live_bytes), ("peak", t.device_peak_bytes)] {
+        add(
+            "device_memory_bytes",
+            "Device memory of a running process: live and peak",
+            Gauge,
+            labels(Some(("memory", memory))),
+            value,
+        );
+    }
+}
+
+/// A program's totals over its finished runs.
+fn program_samples(out: &mut Vec<Sample>, program: &str, totals: &ProgramTotals) {
+    use Kind::{Counter, Gauge};
+    let mut add = |name, help, kind, labels, value| push(out, name, help, kind, labels, value);
+    let labels = |more: Option<(&'static str, &'static str)>| {
+        let mut labels = vec![("program", program.to_owned())];
+        labels.extend(more.map(|(k, v)| (k, v.to_owned())));
+        labels
+    };
+    let t = &totals.traffic;
+    add(
+        "program_runs",
+        "Finished runs of a program whose history was taken",
+        Counter,
+        labels(None),
+        totals.runs,
+    );
+    for (direction, count, bytes) in [
+        ("h2d", t.h2d_transfers, t.h2d_bytes),
+        ("d2h", t.d2h_transfers, t.d2h_bytes),
+    ] {
+        add(
+            "program_transfers",
+            "Host<->device copies of a program's finished runs, by direction",
+            Counter,
+            labels(Some(("direction", direction))),
+            count,
+        );
+        add(
+            "program_transfer_bytes",
+            "Bytes copied between host and device by a program's finished runs, by direction",
+            Counter,
+            labels(Some(("direction", direction))),
+            bytes,
+        );
+    }
+    add(
+        "program_untracked_bytes",
+        "Bytes a program's finished runs copied in no known allocation",
+        Counter,
+        labels(None),
+        t.untracked_bytes,
+    );
+    add(
+        "program_device_memory_peak_bytes",
+        "The highest device memory peak of a program's finished runs",
+        Gauge,
+        labels(None),
+        t.device_peak_bytes,
+    );
+}
+
+/// The tracer's own numbers.
+fn tracer_samples(out: &mut Vec<Sample>, tracer: &TracerNumbers, traced: u64) {
+    use Kind::{Counter, Gauge};
     for (name, help, kind, value) in [
         (
             "lost_events",
@@ -346,12 +375,7 @@ pub fn samples(
             Gauge,
             tracer.probes_unavailable,
         ),
-        (
-            "processes_traced",
-            "Program runs traced now",
-            Gauge,
-            running.len() as u64,
-        ),
+        ("processes_traced", "Program runs traced now", Gauge, traced),
         (
             "histories_written",
             "Histories written to the store",
@@ -371,9 +395,8 @@ pub fn samples(
             tracer.store_errors,
         ),
     ] {
-        add(name, help, kind, Vec::new(), value);
+        push(out, name, help, kind, Vec::new(), value);
     }
-    out
 }
 
 /// The node's pinned-memory figures from the lease arbiter (none when leases are off).

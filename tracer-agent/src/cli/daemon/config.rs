@@ -107,53 +107,16 @@ impl Settings {
                 None => defaults.max_bytes,
             },
         };
-        let metrics_text = args
-            .metrics
-            .clone()
-            .or(file.metrics)
-            .unwrap_or_else(|| "127.0.0.1:9464".into());
-        let metrics = if metrics_text == "off" {
-            None
-        } else {
-            Some(metrics_text.parse().with_context(|| {
-                format!("the metrics address {metrics_text:?} is not host:port (or \"off\")")
-            })?)
-        };
-        let otlp = match args.otlp.clone().or(file.otlp) {
-            Some(url) => {
-                let endpoint = url.parse::<Endpoint>()?;
-                let every = args.otlp_every.or(file.otlp_every).unwrap_or(10);
-                if every == 0 {
-                    bail!("OTLP exports need at least one second between them");
-                }
-                Some((endpoint, Duration::from_secs(every)))
-            }
-            None => None,
-        };
+        let metrics = metrics_address(args.metrics.clone().or(file.metrics))?;
+        let otlp = otlp_setting(
+            args.otlp.clone().or(file.otlp),
+            args.otlp_every.or(file.otlp_every),
+        )?;
         let ring_mib = args.ring_mib.or(file.ring_mib).unwrap_or(16);
         if !ring_mib.is_power_of_two() {
             bail!("the ring size must be a power of two (MiB), not {ring_mib}");
         }
-        let pick = |cli: &[String], file: Option<Vec<String>>| {
-            if cli.is_empty() {
-                file.unwrap_or_default()
-            } else {
-                cli.to_vec()
-            }
-        };
-        let filter = ProcessFilter {
-            users: if args.users.is_empty() {
-                file.users.unwrap_or_default()
-            } else {
-                args.users.clone()
-            },
-            cgroups: ProcessFilter::patterns(&pick(&args.cgroups, file.cgroups))
-                .map_err(anyhow::Error::msg)
-                .context("a cgroup filter")?,
-            commands: ProcessFilter::patterns(&pick(&args.commands, file.commands))
-                .map_err(anyhow::Error::msg)
-                .context("a command filter")?,
-        };
+        let filter = process_filter(args, file.users, file.cgroups, file.commands)?;
         let fleet = args.fleet.clone().or(file.fleet);
         if let Some(url) = &fleet
             && !url.starts_with("s3://")
@@ -211,6 +174,59 @@ impl Settings {
             max_allocations: Some(self.max_allocations).filter(|&n| n > 0),
         }
     }
+}
+
+/// The metrics address: `host:port`, or "off" (default 127.0.0.1:9464).
+fn metrics_address(text: Option<String>) -> Result<Option<SocketAddr>> {
+    let text = text.unwrap_or_else(|| "127.0.0.1:9464".into());
+    if text == "off" {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .with_context(|| format!("the metrics address {text:?} is not host:port (or \"off\")"))
+}
+
+/// Where OTLP metrics go and how often (default every 10 s), if anywhere.
+fn otlp_setting(url: Option<String>, every: Option<u64>) -> Result<Option<(Endpoint, Duration)>> {
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    let endpoint = url.parse::<Endpoint>()?;
+    let every = every.unwrap_or(10);
+    if every == 0 {
+        bail!("OTLP exports need at least one second between them");
+    }
+    Ok(Some((endpoint, Duration::from_secs(every))))
+}
+
+/// The processes traced: the command line's filters, else the file's.
+fn process_filter(
+    args: &DaemonArgs,
+    users: Option<Vec<u32>>,
+    cgroups: Option<Vec<String>>,
+    commands: Option<Vec<String>>,
+) -> Result<ProcessFilter> {
+    let pick = |cli: &[String], file: Option<Vec<String>>| {
+        if cli.is_empty() {
+            file.unwrap_or_default()
+        } else {
+            cli.to_vec()
+        }
+    };
+    Ok(ProcessFilter {
+        users: if args.users.is_empty() {
+            users.unwrap_or_default()
+        } else {
+            args.users.clone()
+        },
+        cgroups: ProcessFilter::patterns(&pick(&args.cgroups, cgroups))
+            .map_err(anyhow::Error::msg)
+            .context("a cgroup filter")?,
+        commands: ProcessFilter::patterns(&pick(&args.commands, commands))
+            .map_err(anyhow::Error::msg)
+            .context("a command filter")?,
+    })
 }
 
 /// The lease settings from the command line, else the file, else the defaults.

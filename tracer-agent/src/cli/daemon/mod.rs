@@ -28,6 +28,7 @@ use tracer_agent::{
         metrics::{self, FinishedPrograms, RunningRun, Sample, TracerNumbers, Traffic},
         otlp,
     },
+    filter::ProcessFilter,
     policy::hot::HotPolicy,
     privileges,
     sessions::Session,
@@ -76,29 +77,13 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         HotPolicy::default()
     });
     let filter = Arc::new(RwLock::new(settings.filter.clone()));
-    let mut config = AgentConfig::new(0);
-    config.pids = Vec::new();
-    config.ring_bytes = settings.ring_mib << 20;
-    config.stop_on_library_open = settings.stop_on_load;
-    config.seed_existing_memory = false;
-    config.recorder.watch = Some(Arc::clone(&filter));
-    config.recorder.retention = settings.history_retention();
+    let config = agent_config(&settings, &filter);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let _guard = runtime.enter();
     // Bound before anything is attached: an address in use is said at once.
-    let listener =
-        match settings.metrics {
-            Some(address) => Some(runtime.block_on(TcpListener::bind(address)).with_context(
-                || {
-                    format!(
-                        "cannot serve metrics on {address} (set another with --metrics, or off)"
-                    )
-                },
-            )?),
-            None => None,
-        };
+    let listener = bind_metrics(&runtime, settings.metrics)?;
     let leases = match &settings.leases {
         Some(lease) => {
             let (server, listener) = LeaseServer::bind(&lease.socket, lease.limits.clone())
@@ -111,33 +96,7 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
     let mut agent = TracerAgent::with_config(config);
     agent.start().context("starting the tracer")?;
     let running_already = agent.sessions().running().count();
-    eprintln!(
-        "tracer daemon: tracing every CUDA process{} ({running_already} running already); \
-         histories go to {}{}",
-        if settings.filter.users.is_empty()
-            && settings.filter.cgroups.is_empty()
-            && settings.filter.commands.is_empty()
-        {
-            ""
-        } else {
-            " the filters admit"
-        },
-        settings.store.display(),
-        match settings.metrics {
-            Some(address) => format!("; metrics on http://{address}/metrics"),
-            None => String::new(),
-        } + &match &settings.otlp {
-            Some((endpoint, every)) => format!(" and every {}s to {endpoint}", every.as_secs()),
-            None => String::new(),
-        } + &match &settings.leases {
-            Some(lease) => format!(
-                "; pinned-memory leases on {} within {} MiB",
-                lease.socket.display(),
-                lease.limits.node >> 20
-            ),
-            None => String::new(),
-        }
-    );
+    eprintln!("{}", banner(&settings, running_already));
     let fleet = match &settings.fleet {
         Some(url) => Some(
             fleet::Uploader::start(
@@ -194,6 +153,62 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What the agent traces for the daemon: every process the kernel makes a target, none by
+/// pid, into per-run histories bounded as the settings say.
+fn agent_config(settings: &Settings, filter: &Arc<RwLock<ProcessFilter>>) -> AgentConfig {
+    let mut config = AgentConfig::new(0);
+    config.pids = Vec::new();
+    config.ring_bytes = settings.ring_mib << 20;
+    config.stop_on_library_open = settings.stop_on_load;
+    config.seed_existing_memory = false;
+    config.recorder.watch = Some(Arc::clone(filter));
+    config.recorder.retention = settings.history_retention();
+    config
+}
+
+/// The metrics listener, bound now (an address in use is said at once), or none when off.
+fn bind_metrics(
+    runtime: &tokio::runtime::Runtime,
+    address: Option<SocketAddr>,
+) -> Result<Option<TcpListener>> {
+    let Some(address) = address else {
+        return Ok(None);
+    };
+    runtime
+        .block_on(TcpListener::bind(address))
+        .map(Some)
+        .with_context(|| {
+            format!("cannot serve metrics on {address} (set another with --metrics, or off)")
+        })
+}
+
+/// The line the daemon says once it traces: what, where histories go, what it serves.
+fn banner(settings: &Settings, running_already: usize) -> String {
+    let filtered = !(settings.filter.users.is_empty()
+        && settings.filter.cgroups.is_empty()
+        && settings.filter.commands.is_empty());
+    let mut line = format!(
+        "tracer daemon: tracing every CUDA process{} ({running_already} running already); \
+         histories go to {}",
+        if filtered { " the filters admit" } else { "" },
+        settings.store.display(),
+    );
+    if let Some(address) = settings.metrics {
+        line += &format!("; metrics on http://{address}/metrics");
+    }
+    if let Some((endpoint, every)) = &settings.otlp {
+        line += &format!(" and every {}s to {endpoint}", every.as_secs());
+    }
+    if let Some(lease) = &settings.leases {
+        line += &format!(
+            "; pinned-memory leases on {} within {} MiB",
+            lease.socket.display(),
+            lease.limits.node >> 20
+        );
+    }
+    line
 }
 
 impl Daemon {
