@@ -59,6 +59,16 @@ pub struct Client {
     pub distrusted: Option<String>,
 }
 
+impl Held {
+    fn new(len: u64, score: f64) -> Self {
+        Self {
+            len,
+            score,
+            reclaimed_at: None,
+        }
+    }
+}
+
 impl Client {
     pub fn leased(&self) -> u64 {
         self.leases.values().map(|h| h.len).sum()
@@ -126,14 +136,9 @@ impl Arbiter {
     pub fn adopt(&mut self, id: ClientId, holding: &[Lease]) {
         if let Some(client) = self.clients.get_mut(&id) {
             for lease in holding {
-                client.leases.insert(
-                    lease.start,
-                    Held {
-                        len: lease.len,
-                        score: lease.score,
-                        reclaimed_at: None,
-                    },
-                );
+                client
+                    .leases
+                    .insert(lease.start, Held::new(lease.len, lease.score));
             }
         }
     }
@@ -184,14 +189,9 @@ impl Arbiter {
         if verdict.answer.is_ok() {
             self.counters.granted += 1;
             if let Some(client) = self.clients.get_mut(&id) {
-                client.leases.insert(
-                    lease.start,
-                    Held {
-                        len: lease.len,
-                        score: lease.score,
-                        reclaimed_at: None,
-                    },
-                );
+                client
+                    .leases
+                    .insert(lease.start, Held::new(lease.len, lease.score));
             }
             // What was reserved for it is taken.
             self.reserved.retain(|r| r.client != id);
@@ -368,14 +368,7 @@ impl Arbiter {
     /// refused from now on, and the block counts as leased again.
     pub fn distrust(&mut self, id: ClientId, start: u64, len: u64, why: String) {
         if let Some(client) = self.clients.get_mut(&id) {
-            client.leases.insert(
-                start,
-                Held {
-                    len,
-                    score: 0.0,
-                    reclaimed_at: None,
-                },
-            );
+            client.leases.insert(start, Held::new(len, 0.0));
             if client.distrusted.is_none() {
                 self.counters.distrusted += 1;
             }

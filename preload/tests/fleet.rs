@@ -18,7 +18,6 @@ use std::{
 use common::Setup;
 use hotpin_fleet::Fleet;
 use hotpin_history::store::ProgramKey;
-use serde_json::Value;
 
 mod common;
 
@@ -120,15 +119,7 @@ fn hotpin_run(setup: &Setup, home: &Path, endpoint: &str, args: &[&str]) -> Outp
         "hotpin run {args:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let verdict: Value = serde_json::from_str(
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default(),
-    )
-    .expect("the program's verdict");
-    assert!(verdict["checks"].as_u64().unwrap_or(0) > 0, "{verdict}");
-    assert_eq!(verdict["mismatches"], 0, "{verdict}");
+    common::assert_computed_right(&output);
     output
 }
 

@@ -160,15 +160,7 @@ fn finish(child: Child) -> Output {
     let output = child.wait_with_output().expect("wait for hotpin run");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "hotpin run failed: {stderr}");
-    let verdict: Value = serde_json::from_str(
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default(),
-    )
-    .expect("the program's verdict");
-    assert!(verdict["checks"].as_u64().unwrap_or(0) > 0, "{verdict}");
-    assert_eq!(verdict["mismatches"], 0, "{verdict}: {stderr}");
+    common::assert_computed_right(&output);
     output
 }
 

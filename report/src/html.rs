@@ -581,13 +581,7 @@ fn never_copied_section(out: &mut String, report: &Report, options: &RenderOptio
         out,
         &format!("{} and more (largest first)", bytes(LARGE_BYTES)),
     );
-    let never: Vec<ReportRow> = report
-        .cold
-        .iter()
-        .filter(|r| !r.kind.is_pinned())
-        .filter(|r| options.all || r.has_call_site)
-        .cloned()
-        .collect();
+    let never = report.never_copied(options.all);
     if !never.is_empty() {
         allocation_table(out, &never, options);
     }

@@ -622,16 +622,21 @@ impl Report {
         }
     }
 
+    /// The rows of section 5, memory never copied: pageable memory with a call site, and
+    /// with `all` the mappings and heaps nobody copied too.
+    pub fn never_copied(&self, all: bool) -> Vec<ReportRow> {
+        self.cold
+            .iter()
+            .filter(|r| !r.kind.is_pinned())
+            .filter(|r| all || r.has_call_site)
+            .cloned()
+            .collect()
+    }
+
     /// Memory never copied (5): mappings and heaps nobody copied only with `--all`.
     fn never_copied_section(&self, out: &mut String, options: &RenderOptions) {
         let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
-        let never: Vec<ReportRow> = self
-            .cold
-            .iter()
-            .filter(|r| !r.kind.is_pinned())
-            .filter(|r| options.all || r.has_call_site)
-            .cloned()
-            .collect();
+        let never = self.never_copied(options.all);
         let _ = writeln!(
             out,
             "\n5. Never copied, {} and more (largest first)",

@@ -34,3 +34,20 @@ pub fn compile(name: &str, program: &str) -> Setup {
         standin,
     }
 }
+
+/// The program's own verdict (its last line of stdout): it checked every copy's data, and
+/// found nothing wrong.
+#[allow(dead_code, reason = "each test binary uses a different part")]
+pub fn assert_computed_right(output: &std::process::Output) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let verdict: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .expect("the program's verdict");
+    assert!(verdict["checks"].as_u64().unwrap_or(0) > 0, "{verdict}");
+    assert_eq!(
+        verdict["mismatches"],
+        0,
+        "{verdict}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
