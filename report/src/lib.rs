@@ -35,6 +35,52 @@ pub struct ReportRow {
     pub d2h_bytes: u64,
 }
 
+/// One process's pinned host memory: who pinned it and whether copies used it (#27). Every
+/// allocation pinned when it ended (or at the end of the history) counts, freed or not.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct PinnedAccount {
+    pub pid: u32,
+    pub pinned_bytes: u64,
+    /// Of those, registered by hotpin (its interposer's call site): the rest the program
+    /// pinned itself.
+    pub by_hotpin_bytes: u64,
+    /// Of those, copied at least once; the rest was pinned and never copied.
+    pub copied_bytes: u64,
+    pub never_copied_bytes: u64,
+}
+
+impl PinnedAccount {
+    /// Per process, from every host allocation of `history` that is pinned.
+    fn of(history: &MemHistory) -> Vec<PinnedAccount> {
+        let mut accounts: BTreeMap<u32, PinnedAccount> = BTreeMap::new();
+        for a in history.allocations() {
+            if !a.kind.is_pinned() {
+                continue;
+            }
+            let account = accounts.entry(a.pid).or_insert_with(|| PinnedAccount {
+                pid: a.pid,
+                ..PinnedAccount::default()
+            });
+            account.pinned_bytes += a.size;
+            let by_hotpin = a
+                .call_site
+                .and_then(|id| history.call_site(id))
+                .is_some_and(|site| {
+                    hotpin_history::history::module_file_name(&site.module).starts_with("libhotpin")
+                });
+            if by_hotpin {
+                account.by_hotpin_bytes += a.size;
+            }
+            if a.stats.transfers > 0 {
+                account.copied_bytes += a.size;
+            } else {
+                account.never_copied_bytes += a.size;
+            }
+        }
+        accounts.into_values().collect()
+    }
+}
+
 /// A recycled group in the report.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct RecycledRow {
@@ -121,6 +167,8 @@ pub struct Report {
     /// first: leaks, for a program that had exited.
     pub device_live_bytes: u64,
     pub device_leaks: Vec<ReportRow>,
+    /// Per process, the pinned memory: by the program or by hotpin, copied or never.
+    pub pinned: Vec<PinnedAccount>,
     /// Pinned memory transferred fewer times than the policy asks: pinned for nothing.
     pub wasted_pinned_bytes: u64,
     pub wasted_pinned: Vec<ReportRow>,
@@ -401,6 +449,7 @@ impl Report {
                 .take(top)
                 .map(|a| row(history, a))
                 .collect(),
+            pinned: PinnedAccount::of(history),
             wasted_pinned_bytes: wasted.iter().map(|a| a.size).sum(),
             wasted_pinned: wasted.iter().take(top).map(|a| row(history, a)).collect(),
             candidate_bytes: candidates.iter().map(|a| a.size).sum(),
@@ -570,6 +619,18 @@ impl Report {
             "\n2. Pinned and wasted: {} pinned and copied too rarely to repay it (largest first)",
             bytes(self.wasted_pinned_bytes)
         );
+        for account in &self.pinned {
+            let _ = writeln!(
+                out,
+                "  pid {}: {} pinned ({} by the program, {} by hotpin); {} of it copied, {} never",
+                account.pid,
+                bytes(account.pinned_bytes),
+                bytes(account.pinned_bytes - account.by_hotpin_bytes),
+                bytes(account.by_hotpin_bytes),
+                bytes(account.copied_bytes),
+                bytes(account.never_copied_bytes)
+            );
+        }
         if !self.wasted_pinned.is_empty() {
             table(out, &self.wasted_pinned);
         }
@@ -1191,5 +1252,51 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("make_weights"), "{text}");
+    }
+
+    #[test]
+    fn pinned_memory_is_accounted_per_process_by_who_pinned_it_and_whether_copied() {
+        let mut h = MemHistory::new();
+        let program = h.intern_call_site(CallSite {
+            module: "/lib/libc10.so".into(),
+            offset: 0x40,
+            symbol: None,
+        });
+        let hotpin = h.intern_call_site(CallSite {
+            module: "/opt/hotpin/libhotpin_preload.so".into(),
+            offset: 0x80,
+            symbol: None,
+        });
+        let mib = 1u64 << 20;
+        for (start, size, kind, site, copies) in [
+            (0x1000_0000, 4 * mib, AllocKind::Pinned, program, 10),
+            (0x2000_0000, 2 * mib, AllocKind::Pinned, program, 0),
+            (0x3000_0000, 8 * mib, AllocKind::Registered, hotpin, 3),
+            (0x4000_0000, 16 * mib, AllocKind::Pageable, program, 5),
+        ] {
+            h.alloc(7, start, size, kind, Some(site), 0);
+            for t in 0..copies {
+                h.transfer(7, 0xd000_0000, start, size, CopyDirection::HostToDevice, t);
+            }
+        }
+        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert_eq!(
+            report.pinned,
+            vec![PinnedAccount {
+                pid: 7,
+                pinned_bytes: 14 * mib,
+                by_hotpin_bytes: 8 * mib,
+                copied_bytes: 12 * mib,
+                never_copied_bytes: 2 * mib,
+            }]
+        );
+        let text = report.render();
+        assert!(
+            text.contains(
+                "pid 7: 14.0 MiB pinned (6.0 MiB by the program, 8.0 MiB by hotpin); 12.0 MiB \
+                 of it copied, 2.0 MiB never"
+            ),
+            "{text}"
+        );
     }
 }
