@@ -436,6 +436,57 @@ fn stored_history() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("{}: the store has none of {key}", missing()))
 }
 
+/// The hot set a run starts from: auto mode's history (`HOTPIN_HISTORY` if it exists, else
+/// the program's latest in the store; none for a first run), use mode's (which must exist),
+/// merged with `HOTPIN_MERGE`'s earlier runs; none in the other modes.
+fn starting_hot_set(
+    mode: Mode,
+    policy: HotPolicy,
+    budget: Option<u64>,
+) -> Result<Option<HotSet>, String> {
+    let read_once = |path: &std::path::Path| {
+        format!(
+            "HOTPIN_HISTORY={} can be read only once (a pipe or a device): give a file",
+            path.display()
+        )
+    };
+    match mode {
+        Mode::Auto => {
+            // A first run has no history yet: the file it will write may not exist.
+            let path = std::env::var_os("HOTPIN_HISTORY")
+                .map(PathBuf::from)
+                .filter(|path| path.exists())
+                .or_else(|| stored_history().ok());
+            let Some(path) = path else {
+                return Ok(None);
+            };
+            if hotpin_history::files::read_once(&path) {
+                return Err(read_once(&path));
+            }
+            load_runs(&path, policy, budget).map(Some).map_err(|e| {
+                format!(
+                    "cannot start from the history {}: {:#}",
+                    path.display(),
+                    anyhow::Error::from(e)
+                )
+            })
+        }
+        Mode::Use => {
+            let path = match std::env::var_os("HOTPIN_HISTORY") {
+                Some(path) => PathBuf::from(path),
+                None => stored_history()?,
+            };
+            if hotpin_history::files::read_once(&path) {
+                return Err(read_once(&path));
+            }
+            load_runs(&path, policy, budget)
+                .map(Some)
+                .map_err(|e| format!("cannot use the history: {:#}", anyhow::Error::from(e)))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// The history at `path`, merged with the earlier runs of the program named in
 /// `HOTPIN_MERGE` (paths, `:`-separated; `hotpin run --merge-runs N` sets it), by
 /// `HotSet::from_histories`: per allocation and recycled group, hot where most runs found it
@@ -506,47 +557,7 @@ impl State {
         let policy = HotPolicy::configured()
             .map_err(|e| format!("cost file: {:#}", anyhow::Error::from(e)))?;
         let learn_to = std::env::var_os("HOTPIN_LEARN_TO").map(PathBuf::from);
-        let hot = if mode == Mode::Auto {
-            // A first run has no history yet: the file it will write may not exist.
-            let path = std::env::var_os("HOTPIN_HISTORY")
-                .map(PathBuf::from)
-                .filter(|path| path.exists())
-                .or_else(|| stored_history().ok());
-            match path {
-                Some(path) if hotpin_history::files::read_once(&path) => {
-                    return Err(format!(
-                        "HOTPIN_HISTORY={} can be read only once (a pipe or a device): give a \
-                         file",
-                        path.display()
-                    ));
-                }
-                Some(path) => Some(load_runs(&path, policy, budget).map_err(|e| {
-                    format!(
-                        "cannot start from the history {}: {:#}",
-                        path.display(),
-                        anyhow::Error::from(e)
-                    )
-                })?),
-                None => None,
-            }
-        } else if mode == Mode::Use {
-            let path = match std::env::var_os("HOTPIN_HISTORY") {
-                Some(path) => PathBuf::from(path),
-                None => stored_history()?,
-            };
-            if hotpin_history::files::read_once(&path) {
-                return Err(format!(
-                    "HOTPIN_HISTORY={} can be read only once (a pipe or a device): give a file",
-                    path.display()
-                ));
-            }
-            Some(
-                load_runs(&path, policy, budget)
-                    .map_err(|e| format!("cannot use the history: {:#}", anyhow::Error::from(e)))?,
-            )
-        } else {
-            None
-        };
+        let hot = starting_hot_set(mode, policy, budget)?;
         let learner = (mode == Mode::Auto).then(|| {
             let limit = budget.or_else(default_budget);
             Learner::new(policy.cost.unwrap_or_default(), limit)

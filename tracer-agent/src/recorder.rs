@@ -194,22 +194,7 @@ impl Recorder {
                     guard.clear_ready();
                 }
                 _ = drain_tick.tick() => reader.drain(ring.get_mut(), &tx).await,
-                _ = rescan_tick.tick() => {
-                    let exited = reader.rescan();
-                    if !exited.is_empty() {
-                        // Everything an exited process sent is in the ring: take it first,
-                        // then what its threads held back, then say it ended.
-                        reader.drain(ring.get_mut(), &tx).await;
-                        let mut records = Vec::new();
-                        for pid in exited {
-                            reader.address_sites.forget(pid);
-                            reader.held_back_runs(Some(pid), &mut records);
-                            records.push(Record::Exited(pid));
-                        }
-                        let _ = tx.send(records).await;
-                    }
-                    reader.publish_counters();
-                }
+                _ = rescan_tick.tick() => reader.rescan_tick(ring.get_mut(), &tx).await,
                 changed = stop.changed() => {
                     if changed.is_err() || *stop.borrow() {
                         break;
@@ -217,54 +202,7 @@ impl Recorder {
                 }
             }
         }
-        // End the recording: take the targets out of the kernel's filter first, so the
-        // programs stop emitting at once, and keep the loss counters as they stand; then take
-        // everything the ring holds. The probes stay attached, emitting nothing for lack of
-        // targets, until the caller releases them (it writes the history first: releasing
-        // the links waits for the kernel).
-        if reader.watch.is_some()
-            && let Err(error) = reader.probes.set_watch_library_opens(false)
-        {
-            tracing::warn!(error = %crate::error::chain(&error), "cannot stop watching library opens");
-        }
-        for &pid in &reader.targets {
-            if let Err(error) = reader.probes.remove_target(pid) {
-                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot remove a target from the kernel filter");
-            }
-        }
-        let counters = reader.probes.counters()?;
-        reader.drain(ring.get_mut(), &tx).await;
-        // Children forked while the ring was drained joined the filter meanwhile.
-        for &pid in &reader.targets {
-            let _ = reader.probes.remove_target(pid);
-        }
-        // Runs of identical copies and of page faults the threads had not sent yet: after
-        // everything else they did.
-        let mut records = Vec::new();
-        reader.held_back_runs(None, &mut records);
-        if !records.is_empty() {
-            let _ = tx.send(records).await;
-        }
-        drop(tx);
-        writer.await.map_err(|error| {
-            TracerError::Recorder(format!(
-                "history writer failed: {}",
-                crate::error::chain(&error)
-            ))
-        })?;
-        let Reader { shared, probes, .. } = reader;
-        let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
-        {
-            let mut history = shared.history.write().expect("history lock poisoned");
-            let stats = history.stats_mut();
-            stats.kernel = counters;
-            stats.decode_errors = decode_errors;
-        }
-        publish_counters(&probes, &shared);
-        Ok(RecorderEnd {
-            status: probes.status().to_vec(),
-            probes,
-        })
+        reader.finish(ring.get_mut(), tx, writer).await
     }
 }
 
@@ -353,6 +291,80 @@ struct Reader {
 }
 
 impl Reader {
+    /// The rescan tick: processes that exited are taken out (everything an exited process
+    /// sent is in the ring: that first, then what its threads held back, then that it
+    /// ended), and the counters published.
+    async fn rescan_tick(&mut self, ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Record>>) {
+        let exited = self.rescan();
+        if !exited.is_empty() {
+            self.drain(ring, tx).await;
+            let mut records = Vec::new();
+            for pid in exited {
+                self.address_sites.forget(pid);
+                self.held_back_runs(Some(pid), &mut records);
+                records.push(Record::Exited(pid));
+            }
+            let _ = tx.send(records).await;
+        }
+        self.publish_counters();
+    }
+
+    /// Ends the recording: the targets leave the kernel's filter first, so the programs stop
+    /// emitting at once, and the loss counters are kept as they stand; then everything the
+    /// ring holds is taken. The probes stay attached, emitting nothing for lack of targets,
+    /// until the caller releases them (it writes the history first: releasing the links
+    /// waits for the kernel).
+    async fn finish(
+        mut self,
+        ring: &mut RingBuf<MapData>,
+        tx: mpsc::Sender<Vec<Record>>,
+        writer: tokio::task::JoinHandle<()>,
+    ) -> Result<RecorderEnd, TracerError> {
+        if self.watch.is_some()
+            && let Err(error) = self.probes.set_watch_library_opens(false)
+        {
+            tracing::warn!(error = %crate::error::chain(&error), "cannot stop watching library opens");
+        }
+        for &pid in &self.targets {
+            if let Err(error) = self.probes.remove_target(pid) {
+                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot remove a target from the kernel filter");
+            }
+        }
+        let counters = self.probes.counters()?;
+        self.drain(ring, &tx).await;
+        // Children forked while the ring was drained joined the filter meanwhile.
+        for &pid in &self.targets {
+            let _ = self.probes.remove_target(pid);
+        }
+        // Runs of identical copies and of page faults the threads had not sent yet: after
+        // everything else they did.
+        let mut records = Vec::new();
+        self.held_back_runs(None, &mut records);
+        if !records.is_empty() {
+            let _ = tx.send(records).await;
+        }
+        drop(tx);
+        writer.await.map_err(|error| {
+            TracerError::Recorder(format!(
+                "history writer failed: {}",
+                crate::error::chain(&error)
+            ))
+        })?;
+        let Reader { shared, probes, .. } = self;
+        let decode_errors = shared.live.decode_errors.load(Ordering::Relaxed);
+        {
+            let mut history = shared.history.write().expect("history lock poisoned");
+            let stats = history.stats_mut();
+            stats.kernel = counters;
+            stats.decode_errors = decode_errors;
+        }
+        publish_counters(&probes, &shared);
+        Ok(RecorderEnd {
+            status: probes.status().to_vec(),
+            probes,
+        })
+    }
+
     /// Takes every record in the ring, decodes it, and sends it on in batches. A CUDA library
     /// being opened is handled at once: its process may be stopped until then.
     async fn drain(&mut self, ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Record>>) {
