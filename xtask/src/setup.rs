@@ -17,40 +17,7 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 pub fn run() -> Result<()> {
     let mut installed = Vec::new();
 
-    // Debian packages: what is missing, installed in one apt-get run.
-    let mut packages = Vec::new();
-    // libLLVM.so (the link name bpf-linker needs) comes only with the -dev package; llvm-config
-    // alone may be there from llvm-22 without it.
-    if !Path::new(LLVM_PREFIX).join("lib/libLLVM.so").exists() {
-        eprintln!("xtask: {LLVM_PACKAGE} is missing (bpf-linker links against it)");
-        packages.push(LLVM_PACKAGE);
-    }
-    if output(Command::new("valgrind").arg("--version")).is_none() {
-        eprintln!("xtask: valgrind is missing (the allocator's tests run under memcheck)");
-        packages.push("valgrind");
-    }
-    if output(Command::new("c++").arg("--version")).is_none() {
-        eprintln!("xtask: g++ is missing (cargo-fuzz builds libFuzzer, which is C++)");
-        packages.push("g++");
-    }
-    if output(Command::new("chromium").arg("--version")).is_none() {
-        eprintln!(
-            "xtask: chromium is missing (the HTML report's test opens it headless: \
-             report/tests/html.rs)"
-        );
-        packages.push("chromium");
-    }
-    if !packages.is_empty() {
-        // Another apt run (unattended upgrades on a fresh machine) holds the lock for a while:
-        // wait for it rather than fail.
-        let lock = "DPkg::Lock::Timeout=300";
-        sh(Command::new("apt-get").args(["update", "-q", "-o", lock]))?;
-        sh(Command::new("apt-get")
-            .args(["install", "-y", "-q", "-o", lock])
-            .args(&packages)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-        installed.extend(packages);
-    }
+    debian_packages(&mut installed)?;
     promtool(&mut installed)?;
 
     let linker = output(Command::new("bpf-linker").arg("--version"));
@@ -117,6 +84,44 @@ pub fn run() -> Result<()> {
         }
     }
     report(&installed)
+}
+
+/// The Debian packages that are missing, installed in one apt-get run.
+fn debian_packages(installed: &mut Vec<&'static str>) -> Result<()> {
+    let mut packages = Vec::new();
+    // libLLVM.so (the link name bpf-linker needs) comes only with the -dev package; llvm-config
+    // alone may be there from llvm-22 without it.
+    if !Path::new(LLVM_PREFIX).join("lib/libLLVM.so").exists() {
+        eprintln!("xtask: {LLVM_PACKAGE} is missing (bpf-linker links against it)");
+        packages.push(LLVM_PACKAGE);
+    }
+    if output(Command::new("valgrind").arg("--version")).is_none() {
+        eprintln!("xtask: valgrind is missing (the allocator's tests run under memcheck)");
+        packages.push("valgrind");
+    }
+    if output(Command::new("c++").arg("--version")).is_none() {
+        eprintln!("xtask: g++ is missing (cargo-fuzz builds libFuzzer, which is C++)");
+        packages.push("g++");
+    }
+    if output(Command::new("chromium").arg("--version")).is_none() {
+        eprintln!(
+            "xtask: chromium is missing (the HTML report's test opens it headless: \
+             report/tests/html.rs)"
+        );
+        packages.push("chromium");
+    }
+    if !packages.is_empty() {
+        // Another apt run (unattended upgrades on a fresh machine) holds the lock for a while:
+        // wait for it rather than fail.
+        let lock = "DPkg::Lock::Timeout=300";
+        sh(Command::new("apt-get").args(["update", "-q", "-o", lock]))?;
+        sh(Command::new("apt-get")
+            .args(["install", "-y", "-q", "-o", lock])
+            .args(&packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        installed.extend(packages);
+    }
+    Ok(())
 }
 
 /// Where `promtool` is unpacked when it is not on PATH.

@@ -76,7 +76,26 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             *slot = size as f64 / seconds.as_secs_f64() / 1e9;
         }
     }
-    // Pinning in place: two sizes give the fixed and the per-byte part.
+    (model.register, model.unregister) = pinning_costs(&cuda, &mut pageable, repeat)?;
+    // SAFETY: allocated above and no longer used.
+    unsafe {
+        let _ = cuda.free(device);
+        let _ = cuda.free_host(pinned);
+    }
+    model
+        .validate()
+        .map_err(|why| anyhow::anyhow!("the measurement is unusable: {why}"))?;
+    write_cost_file(&cuda, model, args.output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What registering and unregistering cost in place, as a fixed part and a part per GiB:
+/// measured at two sizes of the touched `pageable` buffer, `repeat` times each (medians).
+fn pinning_costs(
+    cuda: &CudaRuntime,
+    pageable: &mut [u8],
+    repeat: usize,
+) -> Result<(Linear, Linear)> {
     let fit = |small: Duration, large: Duration, small_size: usize, large_size: usize| {
         let per_byte =
             (large.as_secs_f64() - small.as_secs_f64()).max(0.0) / (large_size - small_size) as f64;
@@ -112,16 +131,18 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         *register = middle(pin);
         *unregister = middle(unpin);
     }
-    model.register = fit(register[0], register[1], small, large);
-    model.unregister = fit(unregister[0], unregister[1], small, large);
-    // SAFETY: allocated above and no longer used.
-    unsafe {
-        let _ = cuda.free(device);
-        let _ = cuda.free_host(pinned);
-    }
-    model
-        .validate()
-        .map_err(|why| anyhow::anyhow!("the measurement is unusable: {why}"))?;
+    Ok((
+        fit(register[0], register[1], small, large),
+        fit(unregister[0], unregister[1], small, large),
+    ))
+}
+
+/// Writes the measured `model` as a cost file (`output`, else the default path), and prints it.
+fn write_cost_file(
+    cuda: &CudaRuntime,
+    model: CostModel,
+    output: Option<std::path::PathBuf>,
+) -> Result<()> {
     let file = CostFile {
         format: COST_FILE_FORMAT.into(),
         source: format!(
@@ -131,8 +152,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         ),
         model,
     };
-    let path = args
-        .output
+    let path = output
         .or_else(CostModel::default_path)
         .context("no output path: give -o FILE")?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -143,7 +163,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         .with_context(|| format!("writing {}", path.display()))?;
     println!("{}", serde_json::to_string_pretty(&file.model)?);
     eprintln!("hotpin: costs written to {}", path.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The median time of `repeat` runs of `once` (which says whether it worked).
