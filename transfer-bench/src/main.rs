@@ -250,24 +250,7 @@ fn run(args: &Args) -> Result<Summary> {
     let allocated = start.elapsed();
 
     let copy_start = Instant::now();
-    for _ in 0..args.transfers {
-        for buffer in &hot {
-            round_trip(&cuda, buffer, device, size)?;
-        }
-    }
-    for buffer in &cold {
-        round_trip(&cuda, buffer, device, size)?;
-    }
-    for _ in 0..args.steps {
-        let buffer = alloc_host(&cuda, allocator, args.mode, size)?;
-        round_trip(&cuda, &buffer, device, size)?;
-        free_host(&cuda, buffer)?;
-        if args.step_pause_us > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(args.step_pause_us));
-        }
-    }
-    cuda.device_synchronize()
-        .map_err(|e| anyhow::anyhow!("cudaDeviceSynchronize: {e}"))?;
+    copy_all(args, &cuda, allocator, device, &hot, &cold)?;
     let copied = copy_start.elapsed();
     for buffer in hot.iter().chain(&cold) {
         // SAFETY: every buffer is at least one byte.
@@ -302,8 +285,57 @@ fn run(args: &Args) -> Result<Summary> {
         unsafe { cuda.free_host(ptr) }.map_err(|e| anyhow::anyhow!("cudaFreeHost: {e}"))?;
     }
 
+    Ok(summary(
+        args,
+        &cuda,
+        stats,
+        pinned_bytes,
+        [allocated, copied, freed, start.elapsed()],
+    ))
+}
+
+/// The copies: each hot buffer `--transfers` times, each cold one once, then a fresh buffer
+/// per step; all finished on the device before it returns.
+fn copy_all(
+    args: &Args,
+    cuda: &CudaRuntime,
+    allocator: Option<&'static Allocator>,
+    device: *mut c_void,
+    hot: &[HostBuffer],
+    cold: &[HostBuffer],
+) -> Result<()> {
+    let size = args.size;
+    for _ in 0..args.transfers {
+        for buffer in hot {
+            round_trip(cuda, buffer, device, size)?;
+        }
+    }
+    for buffer in cold {
+        round_trip(cuda, buffer, device, size)?;
+    }
+    for _ in 0..args.steps {
+        let buffer = alloc_host(cuda, allocator, args.mode, size)?;
+        round_trip(cuda, &buffer, device, size)?;
+        free_host(cuda, buffer)?;
+        if args.step_pause_us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(args.step_pause_us));
+        }
+    }
+    cuda.device_synchronize()
+        .map_err(|e| anyhow::anyhow!("cudaDeviceSynchronize: {e}"))
+}
+
+/// What the run did and took: `[allocation, copies, frees, all]`.
+fn summary(
+    args: &Args,
+    cuda: &CudaRuntime,
+    stats: Option<hotpin::Stats>,
+    pinned_bytes: u64,
+    [allocated, copied, freed, total]: [std::time::Duration; 4],
+) -> Summary {
     let copies = 2 * (args.hot * args.transfers + args.cold + args.steps);
-    Ok(Summary {
+    let size = args.size;
+    Summary {
         mode: args.mode,
         cudart: cuda.path().to_string(),
         size,
@@ -330,8 +362,8 @@ fn run(args: &Args) -> Result<Summary> {
         alloc_s: allocated.as_secs_f64(),
         copy_s: copied.as_secs_f64(),
         free_s: freed.as_secs_f64(),
-        total_s: start.elapsed().as_secs_f64(),
-    })
+        total_s: total.as_secs_f64(),
+    }
 }
 
 fn main() -> Result<()> {
