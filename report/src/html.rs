@@ -522,6 +522,9 @@ fn wasted_section(out: &mut String, report: &Report, options: &RenderOptions) {
             bytes(report.wasted_pinned_bytes)
         ),
     );
+    for account in &report.pinned {
+        para(out, &account.summary());
+    }
     if !report.wasted_pinned.is_empty() {
         allocation_table(out, &report.wasted_pinned, options);
     }

@@ -50,6 +50,19 @@ pub struct PinnedAccount {
 }
 
 impl PinnedAccount {
+    /// One line: `pid 7: 14.0 MiB pinned (6.0 MiB by the program, 8.0 MiB by hotpin); ...`.
+    pub fn summary(&self) -> String {
+        format!(
+            "pid {}: {} pinned ({} by the program, {} by hotpin); {} of it copied, {} never",
+            self.pid,
+            bytes(self.pinned_bytes),
+            bytes(self.pinned_bytes - self.by_hotpin_bytes),
+            bytes(self.by_hotpin_bytes),
+            bytes(self.copied_bytes),
+            bytes(self.never_copied_bytes)
+        )
+    }
+
     /// Per process, from every host allocation of `history` that is pinned.
     fn of(history: &MemHistory) -> Vec<PinnedAccount> {
         let mut accounts: BTreeMap<u32, PinnedAccount> = BTreeMap::new();
@@ -620,16 +633,7 @@ impl Report {
             bytes(self.wasted_pinned_bytes)
         );
         for account in &self.pinned {
-            let _ = writeln!(
-                out,
-                "  pid {}: {} pinned ({} by the program, {} by hotpin); {} of it copied, {} never",
-                account.pid,
-                bytes(account.pinned_bytes),
-                bytes(account.pinned_bytes - account.by_hotpin_bytes),
-                bytes(account.by_hotpin_bytes),
-                bytes(account.copied_bytes),
-                bytes(account.never_copied_bytes)
-            );
+            let _ = writeln!(out, "  {}", account.summary());
         }
         if !self.wasted_pinned.is_empty() {
             table(out, &self.wasted_pinned);
@@ -1290,13 +1294,11 @@ mod tests {
                 never_copied_bytes: 2 * mib,
             }]
         );
+        let line = "pid 7: 14.0 MiB pinned (6.0 MiB by the program, 8.0 MiB by hotpin); 12.0 MiB \
+                    of it copied, 2.0 MiB never";
         let text = report.render();
-        assert!(
-            text.contains(
-                "pid 7: 14.0 MiB pinned (6.0 MiB by the program, 8.0 MiB by hotpin); 12.0 MiB \
-                 of it copied, 2.0 MiB never"
-            ),
-            "{text}"
-        );
+        assert!(text.contains(line), "{text}");
+        let page = crate::html::render(&report, &h, &RenderOptions::default());
+        assert!(page.contains(line), "the HTML report says the same");
     }
 }
