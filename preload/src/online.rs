@@ -389,11 +389,8 @@ impl Learner {
     /// pageable again (returned, for the caller to unregister), weighed again later.
     pub fn give_back(&mut self, start: usize) -> Option<BlockRef> {
         let now = self.now_ns();
-        let (&base, block) = self.blocks.range_mut(..=start).next_back()?;
-        let (pin_start, len) = block.part.unwrap_or((base, block.size));
-        if block.pin != Pin::Pinned || pin_start != start {
-            return None;
-        }
+        let (base, len) = self.pinned_at(start)?;
+        let block = self.blocks.get_mut(&base)?;
         let part = block.part.take().is_some();
         block.pin = Pin::Pageable;
         block.set_aside(now);
@@ -408,16 +405,23 @@ impl Learner {
         })
     }
 
+    /// The block whose pinned registration (whole, or its part) starts at `start`: its base
+    /// and the length registered.
+    fn pinned_at(&self, start: usize) -> Option<(usize, usize)> {
+        let (&base, block) = self.blocks.range(..=start).next_back()?;
+        let (pin_start, len) = block.part.unwrap_or((base, block.size));
+        (block.pin == Pin::Pinned && pin_start == start).then_some((base, len))
+    }
+
     /// The density of the pinned block (or part) registered at each of `starts`, now.
     pub fn scores(&self, starts: &[u64]) -> Vec<(u64, f64)> {
         let now = self.now_ns();
         starts
             .iter()
             .filter_map(|&start| {
-                let (&base, block) = self.blocks.range(..=start as usize).next_back()?;
-                let (pin_start, len) = block.part.unwrap_or((base, block.size));
-                (block.pin == Pin::Pinned && pin_start == start as usize)
-                    .then(|| (start, self.online.density(&block.heat, len, now)))
+                let (base, len) = self.pinned_at(start as usize)?;
+                let heat = &self.blocks.get(&base)?.heat;
+                Some((start, self.online.density(heat, len, now)))
             })
             .collect()
     }

@@ -220,8 +220,8 @@ fn use_mode(
         _ => Vec::new(),
     };
     if args.history.is_none() && runs.is_empty() {
-        runs = latest_in_store(&args.store, program, rest, args.merge_runs.into())?;
         let key = ProgramKey::of_command(program, rest)?;
+        runs = latest_in_store(&args.store, &key, args.merge_runs.into())?;
         let Some(latest) = runs.first() else {
             bail!(
                 "use mode needs --history FILE (a history `hotpin run --mode profile` \
@@ -278,7 +278,7 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
     if start.is_none()
         && args.history.is_none()
         && let Ok(key) = ProgramKey::of_command(program, rest)
-        && let Ok(mut stored) = latest_in_store(&args.store, program, rest, args.merge_runs.into())
+        && let Ok(mut stored) = latest_in_store(&args.store, &key, args.merge_runs.into())
         && !stored.is_empty()
     {
         let stored = {
@@ -448,14 +448,8 @@ fn state_file(program: &OsStr, args: &[OsString]) -> Option<PathBuf> {
 /// Use mode without --history: the latest history in the store at `root` of the program
 /// `program` with `args` starts (its executable, build id and script), said on stderr.
 /// The program's `runs` latest histories in the store at `root`, newest first (none: empty).
-fn latest_in_store(
-    root: &Path,
-    program: &OsStr,
-    args: &[OsString],
-    runs: usize,
-) -> Result<Vec<PathBuf>> {
-    let key = ProgramKey::of_command(program, args)?;
-    let mut histories = Store::open_existing(root).histories_of(&key)?;
+fn latest_in_store(root: &Path, key: &ProgramKey, runs: usize) -> Result<Vec<PathBuf>> {
+    let mut histories = Store::open_existing(root).histories_of(key)?;
     histories.truncate(runs);
     Ok(histories)
 }

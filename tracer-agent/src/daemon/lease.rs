@@ -185,13 +185,16 @@ impl LeaseServer {
             if arbiter.holds(check.client, check.start) {
                 continue;
             }
-            if still_pinned(check.pid, check.start, check.len) && !check.again {
+            if !still_pinned(check.pid, check.start, check.len) {
+                continue;
+            }
+            if !check.again {
                 recheck.push(Check {
                     due: now + CHECK_AGAIN,
                     again: true,
                     ..check
                 });
-            } else if still_pinned(check.pid, check.start, check.len) {
+            } else {
                 let why = format!(
                     "released {:#x} ({} bytes), which the tracer still sees pinned",
                     check.start, check.len
