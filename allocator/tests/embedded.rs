@@ -15,8 +15,8 @@ fn an_embedded_profile_records_each_buffer_with_its_transfers() {
         0,
         "this test loads eBPF programs: run it as root"
     );
-    let dir = std::env::temp_dir().join(format!("hotpin-embedded-{}", std::process::id()));
-    let standin = cuda_standin::install(&dir).expect("install the stand-in");
+    let standin = cuda_standin::Scratch::new("embedded").expect("install the stand-in");
+    let dir = standin.dir.clone();
     // Loaded first so the stand-in runtime's dlopen("libcuda.so.1") finds it by soname.
     // SAFETY: the stand-in's initialisers are trivial.
     let driver = unsafe { libloading::Library::new(&standin.driver) }.expect("load the driver");

@@ -32,6 +32,7 @@
 
 use std::{
     fs, io,
+    ops::Deref,
     path::{Path, PathBuf},
 };
 
@@ -75,6 +76,46 @@ pub fn install(dir: &Path) -> io::Result<Installed> {
         fs::rename(&tmp, to)?;
     }
     Ok(installed)
+}
+
+/// The stand-in installed in a fresh folder of one test's own under the temporary directory,
+/// `hotpin-NAME-PID`. The folder goes when the guard drops: a passing test leaves nothing behind
+/// (copies of programs and histories add up to gigabytes over a test run). A failing test's
+/// folder is kept, and named on stderr, for its evidence.
+#[derive(Debug)]
+pub struct Scratch {
+    installed: Installed,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> io::Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("hotpin-{name}-{}", std::process::id()));
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        Ok(Scratch {
+            installed: install(&dir)?,
+        })
+    }
+}
+
+impl Deref for Scratch {
+    type Target = Installed;
+
+    fn deref(&self) -> &Installed {
+        &self.installed
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} for the failing test", self.installed.dir.display());
+        } else if let Err(e) = fs::remove_dir_all(&self.installed.dir) {
+            eprintln!("could not remove {}: {e}", self.installed.dir.display());
+        }
+    }
 }
 
 #[cfg(test)]

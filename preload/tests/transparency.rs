@@ -45,7 +45,7 @@ const PROGRAMS: [(&str, &[&str], &[&str]); 8] = [
 
 struct Suite {
     dir: PathBuf,
-    standin: cuda_standin::Installed,
+    standin: cuda_standin::Scratch,
 }
 
 fn suite(name: &str) -> Suite {
@@ -55,11 +55,12 @@ fn suite(name: &str) -> Suite {
         0,
         "profile mode runs the tracer, which loads eBPF programs: run as root"
     );
-    let dir =
-        std::env::temp_dir().join(format!("hotpin-transparency-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let standin = cuda_standin::install(&dir).expect("install the CUDA stand-in");
-    Suite { dir, standin }
+    let standin = cuda_standin::Scratch::new(&format!("transparency-{name}"))
+        .expect("install the CUDA stand-in");
+    Suite {
+        dir: standin.dir.clone(),
+        standin,
+    }
 }
 
 impl Suite {

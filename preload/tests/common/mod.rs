@@ -7,15 +7,15 @@ use std::{path::PathBuf, process::Command};
 pub struct Setup {
     pub dir: PathBuf,
     pub program: PathBuf,
-    pub standin: cuda_standin::Installed,
+    /// Last, so the folder goes after everything else: removed when the test passes.
+    pub standin: cuda_standin::Scratch,
 }
 
 /// Installs the stand-in into a fresh folder named for `name` and compiles
 /// tests/c/PROGRAM.c against its runtime.
 pub fn compile(name: &str, program: &str) -> Setup {
-    let dir = std::env::temp_dir().join(format!("hotpin-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let standin = cuda_standin::install(&dir).expect("install the CUDA stand-in");
+    let standin = cuda_standin::Scratch::new(name).expect("install the CUDA stand-in");
+    let dir = standin.dir.clone();
     let source = format!("{}/tests/c/{program}.c", env!("CARGO_MANIFEST_DIR"));
     let program = dir.join(program);
     let status = Command::new("cc")

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use cuda_standin::Installed;
+use cuda_standin::{Installed, Scratch};
 use tracer_agent::{AgentConfig, TracerAgent, target};
 
 /// Fails loudly unless the tests can load eBPF: these tests must run, not skip, in CI.
@@ -38,11 +38,9 @@ pub fn require_root() {
     );
 }
 
-/// Installs the stand-in into a fresh directory for this test.
-pub fn standin(test: &str) -> Installed {
-    let dir = std::env::temp_dir().join(format!("hotpin-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    cuda_standin::install(&dir).expect("install the CUDA stand-in")
+/// Installs the stand-in into a fresh directory for this test, removed when it passes.
+pub fn standin(test: &str) -> Scratch {
+    Scratch::new(test).expect("install the CUDA stand-in")
 }
 
 /// The workload binary, built by cargo alongside the tests (`cargo test --workspace` builds
