@@ -63,6 +63,19 @@ impl ProcessMaps {
         })
     }
 
+    /// Where `file_offset` of file `path` is mapped, if it is (the inverse of
+    /// [`Self::module_offset`]).
+    pub fn address_of(&self, path: &str, file_offset: u64) -> Option<u64> {
+        self.mappings
+            .iter()
+            .find(|m| {
+                m.path == path
+                    && m.file_offset <= file_offset
+                    && file_offset < m.file_offset + (m.end - m.start)
+            })
+            .map(|m| m.start + (file_offset - m.file_offset))
+    }
+
     /// Distinct mapped files.
     pub fn files(&self) -> impl Iterator<Item = &str> {
         let mut seen = std::collections::HashSet::new();

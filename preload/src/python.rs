@@ -11,12 +11,13 @@
 //! table). Nothing is written and no reference count is touched. What a code object says at
 //! an instruction is read once and kept.
 //!
-//! The layouts are CPython's own, per version (`Include/internal/pycore_frame.h`,
-//! `cpython/pystate.h`, `cpython/code.h`; checked for 3.11 with `offsetof` against Debian's
-//! headers, and for both by `bench/gpu/python/layout_check.py`, run before the GPU runs). A version
-//! without a layout here (3.10, 3.13 and later) gets no Python lines, said once; so does a
-//! chain that does not check out (a code object whose type is not `PyCode_Type`). The eBPF
-//! side (`--pid`, `record`, the daemon) does not read Python frames.
+//! The layouts are CPython's own, per version, shared with the tracer
+//! (`tracer_common::python`, where how they are checked is said). A version without a layout
+//! (3.10, 3.13 and later) gets no Python lines, said once; so does a chain that does not check
+//! out (a code object whose type is not `PyCode_Type`). The tracer reads the same frames from
+//! the kernel side for `--pid`, `record` and the daemon (`tracer-agent/src/python.rs`).
+
+use tracer_common::python::Layout;
 
 use std::{
     collections::HashMap,
@@ -47,64 +48,6 @@ pub struct PyFrame {
 static SEEN: Mutex<Option<HashMap<(usize, isize), PyFrame>>> = Mutex::new(None);
 const MAX_SEEN: usize = 8192;
 
-/// Where the fields are in one CPython version.
-#[derive(Debug)]
-struct Layout {
-    version: &'static str,
-    /// PyThreadState.cframe, then _PyCFrame.current_frame.
-    tstate_cframe: usize,
-    cframe_current: usize,
-    /// _PyInterpreterFrame fields.
-    frame_code: usize,
-    frame_previous: usize,
-    frame_prev_instr: usize,
-    frame_owner: usize,
-    /// Frames owned by the C stack (3.12's shim frames): skipped.
-    owner_cstack: Option<u8>,
-    /// PyCodeObject fields.
-    code_filename: usize,
-    code_qualname: usize,
-    code_adaptive: usize,
-    /// sizeof(PyASCIIObject): where a compact ASCII string's bytes start; its state word.
-    ascii_data: usize,
-    ascii_length: usize,
-    ascii_state: usize,
-}
-
-const PY311: Layout = Layout {
-    version: "3.11",
-    tstate_cframe: 56,
-    cframe_current: 8,
-    frame_code: 32,
-    frame_previous: 48,
-    frame_prev_instr: 56,
-    frame_owner: 69,
-    owner_cstack: None,
-    code_filename: 112,
-    code_qualname: 128,
-    code_adaptive: 184,
-    ascii_data: 48,
-    ascii_length: 16,
-    ascii_state: 32,
-};
-
-const PY312: Layout = Layout {
-    version: "3.12",
-    tstate_cframe: 56,
-    cframe_current: 0,
-    frame_code: 0,
-    frame_previous: 8,
-    frame_prev_instr: 56,
-    frame_owner: 70,
-    owner_cstack: Some(3),
-    code_filename: 112,
-    code_qualname: 128,
-    code_adaptive: 192,
-    ascii_data: 40,
-    ascii_length: 16,
-    ascii_state: 32,
-};
-
 type GetThisThreadState = unsafe extern "C" fn() -> *mut c_void;
 type IsInitialized = unsafe extern "C" fn() -> c_int;
 type Addr2Line = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
@@ -134,10 +77,10 @@ fn find() -> Option<Interpreter> {
     }
     // SAFETY: Py_Version is `const unsigned long` in CPython 3.11+.
     let hex = unsafe { *(version as *const u64) };
-    let layout = match (hex >> 24, (hex >> 16) & 0xff) {
-        (3, 11) => &PY311,
-        (3, 12) => &PY312,
-        (major, minor) => {
+    let (major, minor) = ((hex >> 24) as u8, (hex >> 16) as u8);
+    let layout = match tracer_common::python::layout(major, minor) {
+        Some(layout) => layout,
+        None => {
             eprintln!(
                 "hotpin: Python {major}.{minor}: allocations are not given their Python lines \
                  (3.11 and 3.12 are read)"
@@ -167,6 +110,16 @@ fn find() -> Option<Interpreter> {
             code_type: code_type as usize,
         })
     }
+}
+
+/// A layout's offset as an address difference.
+fn at(offset: u32) -> usize {
+    offset as usize
+}
+
+/// `3.12`, for messages.
+fn version(layout: &Layout) -> String {
+    format!("{}.{}", layout.major, layout.minor)
 }
 
 /// Reads the word at `base + offset`.
@@ -207,7 +160,7 @@ pub fn frames() -> Vec<PyFrame> {
                 eprintln!(
                     "hotpin: this Python {}'s frames are not as expected: allocations are not \
                      given their Python lines",
-                    interpreter.layout.version
+                    version(interpreter.layout)
                 );
             }
             Vec::new()
@@ -224,22 +177,22 @@ unsafe fn walk(interpreter: &Interpreter, tstate: usize) -> Option<Vec<PyFrame>>
     let mut frames = Vec::new();
     // SAFETY (every read below): fields of live interpreter structures of this thread.
     unsafe {
-        let cframe = word(tstate, l.tstate_cframe);
+        let cframe = word(tstate, at(l.tstate_cframe));
         if cframe == 0 {
             return Some(frames);
         }
-        let mut frame = word(cframe, l.cframe_current);
+        let mut frame = word(cframe, at(l.cframe_current));
         let mut steps = 0;
         while frame != 0 && frames.len() < MAX_FRAMES && steps < 64 {
             steps += 1;
-            let owner = *((frame + l.frame_owner) as *const u8);
-            let code = word(frame, l.frame_code);
+            let owner = *((frame + at(l.frame_owner)) as *const u8);
+            let code = word(frame, at(l.frame_code));
             if code == 0 || word(code, 8) != interpreter.code_type {
                 return None;
             }
             if l.owner_cstack != Some(owner) {
-                let first = code + l.code_adaptive;
-                let prev = word(frame, l.frame_prev_instr);
+                let first = code + at(l.code_adaptive);
+                let prev = word(frame, at(l.frame_prev_instr));
                 let offset = prev.wrapping_sub(first) as isize;
                 let offset = if offset < 0 {
                     -1
@@ -248,7 +201,7 @@ unsafe fn walk(interpreter: &Interpreter, tstate: usize) -> Option<Vec<PyFrame>>
                 };
                 frames.push(read_frame(interpreter, code, offset));
             }
-            frame = word(frame, l.frame_previous);
+            frame = word(frame, at(l.frame_previous));
         }
     }
     Some(frames)
@@ -268,11 +221,11 @@ unsafe fn read_frame(interpreter: &Interpreter, code: usize, offset: isize) -> P
     // SAFETY: a live code object's fields and its immutable line table, as promised.
     let frame = unsafe {
         PyFrame {
-            file: ascii(l, word(code, l.code_filename))
+            file: ascii(l, word(code, at(l.code_filename)))
                 .unwrap_or_else(|| "?".into())
                 .into(),
             line: (interpreter.addr2line)(code as *mut c_void, offset as c_int).max(0) as u32,
-            function: ascii(l, word(code, l.code_qualname))
+            function: ascii(l, word(code, at(l.code_qualname)))
                 .unwrap_or_else(|| "?".into())
                 .into(),
         }
@@ -295,13 +248,13 @@ unsafe fn ascii(l: &Layout, object: usize) -> Option<String> {
     }
     // SAFETY: a live str object's header, as the caller promises.
     unsafe {
-        let state = *((object + l.ascii_state) as *const u32);
+        let state = *((object + at(l.ascii_state)) as *const u32);
         let (compact, ascii) = (state >> 5 & 1, state >> 6 & 1);
         if compact == 0 || ascii == 0 {
             return None;
         }
-        let length = (word(object, l.ascii_length)).min(MAX_NAME);
-        let bytes = std::slice::from_raw_parts((object + l.ascii_data) as *const u8, length);
+        let length = (word(object, at(l.ascii_length))).min(MAX_NAME);
+        let bytes = std::slice::from_raw_parts((object + at(l.ascii_data)) as *const u8, length);
         Some(String::from_utf8_lossy(bytes).into_owned())
     }
 }

@@ -142,6 +142,16 @@ pub enum TraceEvent {
     NvidiaIoctl { pid: u32, cmd: u32 },
     /// Traced process `pid` made child process `child`, traced from now on.
     ProcessFork { pid: u32, child: u32 },
+    /// Thread `tid`'s Python frames at the entry of its next allocation: the first `count` of
+    /// `frames`, innermost first, each a code object and an instruction
+    /// (`tracer_common::python::unpack`). The agent reads what they name while the process
+    /// lives.
+    PythonFrames {
+        pid: u32,
+        tid: u32,
+        count: u8,
+        frames: [u64; tracer_common::python::PY_FRAMES],
+    },
 }
 
 impl TraceEvent {
@@ -154,7 +164,8 @@ impl TraceEvent {
             | TraceEvent::HostMemory { pid, .. }
             | TraceEvent::PageFaults { pid, .. }
             | TraceEvent::NvidiaIoctl { pid, .. }
-            | TraceEvent::ProcessFork { pid, .. } => pid,
+            | TraceEvent::ProcessFork { pid, .. }
+            | TraceEvent::PythonFrames { pid, .. } => pid,
         }
     }
 }
@@ -273,6 +284,14 @@ pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
             return Ok(TraceEvent::ProcessFork {
                 pid: event.header.pid,
                 child: event.args[0] as u32,
+            });
+        }
+        Some(EventKind::PythonFrames) => {
+            return Ok(TraceEvent::PythonFrames {
+                pid: event.header.pid,
+                tid: event.header.tid,
+                count: event.ret.min(tracer_common::python::PY_FRAMES as u64) as u8,
+                frames: event.args,
             });
         }
         Some(EventKind::NvidiaIoctl) => {

@@ -25,7 +25,9 @@ pub struct ReportRow {
     pub call_site: String,
     /// Whether a call site made it (else it is a mapping, the heap, or untracked memory).
     pub has_call_site: bool,
-    /// The call site's callers, innermost first, where the stack could be walked.
+    /// The call site's callers: the Python lines that made it first (CPython programs), then
+    /// the native frames beyond the call site; each innermost first, where the stack could be
+    /// walked.
     pub callers: Vec<String>,
     pub ordinal: u32,
     pub size: u64,
@@ -204,6 +206,24 @@ pub struct Report {
 }
 
 /// A call site, module first, its function demangled (folded when rendered).
+/// An allocation's callers by name, its Python lines first: the line of the user's own code
+/// is what a report's reader acts on, and it sits past tens of native frames.
+fn python_first(history: &MemHistory, callers: &[CallSiteId]) -> Vec<String> {
+    let is_python = |id: &CallSiteId| {
+        history.call_site(*id).is_some_and(|site| {
+            site.module
+                .starts_with(hotpin_history::history::PYTHON_MODULE)
+        })
+    };
+    let (python, native): (Vec<CallSiteId>, Vec<CallSiteId>) =
+        callers.iter().copied().partition(is_python);
+    python
+        .into_iter()
+        .chain(native)
+        .map(|site| site_name(history, Some(site)))
+        .collect()
+}
+
 fn site_name(history: &MemHistory, site: Option<CallSiteId>) -> String {
     match site.and_then(|id| history.call_site(id)) {
         Some(site) => names::call_site(&site.module, site.offset, site.symbol.as_deref(), true),
@@ -238,11 +258,7 @@ fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
         pid: a.pid,
         call_site: allocation_name(history, a),
         has_call_site: a.call_site.is_some(),
-        callers: history
-            .callers(a.id)
-            .iter()
-            .map(|&site| site_name(history, Some(site)))
-            .collect(),
+        callers: python_first(history, history.callers(a.id)),
         ordinal: a.ordinal,
         size: a.size,
         kind: a.kind,

@@ -168,12 +168,19 @@ impl TracerAgent {
         for &pid in &targets {
             resolver.learn_process(pid);
         }
+        // Before the recording is said to start: the targets' Python lines from their first
+        // allocation on.
+        let mut python = crate::python::PythonLines::default();
+        for &pid in &targets {
+            python.examine(pid, &mut probes);
+        }
         let recorder = Recorder {
             resolver,
             probes,
             ring,
             shared: Arc::clone(&self.shared),
             targets,
+            python,
             config: self.config.recorder.clone(),
         };
         let (stop, stop_rx) = watch::channel(false);

@@ -9,6 +9,7 @@ pub mod error;
 pub mod filter;
 pub mod privileges;
 pub mod probes;
+pub mod python;
 pub mod recorder;
 pub mod sessions;
 pub mod target;

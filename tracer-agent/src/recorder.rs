@@ -21,9 +21,10 @@ use crate::{
     error::TracerError,
     events::{self, ApiCall, Op, RawSite, TraceEvent},
     filter::ProcessFilter,
-    history::{MemHistory, Retention},
+    history::{CallSite, MemHistory, Retention},
     probes::registry::CopyDirection,
     probes::{ProbeStatus, Probes},
+    python::PythonLines,
     sessions::{SessionInfo, Sessions},
     target::{self, AddressSites, CallSiteResolver},
 };
@@ -112,6 +113,8 @@ pub(crate) struct Recorder {
     pub ring: RingBuf<MapData>,
     pub shared: Arc<Shared>,
     pub targets: Vec<u32>,
+    /// The targets running CPython found so far.
+    pub python: PythonLines,
     pub config: RecorderConfig,
 }
 
@@ -144,6 +147,7 @@ impl Recorder {
             ring,
             shared,
             targets,
+            python,
             config,
         } = self;
         let (tx, rx) = mpsc::channel::<Vec<Record>>(CHANNEL_BATCHES);
@@ -181,6 +185,7 @@ impl Recorder {
             ignored: Vec::new(),
             resolver,
             watch: config.watch.clone(),
+            python,
         };
 
         loop {
@@ -208,8 +213,9 @@ impl Recorder {
 
 /// What goes from the reader to the history writer, in ring order.
 enum Record {
-    /// An event, with the callers beyond its call site (allocations).
-    Event(TraceEvent, Vec<RawSite>),
+    /// An event, with the callers beyond its call site (allocations): native frames, then the
+    /// Python lines the thread was at (CPython processes), innermost first.
+    Event(TraceEvent, Vec<RawSite>, Vec<CallSite>),
     /// A process began a session of its own (watching every process).
     Started(SessionInfo),
     /// A target exited, and every event it sent is before this.
@@ -288,6 +294,8 @@ struct Reader {
     ignored: Vec<u32>,
     resolver: Arc<Mutex<CallSiteResolver>>,
     watch: Option<Arc<RwLock<ProcessFilter>>>,
+    /// The targets running CPython, and their threads' latest Python frames.
+    python: PythonLines,
 }
 
 impl Reader {
@@ -302,6 +310,7 @@ impl Reader {
             for pid in exited {
                 self.address_sites.forget(pid);
                 self.held_back_runs(Some(pid), &mut records);
+                self.python.forget(pid, &mut self.probes);
                 records.push(Record::Exited(pid));
             }
             let _ = tx.send(records).await;
@@ -383,8 +392,20 @@ impl Reader {
                         call.site = self.address_sites.to_build_id(call.pid, addr).or(call.site);
                     }
                     let callers = callers(&self.probes, &mut call, &mut self.address_sites);
-                    batch.push(Record::Event(TraceEvent::Call(call), callers));
+                    // The frames the thread sent at this call's entry (an allocation's).
+                    let python = if call.site.is_some() && !call.nested {
+                        self.python.take(call.pid, call.tid)
+                    } else {
+                        Vec::new()
+                    };
+                    batch.push(Record::Event(TraceEvent::Call(call), callers, python));
                 }
+                Ok(TraceEvent::PythonFrames {
+                    pid,
+                    tid,
+                    count,
+                    frames,
+                }) => self.python.frames(pid, tid, &frames[..usize::from(count)]),
                 Ok(TraceEvent::LibraryOpen { pid, fd }) => {
                     if self.watch.is_some() && !self.targets.contains(&pid) {
                         self.found(pid, &mut batch);
@@ -399,9 +420,10 @@ impl Reader {
                     batch.push(Record::Event(
                         TraceEvent::ProcessFork { pid, child },
                         Vec::new(),
+                        Vec::new(),
                     ));
                 }
-                Ok(event) => batch.push(Record::Event(event, Vec::new())),
+                Ok(event) => batch.push(Record::Event(event, Vec::new(), Vec::new())),
                 Err(error) => {
                     self.shared
                         .live
@@ -440,6 +462,7 @@ impl Reader {
             tracing::info!(pid, program = ?info.program, "tracing a new CUDA process");
             self.targets.push(pid);
             batch.push(Record::Started(info));
+            self.python.examine(pid, &mut self.probes);
             // While it is held: its program may carry the runtime or hotpin statically.
             for path in target::candidate_files(pid).unwrap_or_default() {
                 if !self.probes.is_examined(&path)
@@ -489,6 +512,8 @@ impl Reader {
             }
         }
         if traced {
+            // A Python program loads CUDA from Python: its interpreter is there by now.
+            self.python.examine(pid, &mut self.probes);
             // While it is held (or at least alive), learn what it maps: its program and
             // libraries, by build id, so its call sites resolve even if it exits before the
             // writer gets to them.
@@ -511,10 +536,13 @@ impl Reader {
             probes,
             targets,
             shared,
+            python,
             ..
         } = self;
         let mut exited = Vec::new();
         targets.retain(|&pid| {
+            // A program that runs Python without loading CUDA through it (yet).
+            python.examine(pid, probes);
             // A zombie still has a map (empty): it has exited all the same.
             let files = if target::has_exited(pid) {
                 Err(TracerError::NoSuchProcess { pid })
@@ -579,7 +607,13 @@ impl Reader {
             Ok(runs) => {
                 for run in &runs {
                     match events::decode_event(run) {
-                        Ok(call) => records.push(Record::Event(TraceEvent::Call(call), Vec::new())),
+                        Ok(call) => {
+                            records.push(Record::Event(
+                                TraceEvent::Call(call),
+                                Vec::new(),
+                                Vec::new(),
+                            ));
+                        }
                         Err(error) => {
                             self.shared
                                 .live
@@ -599,7 +633,10 @@ impl Reader {
             None => self.probes.take_fault_runs(),
         };
         match faults {
-            Ok(runs) => records.extend(runs.into_iter().map(|run| Record::Event(run, Vec::new()))),
+            Ok(runs) => records.extend(
+                runs.into_iter()
+                    .map(|run| Record::Event(run, Vec::new(), Vec::new())),
+            ),
             Err(error) => {
                 tracing::warn!(error = %crate::error::chain(&error), "cannot read the held-back page-fault runs")
             }
@@ -625,8 +662,14 @@ async fn write_batches(
         if !per_session {
             let mut history = shared.history.write().expect("history lock poisoned");
             for record in &batch {
-                if let Record::Event(event, callers) = record {
-                    apply(&mut history, &mut resolver, &mut spaces, event, callers);
+                if let Record::Event(event, callers, python) = record {
+                    apply(
+                        &mut history,
+                        &mut resolver,
+                        &mut spaces,
+                        event,
+                        (callers, python),
+                    );
                 }
             }
             history.bound();
@@ -648,14 +691,20 @@ async fn write_batches(
                         unsafe { libc::malloc_trim(0) };
                     }
                 }
-                Record::Event(event, callers) => {
+                Record::Event(event, callers, python) => {
                     if let TraceEvent::ProcessFork { pid, child } = event {
                         sessions.fork(pid, child);
                     }
                     // Events of a process in no session (left out, or gone before it was
                     // found) have nowhere to go.
                     if let Some(history) = sessions.history_of(event.pid()) {
-                        apply(history, &mut resolver, &mut spaces, &event, &callers);
+                        apply(
+                            history,
+                            &mut resolver,
+                            &mut spaces,
+                            &event,
+                            (&callers, &python),
+                        );
                     }
                 }
             }
@@ -669,7 +718,7 @@ fn apply(
     resolver: &mut CallSiteResolver,
     spaces: &mut AddressSpaces,
     event: &TraceEvent,
-    callers: &[RawSite],
+    (callers, python): (&[RawSite], &[CallSite]),
 ) {
     match *event {
         TraceEvent::Call(mut call) => {
@@ -693,12 +742,17 @@ fn apply(
                 };
             }
             let call = &call;
-            let callers = callers
+            let mut callers: Vec<_> = callers
                 .iter()
                 .map_while(|&raw| {
                     history.intern_raw_site(raw, || resolver.resolve_caller(call.pid, raw))
                 })
                 .collect();
+            callers.extend(
+                python
+                    .iter()
+                    .map(|site| history.intern_call_site(site.clone())),
+            );
             let site = match (call.op, call.site) {
                 (Op::Alloc { .. } | Op::Register { .. } | Op::Realloc { .. }, Some(raw))
                     if !call.nested =>

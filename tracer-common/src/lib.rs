@@ -117,8 +117,9 @@ pub mod maps {
     pub const CALLER_STACKS: &str = "CALLER_STACKS";
     pub const COPY_RUNS: &str = "COPY_RUNS";
     pub const FAULT_RUNS: &str = "FAULT_RUNS";
+    pub const PYTHON: &str = "PYTHON";
     /// Every name above.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 11] = [
         EVENTS,
         COUNTERS,
         CONFIG,
@@ -129,8 +130,11 @@ pub mod maps {
         CALLER_STACKS,
         COPY_RUNS,
         FAULT_RUNS,
+        PYTHON,
     ];
 }
+
+pub mod python;
 
 pub mod counter {
     /// CUDA and hotpin calls (and library opens) that found the ring buffer full: lost.
@@ -380,6 +384,11 @@ event_kinds! {
     /// `CLONE_THREAD`); the kernel side traces the child from its first instruction:
     /// `args[0]` is the child's pid.
     ProcessFork = 340,
+    /// The Python frames of a thread of a CPython process, sent at the entry of an allocating
+    /// call that wants its call site, before its own event (`python::PY_FRAMES` at most,
+    /// innermost first, each `python::pack`ed in `args`; `ret` is how many). Zero frames when
+    /// the thread runs no Python: the agent then gives the call none.
+    PythonFrames = 350,
 }
 
 /// A thread's page faults on consecutive pages not yet sent, kept by thread in the kernel's
@@ -617,6 +626,10 @@ unsafe impl aya::Pod for CopyRuns {}
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], plain integers with explicit padding, no invalid bit patterns.
 unsafe impl aya::Pod for DescriptorLayout {}
+
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], plain integers with explicit padding, no invalid bit patterns.
+unsafe impl aya::Pod for python::Offsets {}
 
 #[cfg(test)]
 mod tests {

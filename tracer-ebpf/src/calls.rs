@@ -21,6 +21,7 @@ use crate::{
     described_copies::{read_descriptor, send_batch},
     libc_blocks::{libc_call_wanted, track_libc_block},
     page_faults::send_fault_run,
+    python_frames::send_python_frames,
     shared::{
         DEPTH, EVENTS, PENDING, Pending, PendingKey, WAKEUP_BYTES, bump, depth_of, header,
         traced_thread,
@@ -98,6 +99,11 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     if let Some(depth) = depth_of(tid) {
         // SAFETY: the entry belongs to this thread, which is running this program.
         let depth = unsafe { &mut *depth };
+        // An allocation made outside any other probed call: its Python lines, if any, go
+        // first (a nested one is its outer call's).
+        if cookie.want_site() && depth.allocator == 0 && depth.runtime == 0 {
+            send_python_frames(tgid, tid);
+        }
         if cookie.layer() == Layer::Allocator as u8 {
             depth.allocator += 1;
         } else if cookie.layer() == Layer::Runtime as u8 {

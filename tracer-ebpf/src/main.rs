@@ -29,6 +29,8 @@ mod page_faults;
 #[cfg(target_arch = "bpf")]
 mod process_fork;
 #[cfg(target_arch = "bpf")]
+mod python_frames;
+#[cfg(target_arch = "bpf")]
 mod shared;
 #[cfg(target_arch = "bpf")]
 mod stacks;

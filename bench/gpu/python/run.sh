@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Python lines in reports (#28), on the GPU machine: checks the interpreter's layout first
-# (layout_check.py; nothing else runs if it fails), then runs unmodified programs of
+# Python lines in reports (#28), on the GPU machine: writes where this interpreter keeps the
+# fields hotpin reads (layout_check.py; the tracer-agent test
+# `the_layout_table_matches_a_live_interpreter` compares them with the table), then runs unmodified programs of
 # bench/gpu/online under `hotpin run` (auto mode, a first run each), writes the `tracer
 # report` of what each learned to $OUT/PROGRAM.report.txt, and the cost of reading the Python
 # stacks (the interposer's python_stack_ns / python_stacks) to $OUT/cost.jsonl.
@@ -11,7 +12,7 @@ OUT=${OUT:-/tmp/hotpin-python}
 PROGRAMS=${*:-torch_loop over_pinned cupy_numpy jax_loop}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
-python3 "$HERE/layout_check.py" | tee "$OUT/layout.json" || exit 1
+python3 "$HERE/layout_check.py" > "$OUT/layout.json" || exit 1
 : > "$OUT/cost.jsonl"
 for p in $PROGRAMS; do
   rm -f "$OUT/$p.hotpin" "$OUT/$p".*.json

@@ -1081,7 +1081,10 @@ impl MemHistory {
                     self.meta_mut().pids.push(child);
                 }
             }
-            TraceEvent::Call(_) | TraceEvent::LibraryOpen { .. } => {}
+            // Handled by the recorder, which reads what they name while the process lives.
+            TraceEvent::Call(_)
+            | TraceEvent::LibraryOpen { .. }
+            | TraceEvent::PythonFrames { .. } => {}
         }
     }
 

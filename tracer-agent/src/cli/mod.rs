@@ -202,6 +202,10 @@ struct RecordArgs {
     /// the driver are then told apart.
     #[arg(long)]
     runtime_copies: bool,
+    /// Do not read the Python lines of allocations in CPython 3.11 and 3.12 programs (read by
+    /// default: each allocation of such a program sends one more event).
+    #[arg(long)]
+    no_python_lines: bool,
     /// Most allocation entries the history keeps: past it, the oldest freed allocations are
     /// folded into one aggregate per call site and size, counts kept (0: no bound).
     #[arg(long, default_value_t = tracer_agent::DEFAULT_MAX_ALLOCATIONS, value_name = "N")]

@@ -44,8 +44,8 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
     // Every probe, those off by default included, to show which the kernel allows.
     let options = ProbeOptions {
         page_faults: true,
-        libc_malloc: None,
         runtime_copies: true,
+        ..ProbeOptions::default()
     };
     let mut probes =
         Probes::load(1 << 16, options).context("loading the tracer's eBPF programs")?;

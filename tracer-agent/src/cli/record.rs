@@ -200,6 +200,7 @@ fn agent_config(args: &RecordArgs) -> Result<(AgentConfig, Option<PausedChild>)>
     config.ring_bytes = args.ring_mib << 20;
     config.stop_on_library_open = args.stop_on_load;
     config.probes.page_faults = args.page_faults;
+    config.probes.python_lines = !args.no_python_lines;
     config.probes.libc_malloc = args.libc_malloc.then_some(args.malloc_floor);
     config.probes.runtime_copies = args.runtime_copies;
     config.recorder.retention = Retention {

@@ -23,7 +23,9 @@ use aya::{
     },
 };
 use serde::Serialize;
-use tracer_common::{BuildIdFrame, FaultRun, STACK_FRAMES, config, counter, field, maps};
+use tracer_common::{
+    BuildIdFrame, FaultRun, STACK_FRAMES, config, counter, field, maps, python::Offsets,
+};
 
 use self::{
     registry::{CALL_PROBES, KPROBE_PROBES, Library, TRACEPOINT_PROBES},
@@ -89,9 +91,13 @@ pub struct ProbeStatus {
     pub state: ProbeState,
 }
 
-/// Which probes that are off by default to attach as well.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Which probes that are off by default to attach as well, and what the allocation probes
+/// read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeOptions {
+    /// The Python lines of allocations in CPython processes ([`crate::python`]): on by
+    /// default; each allocation of such a process then sends one more event.
+    pub python_lines: bool,
     /// `exceptions:page_fault_user`: user page faults, attributed to allocations. Off by
     /// default: a process that faults a lot (a Python start) sends many events.
     pub page_faults: bool,
@@ -101,6 +107,17 @@ pub struct ProbeOptions {
     pub libc_malloc: Option<u64>,
     /// The runtime's cudaMemcpy and cudaMemcpyAsync, besides the driver copy each makes.
     pub runtime_copies: bool,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            python_lines: true,
+            page_faults: false,
+            libc_malloc: None,
+            runtime_copies: false,
+        }
+    }
 }
 
 impl ProbeOptions {
@@ -528,6 +545,43 @@ impl Probes {
     /// Stops tracing `pid`.
     pub fn remove_target(&mut self, pid: u32) -> Result<(), TracerError> {
         self.remove_pid(maps::TARGETS, pid)
+    }
+
+    /// Reads `pid`'s Python frames at its allocations, with `offsets` ([`crate::python`]).
+    pub fn set_python(&mut self, pid: u32, offsets: Offsets) -> Result<(), TracerError> {
+        self.python_map()?
+            .insert(pid, offsets, 0)
+            .map_err(|source| TracerError::Map {
+                map: maps::PYTHON,
+                source,
+            })
+    }
+
+    /// Whether Python lines are read ([`ProbeOptions::python_lines`]).
+    pub fn reads_python_lines(&self) -> bool {
+        self.options.python_lines
+    }
+
+    /// Stops reading `pid`'s Python frames (it exited); one not read is fine.
+    pub fn remove_python(&mut self, pid: u32) -> Result<(), TracerError> {
+        match self.python_map()?.remove(&pid) {
+            Err(source) if !is_missing_key(&source) => Err(TracerError::Map {
+                map: maps::PYTHON,
+                source,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn python_map(&mut self) -> Result<BpfHashMap<&mut MapData, u32, Offsets>, TracerError> {
+        let map = self
+            .ebpf
+            .map_mut(maps::PYTHON)
+            .expect("the object defines the Python offsets");
+        BpfHashMap::try_from(map).map_err(|source| TracerError::Map {
+            map: maps::PYTHON,
+            source,
+        })
     }
 
     /// Adds `pid` to the process set `name` (TARGETS, IGNORED: hashes keyed by tgid; aya opens

@@ -1,0 +1,367 @@
+//! The Python lines of allocations, for `--pid`, `record` and the daemon (#28): in a process
+//! running CPython 3.11 or 3.12, the kernel side sends the allocating thread's frames (code
+//! objects and instructions, `tracer-ebpf/src/python_frames.rs`) just before the allocation;
+//! here they become call sites, `python:FILE` at the line, in the function, read from the code
+//! objects through `/proc/PID/mem` while the process lives.
+//!
+//! A process is recognised by its interpreter's exported symbols (`_PyRuntime`, `Py_Version`,
+//! `PyCode_Type`) in a mapped `python3*` or `libpython3*` file; the version picks the layout
+//! ([`tracer_common::python`]). What a code object says at an instruction is read once per
+//! process and kept. hotpin's interposer reads the same frames in place
+//! (`preload/src/python.rs`).
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs::File,
+    os::unix::fs::FileExt as _,
+    path::Path,
+};
+
+use hotpin_history::{
+    history::{CallSite, PYTHON_MODULE},
+    maps::ProcessMaps,
+};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+use tracer_common::python::{Layout, Offsets, layout, unpack};
+
+use crate::probes::Probes;
+
+/// Longest file or function name read.
+const MAX_NAME: usize = 512;
+/// Largest line table read (a code object's; a few hundred bytes is usual).
+const MAX_LINE_TABLE: usize = 64 << 10;
+/// Frames kept per process before the cache is emptied.
+const MAX_SEEN: usize = 16384;
+
+/// A CPython process's interpreter, as found in its memory map.
+pub struct Interpreter {
+    pub layout: &'static Layout,
+    /// What the kernel side walks frames with.
+    pub offsets: Offsets,
+}
+
+/// What [`find`] found in a process.
+pub enum Found {
+    /// No CPython interpreter (yet: a process may load one later).
+    Nothing,
+    /// CPython `major.minor`, whose frames this build does not read.
+    Unread {
+        major: u8,
+        minor: u8,
+    },
+    Interpreter(Interpreter),
+}
+
+/// Finds the CPython interpreter of `pid`.
+pub fn find(pid: u32) -> std::io::Result<Found> {
+    let maps = ProcessMaps::read(pid)?;
+    let candidates: Vec<String> = maps
+        .files()
+        .filter(|path| {
+            let name = hotpin_history::history::module_file_name(path);
+            name.starts_with("python3") || name.starts_with("libpython3")
+        })
+        .map(str::to_owned)
+        .collect();
+    for path in candidates {
+        let host = crate::target::host_path(pid, &path);
+        let Some(symbols) = interpreter_symbols(&host) else {
+            continue;
+        };
+        let address = |offset| maps.address_of(&path, offset);
+        let (Some(runtime), Some(version), Some(code_type)) = (
+            address(symbols.runtime),
+            address(symbols.version),
+            address(symbols.code_type),
+        ) else {
+            continue;
+        };
+        let mem = File::open(format!("/proc/{pid}/mem"))?;
+        let hex = read_u64(&mem, version)?;
+        let (major, minor) = ((hex >> 24) as u8, (hex >> 16) as u8);
+        return Ok(match layout(major, minor) {
+            Some(layout) => Found::Interpreter(Interpreter {
+                layout,
+                offsets: Offsets::new(layout, runtime, code_type),
+            }),
+            None => Found::Unread { major, minor },
+        });
+    }
+    Ok(Found::Nothing)
+}
+
+/// File offsets of the interpreter's symbols in one ELF file.
+struct InterpreterSymbols {
+    runtime: u64,
+    version: u64,
+    code_type: u64,
+}
+
+fn interpreter_symbols(path: &Path) -> Option<InterpreterSymbols> {
+    let file = File::open(path).ok()?;
+    // SAFETY: read-only, dropped before returning; only headers and tables are touched.
+    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&*data).ok()?;
+    let mut found = [None; 3];
+    for symbol in elf.dynamic_symbols() {
+        let slot = match symbol.name() {
+            Ok("_PyRuntime") => 0,
+            Ok("Py_Version") => 1,
+            Ok("PyCode_Type") => 2,
+            _ => continue,
+        };
+        let section = elf.section_by_index(symbol.section_index()?).ok()?;
+        let (section_offset, _) = section.file_range()?;
+        found[slot] = symbol
+            .address()
+            .checked_sub(section.address())?
+            .checked_add(section_offset);
+    }
+    Some(InterpreterSymbols {
+        runtime: found[0]?,
+        version: found[1]?,
+        code_type: found[2]?,
+    })
+}
+
+fn read_u64(mem: &File, at: u64) -> std::io::Result<u64> {
+    let mut word = [0u8; 8];
+    mem.read_exact_at(&mut word, at)?;
+    Ok(u64::from_le_bytes(word))
+}
+
+/// The Python frames of every traced CPython process: what each thread's last frames event
+/// said, until its allocation takes it.
+#[derive(Default)]
+pub struct PythonLines {
+    processes: HashMap<u32, Process>,
+    /// Processes whose interpreter this build does not read: not looked at again.
+    unread: HashSet<u32>,
+}
+
+struct Process {
+    layout: &'static Layout,
+    mem: File,
+    /// By (code object, instruction).
+    seen: HashMap<(u64, u64), CallSite>,
+    /// Each thread's frames from its last frames event, innermost first.
+    last: HashMap<u32, Vec<CallSite>>,
+}
+
+impl PythonLines {
+    /// Looks for a CPython interpreter in `pid` (once found, or found unreadable, not again):
+    /// the kernel side reads its threads' frames from then on.
+    pub fn examine(&mut self, pid: u32, probes: &mut Probes) {
+        if !probes.reads_python_lines()
+            || self.processes.contains_key(&pid)
+            || self.unread.contains(&pid)
+        {
+            return;
+        }
+        let interpreter = match find(pid) {
+            Ok(Found::Interpreter(interpreter)) => interpreter,
+            Ok(Found::Nothing) => return,
+            Ok(Found::Unread { major, minor }) => {
+                tracing::info!(
+                    pid,
+                    "Python {major}.{minor}: its allocations get no Python lines (3.11 and 3.12 \
+                     are read)"
+                );
+                self.unread.insert(pid);
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(pid, %error, "cannot look for a Python interpreter");
+                return;
+            }
+        };
+        let mem = match File::open(format!("/proc/{pid}/mem")) {
+            Ok(mem) => mem,
+            Err(error) => {
+                tracing::warn!(pid, %error, "cannot read the Python process's memory: no Python lines");
+                self.unread.insert(pid);
+                return;
+            }
+        };
+        if let Err(error) = probes.set_python(pid, interpreter.offsets) {
+            tracing::warn!(pid, error = %crate::error::chain(&error), "no Python lines");
+            self.unread.insert(pid);
+            return;
+        }
+        let layout = interpreter.layout;
+        tracing::info!(
+            pid,
+            python = %format!("{}.{}", layout.major, layout.minor),
+            "reading the Python lines of its allocations"
+        );
+        self.processes.insert(
+            pid,
+            Process {
+                layout,
+                mem,
+                seen: HashMap::new(),
+                last: HashMap::new(),
+            },
+        );
+    }
+
+    /// `pid` exited: its frames are no longer read.
+    pub fn forget(&mut self, pid: u32, probes: &mut Probes) {
+        self.unread.remove(&pid);
+        if self.processes.remove(&pid).is_some()
+            && let Err(error) = probes.remove_python(pid)
+        {
+            tracing::debug!(pid, error = %crate::error::chain(&error), "cannot forget a Python process");
+        }
+    }
+
+    /// Thread `tid`'s frames event: its packed frames, read into call sites now.
+    pub fn frames(&mut self, pid: u32, tid: u32, packed: &[u64]) {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        let sites = packed
+            .iter()
+            .filter_map(|&frame| process.site(frame))
+            .collect();
+        process.last.insert(tid, sites);
+    }
+
+    /// The frames of the allocation thread `tid` just made (empty where none were sent).
+    pub fn take(&mut self, pid: u32, tid: u32) -> Vec<CallSite> {
+        self.processes
+            .get_mut(&pid)
+            .and_then(|process| process.last.remove(&tid))
+            .unwrap_or_default()
+    }
+}
+
+impl Process {
+    /// The call site a packed frame names: `python:FILE`, its line, its function. `None`
+    /// where the code object cannot be read any more (the process exited before the frames
+    /// were read: the allocation keeps the frames that could be).
+    fn site(&mut self, frame: u64) -> Option<CallSite> {
+        let (code, instruction) = unpack(frame);
+        if let Some(site) = self.seen.get(&(code, instruction)) {
+            return Some(site.clone());
+        }
+        let site = self.read_site(code, instruction)?;
+        if self.seen.len() >= MAX_SEEN {
+            self.seen.clear();
+        }
+        self.seen.insert((code, instruction), site.clone());
+        Some(site)
+    }
+
+    fn read_site(&self, code: u64, instruction: u64) -> Option<CallSite> {
+        let l = self.layout;
+        let field = |offset: u32| read_u64(&self.mem, code + u64::from(offset)).ok();
+        let file = self.ascii(field(l.code_filename)?)?;
+        let function = self.ascii(field(l.code_qualname)?)?;
+        let first_line = field(l.code_firstlineno)? as u32 as i32;
+        let line = field(l.code_linetable)
+            .and_then(|table| self.bytes(table))
+            .and_then(|table| line_of(&table, first_line, instruction))
+            .unwrap_or(first_line.max(0) as u32);
+        Some(CallSite {
+            module: format!("{PYTHON_MODULE}{file}"),
+            offset: u64::from(line),
+            symbol: Some(function),
+        })
+    }
+
+    /// A compact ASCII `str`'s text; `None` for any other string or an unreadable one.
+    fn ascii(&self, object: u64) -> Option<String> {
+        let l = self.layout;
+        let state = read_u64(&self.mem, object + u64::from(l.ascii_state)).ok()? as u32;
+        if (state >> 5) & 3 != 3 {
+            return None;
+        }
+        let length = read_u64(&self.mem, object + u64::from(l.ascii_length)).ok()?;
+        let mut text = vec![0u8; (length as usize).min(MAX_NAME)];
+        self.mem
+            .read_exact_at(&mut text, object + u64::from(l.ascii_data))
+            .ok()?;
+        String::from_utf8(text).ok()
+    }
+
+    /// A `bytes` object's contents.
+    fn bytes(&self, object: u64) -> Option<Vec<u8>> {
+        let length = read_u64(&self.mem, object + 16).ok()?; // ob_size
+        let mut data = vec![0u8; usize::try_from(length).ok()?.min(MAX_LINE_TABLE)];
+        self.mem
+            .read_exact_at(&mut data, object + u64::from(self.layout.bytes_data))
+            .ok()?;
+        Some(data)
+    }
+}
+
+/// The line of code unit `instruction` in a 3.11+ location table (`co_linetable`, CPython's
+/// `Objects/locations.md`): entries of a first byte (high bit set; a 4-bit code; length - 1 in
+/// code units) and the code's data. `None` where the table says no line, or ends first.
+pub fn line_of(table: &[u8], first_line: i32, instruction: u64) -> Option<u32> {
+    let mut bytes = table.iter().copied();
+    let mut next = || bytes.next();
+    let mut line = i64::from(first_line);
+    let mut address = 0u64;
+    loop {
+        let head = next()?;
+        if head & 0x80 == 0 {
+            return None;
+        }
+        let code = (head >> 3) & 15;
+        let length = u64::from(head & 7) + 1;
+        let delta = match code {
+            15 => None,
+            14 => {
+                let delta = signed_varint(&mut next)?;
+                for _ in 0..3 {
+                    varint(&mut next)?;
+                }
+                Some(delta)
+            }
+            13 => Some(signed_varint(&mut next)?),
+            10..=12 => {
+                next()?;
+                next()?;
+                Some(i64::from(code) - 10)
+            }
+            _ => {
+                next()?;
+                Some(0)
+            }
+        };
+        if let Some(delta) = delta {
+            line += delta;
+        }
+        if instruction < address + length {
+            return delta.and_then(|_| u32::try_from(line).ok());
+        }
+        address += length;
+    }
+}
+
+fn varint(next: &mut impl FnMut() -> Option<u8>) -> Option<u64> {
+    let mut byte = next()?;
+    let mut value = u64::from(byte & 63);
+    let mut shift = 0;
+    while byte & 64 != 0 && shift < 60 {
+        byte = next()?;
+        shift += 6;
+        value |= u64::from(byte & 63) << shift;
+    }
+    Some(value)
+}
+
+fn signed_varint(next: &mut impl FnMut() -> Option<u8>) -> Option<i64> {
+    let value = varint(next)?;
+    let magnitude = (value >> 1) as i64;
+    Some(if value & 1 != 0 {
+        -magnitude
+    } else {
+        magnitude
+    })
+}
+
+#[cfg(test)]
+mod tests;

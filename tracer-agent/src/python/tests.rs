@@ -1,0 +1,158 @@
+use std::{path::Path, process::Command};
+
+use super::*;
+
+/// The build machine's `python3`, which these tests compare with (CPython 3.11 on every
+/// machine of this kind, CI's included).
+fn python3(script: &str) -> serde_json::Value {
+    let output = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .expect("run python3 (CPython 3.11 is on every build machine)");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("python3 prints JSON")
+}
+
+/// Every code unit of functions of many shapes (long and negative line steps, lines with no
+/// location, one-line and long forms) gets the line CPython's own `co_lines` gives it.
+#[test]
+fn line_tables_read_as_cpython_reads_them() {
+    let functions = python3(
+        r#"
+import json
+
+def simple(a):
+    return a + 1
+
+def long_jumps(n):
+    total = 0
+    for i in range(n):
+        if i % 3 == 0:
+            total += i
+
+
+
+        else:
+            total -= 1
+    try:
+        total //= n
+    except ZeroDivisionError:
+        pass
+    return [x * total for x in range(n)
+            if x]
+
+async def coroutine():
+    return await other()
+
+class Holder:
+    def method(self, *args, **kwargs):
+        with open("/dev/null") as f:
+            f.read()
+        return lambda: (args,
+                        kwargs)
+
+def every_code(code):
+    yield code
+    for const in code.co_consts:
+        if hasattr(const, "co_lines"):
+            yield from every_code(const)
+
+import json.decoder
+codes = [simple.__code__, long_jumps.__code__, coroutine.__code__, Holder.method.__code__]
+for module in (json, json.decoder):
+    codes += every_code(compile(open(module.__file__).read(), module.__file__, "exec"))
+print(json.dumps([{"table": c.co_linetable.hex(), "first": c.co_firstlineno,
+                   "lines": list(c.co_lines())} for c in codes]))
+"#,
+    );
+    let mut units = 0;
+    for function in functions.as_array().expect("a list") {
+        let table = hex(function["table"].as_str().unwrap());
+        let first = function["first"].as_i64().unwrap() as i32;
+        for range in function["lines"].as_array().unwrap() {
+            let (start, end) = (range[0].as_u64().unwrap(), range[1].as_u64().unwrap());
+            let line = range[2].as_u64().map(|l| l as u32);
+            for unit in start / 2..end / 2 {
+                assert_eq!(
+                    line_of(&table, first, unit),
+                    line,
+                    "unit {unit} of {function}"
+                );
+                units += 1;
+            }
+        }
+    }
+    assert!(units > 1000, "{units} code units compared");
+}
+
+fn hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The layout of the build machine's Python is where `layout_check.py` finds each field in
+/// a live interpreter. On the GPU machine the same test binary checks its Python 3.12
+/// (`HOTPIN_TEST_PYTHON`, run from the repository's root: docs/benchmarks.md).
+#[test]
+fn the_layout_table_matches_a_live_interpreter() {
+    let built = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../bench/gpu/python/layout_check.py"
+    );
+    let script = if Path::new(built).is_file() {
+        built
+    } else {
+        "bench/gpu/python/layout_check.py"
+    };
+    let python = std::env::var("HOTPIN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let output = Command::new(&python)
+        .arg(script)
+        .output()
+        .unwrap_or_else(|e| panic!("run {python}: {e}"));
+    assert!(output.status.success(), "{output:?}");
+    let found: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let version: Vec<u8> = found["python"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .take(2)
+        .map(|part| part.parse().unwrap())
+        .collect();
+    let layout = layout(version[0], version[1])
+        .unwrap_or_else(|| panic!("no layout for the build machine's Python {found}"));
+    let fields = &found["fields"];
+    for (name, value) in [
+        ("runtime_interp_head", layout.runtime_interp_head),
+        ("interp_threads_head", layout.interp_threads_head),
+        ("tstate_next", layout.tstate_next),
+        ("tstate_native_thread_id", layout.tstate_native_thread_id),
+        ("tstate_cframe", layout.tstate_cframe),
+        ("cframe_current", layout.cframe_current),
+        ("frame_code", layout.frame_code),
+        ("frame_previous", layout.frame_previous),
+        ("frame_prev_instr", layout.frame_prev_instr),
+        ("code_firstlineno", layout.code_firstlineno),
+        ("code_filename", layout.code_filename),
+        ("code_qualname", layout.code_qualname),
+        ("code_linetable", layout.code_linetable),
+        ("code_adaptive", layout.code_adaptive),
+        ("bytes_data", layout.bytes_data),
+        ("ascii_data", layout.ascii_data),
+        ("ascii_length", layout.ascii_length),
+        ("ascii_state", layout.ascii_state),
+    ] {
+        let candidates: Vec<u64> = fields[name]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name} missing from {found}"))
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert!(
+            candidates.contains(&u64::from(value)),
+            "{name}: the table says {value}, a live {} interpreter has it at {candidates:?}",
+            found["python"]
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! The Python lines of allocations, read by the kernel side from a real CPython (the build
+//! machine's `python3`, 3.11) running a program of ours that calls the CUDA stand-in (a test
+//! fixture, not CUDA) through ctypes: `tracer record -- python3 ...` and `tracer record --pid`
+//! after its set-up. Needs root (the tracer loads eBPF).
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use tracer_agent::history::{AllocKind, MemHistory, PYTHON_MODULE};
+
+fn program() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pinned_lines.py")
+}
+
+/// Every pinned allocation the program made carries its line and function, then its
+/// caller's, as the program says; every copy is counted.
+fn assert_lines(history: &MemHistory, truth: &serde_json::Value) {
+    // Every copy counted, by direction: all of them are from or into the pinned buffers.
+    let mut copies = tracer_agent::history::TransferStats::default();
+    for allocation in history.allocations() {
+        if allocation.kind.is_host() {
+            copies.add(&allocation.stats);
+        }
+    }
+    let number = |key: &str| truth[key].as_u64().unwrap();
+    assert_eq!(
+        (
+            copies.h2d_count,
+            copies.d2h_count,
+            copies.h2d_bytes,
+            copies.d2h_bytes
+        ),
+        (
+            number("h2d"),
+            number("d2h"),
+            number("h2d_bytes"),
+            number("d2h_bytes")
+        ),
+        "{:?}",
+        history.stats()
+    );
+    let made = truth["allocations"].as_array().expect("allocations");
+    let pinned: Vec<_> = history
+        .allocations()
+        .iter()
+        .filter(|a| a.kind == AllocKind::Pinned)
+        .collect();
+    assert_eq!(pinned.len(), made.len(), "{pinned:?}");
+    for (allocation, truth) in pinned.iter().zip(made) {
+        assert_eq!(allocation.size, truth["size"].as_u64().unwrap());
+        let python: Vec<(String, u64, String)> = history
+            .callers(allocation.id)
+            .iter()
+            .filter_map(|&id| history.call_site(id))
+            .filter_map(|site| {
+                let file = site.module.strip_prefix(PYTHON_MODULE)?;
+                Some((file.to_owned(), site.offset, site.symbol.clone()?))
+            })
+            .collect();
+        let file = truth["file"].as_str().unwrap().to_owned();
+        let expected = [
+            (
+                file.clone(),
+                truth["line"].as_u64().unwrap(),
+                truth["function"].as_str().unwrap().to_owned(),
+            ),
+            (
+                file,
+                truth["caller_line"].as_u64().unwrap(),
+                truth["caller"].as_str().unwrap().to_owned(),
+            ),
+        ];
+        assert!(
+            python.len() >= 3 && python[..2] == expected,
+            "allocation {allocation:?}: Python lines {python:?}, the program says {expected:?}"
+        );
+    }
+}
+
+fn truth_of(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the program's ground truth ({e}): {text}"))
+}
+
+#[test]
+fn a_recorded_python_program_has_its_lines() {
+    common::require_root();
+    let standin = common::standin("python-record");
+    let history = standin.dir.join("python.hotpin");
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("record")
+        .arg("-o")
+        .arg(&history)
+        .args(["--", "python3"])
+        .arg(program())
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let saved = tracer_agent::dump::read(&history).expect("history");
+    assert_lines(&saved, &truth_of(&output.stdout));
+}
+
+#[test]
+fn a_python_program_traced_by_pid_after_its_set_up_has_its_lines() {
+    common::require_root();
+    let standin = common::standin("python-pid");
+    let go = standin.dir.join("go");
+    let mut program = Command::new("python3")
+        .arg(program())
+        .arg(&standin.runtime)
+        .arg(&go)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
+    let mut ready = String::new();
+    stdout.read_line(&mut ready).expect("read READY");
+    assert_eq!(ready.trim(), "READY");
+    let history = standin.dir.join("python-pid.json");
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "--pid", &program.id().to_string(), "-o"])
+        .arg(&history)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tracer");
+    let mut stderr = BufReader::new(tracer.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read the tracer") == 0 {
+            panic!("the tracer ended before recording: {said}");
+        }
+        said.push_str(&line);
+        if line.starts_with("tracer: recording") {
+            break;
+        }
+    }
+    std::fs::write(&go, b"").expect("open the gate");
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).expect("the program's output");
+    assert!(program.wait().expect("wait").success());
+    let mut tail = String::new();
+    stderr.read_to_string(&mut tail).expect("read the tracer");
+    assert!(tracer.wait().expect("wait").success(), "{said}{tail}");
+    let saved = tracer_agent::dump::read(&history).expect("history");
+    assert_lines(&saved, &truth_of(&rest));
+}
+
+/// `tracer daemon` gives the Python program's allocations their lines too, in the history it
+/// stores for the run.
+#[test]
+fn the_daemon_stores_a_python_program_with_its_lines() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("python-daemon");
+    let store = standin.dir.join("store");
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("daemon")
+        .arg("--store")
+        .arg(&store)
+        .args(["--metrics", "off", "--lease-socket", "off", "--command"])
+        .arg(format!("*{}*", standin.dir.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tracer daemon");
+    let mut said = BufReader::new(daemon.stderr.take().expect("stderr"));
+    let mut lines = String::new();
+    while !lines.contains("tracing every CUDA process") {
+        if said.read_line(&mut lines).expect("read the daemon") == 0 {
+            panic!("the daemon ended: {lines}");
+        }
+    }
+    let output = Command::new("python3")
+        .arg(program())
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run python3");
+    assert!(output.status.success(), "{output:?}");
+    let started = std::time::Instant::now();
+    let history = loop {
+        if let Some(found) = histories(&store).pop() {
+            break found;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "no history stored: {lines}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // SAFETY: kill has no memory preconditions; the pid is our child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().expect("wait for the daemon").success());
+    let saved = tracer_agent::dump::read(&history).expect("history");
+    assert_lines(&saved, &truth_of(&output.stdout));
+}
+
+/// Every history file under `dir`.
+fn histories(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(histories(&path));
+        } else if path.extension().is_some_and(|e| e == "hotpin") {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// `--no-python-lines`: the same recording without them.
+#[test]
+fn python_lines_can_be_turned_off() {
+    common::require_root();
+    let standin = common::standin("python-off");
+    let history = standin.dir.join("python.hotpin");
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "--no-python-lines", "-o"])
+        .arg(&history)
+        .args(["--", "python3"])
+        .arg(program())
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(output.status.success(), "{output:?}");
+    let saved = tracer_agent::dump::read(&history).expect("history");
+    let pinned = saved
+        .allocations()
+        .iter()
+        .filter(|a| a.kind == AllocKind::Pinned)
+        .count();
+    assert_eq!(pinned, 2);
+    assert!(
+        saved
+            .call_sites()
+            .iter()
+            .all(|site| !site.module.starts_with(PYTHON_MODULE)),
+        "{:?}",
+        saved.call_sites()
+    );
+}
