@@ -6,8 +6,10 @@
 //!
 //! A process is recognised by its interpreter's exported symbols (`_PyRuntime`, `Py_Version`,
 //! `PyCode_Type`) in a mapped `python3*` or `libpython3*` file; the version picks the layout
-//! ([`tracer_common::python`]). What a code object says at an instruction is read once per
-//! process and kept. hotpin's interposer reads the same frames in place
+//! ([`tracer_common::python`]). What a code object says is read once per process and kept:
+//! the kernel side wakes the agent only for a code object it has not sent before. (A code
+//! object freed and another made at its address would be named as the first; the code of a
+//! program's functions lives as long as the program.) hotpin's interposer reads the same frames in place
 //! (`preload/src/python.rs`).
 
 use std::{
@@ -30,8 +32,8 @@ use crate::probes::Probes;
 const MAX_NAME: usize = 512;
 /// Largest line table read (a code object's; a few hundred bytes is usual).
 const MAX_LINE_TABLE: usize = 64 << 10;
-/// Frames kept per process before the cache is emptied.
-const MAX_SEEN: usize = 16384;
+/// Code objects kept per process before the cache is emptied.
+const MAX_CODES: usize = 16384;
 
 /// A CPython process's interpreter, as found in its memory map.
 pub struct Interpreter {
@@ -142,8 +144,10 @@ pub struct PythonLines {
 struct Process {
     layout: &'static Layout,
     mem: File,
-    /// By (code object, instruction).
-    seen: HashMap<(u64, u64), CallSite>,
+    /// What each code object says, by address: read once, while the process lives (the
+    /// kernel side wakes the agent for a code object it has not sent before), so that any
+    /// later instruction in it is named without reading the process again.
+    codes: HashMap<u64, Code>,
     /// Each thread's frames from its last frames event, innermost first.
     last: HashMap<u32, Vec<CallSite>>,
 }
@@ -199,7 +203,7 @@ impl PythonLines {
             Process {
                 layout,
                 mem,
-                seen: HashMap::new(),
+                codes: HashMap::new(),
                 last: HashMap::new(),
             },
         );
@@ -236,37 +240,52 @@ impl PythonLines {
     }
 }
 
+/// What a code object says: its file (as a call site's module), its qualified name, its first
+/// line and its location table.
+struct Code {
+    module: String,
+    function: String,
+    first_line: i32,
+    line_table: Vec<u8>,
+}
+
 impl Process {
     /// The call site a packed frame names: `python:FILE`, its line, its function. `None`
-    /// where the code object cannot be read any more (the process exited before the frames
-    /// were read: the allocation keeps the frames that could be).
+    /// where the code object could not be read (the process exited before: the allocation
+    /// keeps the frames that could be).
     fn site(&mut self, frame: u64) -> Option<CallSite> {
         let (code, instruction) = unpack(frame);
-        if let Some(site) = self.seen.get(&(code, instruction)) {
-            return Some(site.clone());
+        if !self.codes.contains_key(&code) {
+            let read = self.read_code(code)?;
+            if self.codes.len() >= MAX_CODES {
+                self.codes.clear();
+            }
+            self.codes.insert(code, read);
         }
-        let site = self.read_site(code, instruction)?;
-        if self.seen.len() >= MAX_SEEN {
-            self.seen.clear();
-        }
-        self.seen.insert((code, instruction), site.clone());
-        Some(site)
+        let code = &self.codes[&code];
+        let line = line_of(&code.line_table, code.first_line, instruction)
+            .unwrap_or(code.first_line.max(0) as u32);
+        Some(CallSite {
+            module: code.module.clone(),
+            offset: u64::from(line),
+            symbol: Some(code.function.clone()),
+        })
     }
 
-    fn read_site(&self, code: u64, instruction: u64) -> Option<CallSite> {
+    fn read_code(&self, code: u64) -> Option<Code> {
         let l = self.layout;
         let field = |offset: u32| read_u64(&self.mem, code + u64::from(offset)).ok();
         let file = self.ascii(field(l.code_filename)?)?;
         let function = self.ascii(field(l.code_qualname)?)?;
         let first_line = field(l.code_firstlineno)? as u32 as i32;
-        let line = field(l.code_linetable)
+        let line_table = field(l.code_linetable)
             .and_then(|table| self.bytes(table))
-            .and_then(|table| line_of(&table, first_line, instruction))
-            .unwrap_or(first_line.max(0) as u32);
-        Some(CallSite {
+            .unwrap_or_default();
+        Some(Code {
             module: format!("{PYTHON_MODULE}{file}"),
-            offset: u64::from(line),
-            symbol: Some(function),
+            function,
+            first_line,
+            line_table,
         })
     }
 

@@ -14,9 +14,11 @@
 /// Frames kept per allocation, innermost first: one [`crate::Event`]'s arguments.
 pub const PY_FRAMES: usize = crate::MAX_ARGS;
 /// Threads of one interpreter looked through for the calling one.
-pub const MAX_THREADS: usize = 64;
+pub const MAX_THREADS: usize = 32;
 /// Frames stepped through (shim frames of the C stack included) for [`PY_FRAMES`].
-pub const MAX_STEPS: usize = 16;
+pub const MAX_STEPS: usize = 12;
+/// The bytes of a frame read at once: every frame field of every [`Layout`] is in them.
+pub const FRAME_BYTES: usize = 72;
 
 /// One CPython version's layout: byte offsets of the fields read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +107,20 @@ pub const PY312: Layout = Layout {
     ascii_state: 32,
 };
 
+// Every frame field the kernel side reads is within the first FRAME_BYTES of a frame.
+const _: () = {
+    let mut i = 0;
+    let layouts = [PY311, PY312];
+    while i < layouts.len() {
+        let l = &layouts[i];
+        assert!(l.frame_code as usize + 8 <= FRAME_BYTES);
+        assert!(l.frame_previous as usize + 8 <= FRAME_BYTES);
+        assert!(l.frame_prev_instr as usize + 8 <= FRAME_BYTES);
+        assert!((l.frame_owner as usize) < FRAME_BYTES);
+        i += 1;
+    }
+};
+
 /// The layout of CPython `major.minor`, if there is one.
 pub const fn layout(major: u8, minor: u8) -> Option<&'static Layout> {
     match (major, minor) {
@@ -115,7 +131,9 @@ pub const fn layout(major: u8, minor: u8) -> Option<&'static Layout> {
 }
 
 /// What the kernel side needs to find a thread's frames in one process (the `PYTHON` map's
-/// value, by tgid): absolute addresses, and the offsets of its [`Layout`].
+/// value, by tgid): absolute addresses, the offsets of its [`Layout`] that lead to the
+/// current frame, and its version (the frame fields are read with the version's layout built
+/// in: constant offsets into one read of the frame).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Offsets {
@@ -129,14 +147,8 @@ pub struct Offsets {
     pub tstate_native_thread_id: u32,
     pub tstate_cframe: u32,
     pub cframe_current: u32,
-    pub frame_code: u32,
-    pub frame_previous: u32,
-    pub frame_prev_instr: u32,
-    pub frame_owner: u32,
-    pub code_adaptive: u32,
-    /// The owner value of frames to skip; 256 (no `u8`) for none.
-    pub owner_cstack: u32,
-    pub _pad: u32,
+    /// CPython 3.`minor`: picks the frame layout ([`PY311`], [`PY312`]).
+    pub minor: u32,
 }
 
 impl Offsets {
@@ -149,16 +161,7 @@ impl Offsets {
             tstate_native_thread_id: layout.tstate_native_thread_id,
             tstate_cframe: layout.tstate_cframe,
             cframe_current: layout.cframe_current,
-            frame_code: layout.frame_code,
-            frame_previous: layout.frame_previous,
-            frame_prev_instr: layout.frame_prev_instr,
-            frame_owner: layout.frame_owner,
-            code_adaptive: layout.code_adaptive,
-            owner_cstack: match layout.owner_cstack {
-                Some(owner) => owner as u32,
-                None => 256,
-            },
-            _pad: 0,
+            minor: layout.minor as u32,
         }
     }
 }

@@ -68,6 +68,16 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     if cookie.layer() == Layer::Libc as u8 && !libc_call_wanted(tgid, cookie, &pending.args) {
         return Ok(());
     }
+    // An allocation made outside any other probed call: its Python lines, if any, go first
+    // (a nested one is its outer call's). Here, before the paths part: the verifier walks
+    // the frames once.
+    if cookie.want_site() {
+        // SAFETY: read only.
+        let outer = unsafe { DEPTH.get(tid) }.is_none_or(|d| d.allocator == 0 && d.runtime == 0);
+        if outer {
+            send_python_frames(tgid, tid);
+        }
+    }
     // A copy described in user memory: read now, while the caller holds it. A null
     // descriptor copies nothing (CUDA refuses it); one that cannot be read is a lost copy.
     if let Some(layout) = cookie.descriptor() {
@@ -99,11 +109,6 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     if let Some(depth) = depth_of(tid) {
         // SAFETY: the entry belongs to this thread, which is running this program.
         let depth = unsafe { &mut *depth };
-        // An allocation made outside any other probed call: its Python lines, if any, go
-        // first (a nested one is its outer call's).
-        if cookie.want_site() && depth.allocator == 0 && depth.runtime == 0 {
-            send_python_frames(tgid, tid);
-        }
         if cookie.layer() == Layer::Allocator as u8 {
             depth.allocator += 1;
         } else if cookie.layer() == Layer::Runtime as u8 {

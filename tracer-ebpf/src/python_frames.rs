@@ -11,18 +11,43 @@
 //! type, an unreadable pointer) ends the walk with what was read.
 
 use aya_ebpf::{
-    bindings::BPF_RB_FORCE_WAKEUP, helpers::bpf_probe_read_user, macros::map, maps::HashMap,
+    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::bpf_probe_read_user,
+    macros::map,
+    maps::{HashMap, LruHashMap},
 };
 use tracer_common::{
     Event, EventKind, MAX_TARGETS, counter,
-    python::{MAX_STEPS, MAX_THREADS, Offsets, PY_FRAMES, pack},
+    python::{FRAME_BYTES, Layout, MAX_STEPS, MAX_THREADS, Offsets, PY_FRAMES, PY311, PY312, pack},
 };
 
-use crate::shared::{EVENTS, bump, header, now};
+use crate::shared::{EVENTS, MAX_PENDING, bump, header, now};
+
+/// A frame's fields as words.
+const FRAME_WORDS: usize = FRAME_BYTES / 8;
 
 /// How to read each CPython process's frames, by tgid (set by the agent).
 #[map]
 static PYTHON: HashMap<u32, Offsets> = HashMap::with_max_entries(MAX_TARGETS, 0);
+
+/// Each thread's `PyThreadState`, once found: checked by its native thread id at each use
+/// (one read) instead of walking the thread list again.
+#[map]
+static THREAD_STATES: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PENDING, 0);
+
+/// Code objects already sent, by (tgid, address): the agent keeps what each one says, so a
+/// frames event naming only these need not wake it. A new one does: the agent reads it while
+/// the process lives.
+#[map]
+static CODES_SENT: LruHashMap<CodeKey, u8> = LruHashMap::with_max_entries(MAX_PENDING, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CodeKey {
+    tgid: u32,
+    _pad: u32,
+    code: u64,
+}
 
 /// Reads the word at `at` in the traced process; `None` where it cannot be read.
 fn word(at: u64) -> Option<u64> {
@@ -41,6 +66,7 @@ pub(crate) fn send_python_frames(tgid: u32, tid: u32) {
         return;
     };
     let event = entry.as_mut_ptr();
+    let mut new_code = false;
     // SAFETY: `event` is the reserved record, ours until submitted; every field is written.
     unsafe {
         (*event).header = header(EventKind::PythonFrames as u16, 0, tgid, tid, now());
@@ -49,24 +75,39 @@ pub(crate) fn send_python_frames(tgid: u32, tid: u32) {
         (*event).caller = 0;
         (*event).duration_ns = 0;
         (*event).site = Default::default();
-        (*event).ret = match this_thread_state(&offsets, tid) {
-            Some(tstate) => walk(&offsets, tstate, &mut (*event).args) as u64,
-            None => 0,
-        };
+        let args = &mut (*event).args;
+        (*event).ret = match (this_thread_state(&offsets, tid), offsets.minor) {
+            (Some(tstate), 11) => walk::<Py311>(&offsets, tgid, tstate, args, &mut new_code),
+            (Some(tstate), 12) => walk::<Py312>(&offsets, tgid, tstate, args, &mut new_code),
+            _ => 0,
+        } as u64;
     }
-    // The agent reads the code objects while the process lives: wake it now.
-    entry.submit(BPF_RB_FORCE_WAKEUP.into());
+    let wakeup = if new_code {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup.into());
 }
 
-/// The `PyThreadState` of thread `tid` in the process's first interpreter.
+/// The `PyThreadState` of thread `tid` in the process's first interpreter: the one found
+/// before if it is still this thread's, else found in the thread list.
 fn this_thread_state(offsets: &Offsets, tid: u32) -> Option<u64> {
+    let native = u64::from(offsets.tstate_native_thread_id);
+    // SAFETY: the value is copied out at once.
+    if let Some(&tstate) = unsafe { THREAD_STATES.get(tid) }
+        && word(tstate + native) == Some(u64::from(tid))
+    {
+        return Some(tstate);
+    }
     let interpreter = word(offsets.interp_head_at)?;
     let mut tstate = word(interpreter + u64::from(offsets.interp_threads_head))?;
     for _ in 0..MAX_THREADS {
         if tstate == 0 {
             return None;
         }
-        if word(tstate + u64::from(offsets.tstate_native_thread_id))? == u64::from(tid) {
+        if word(tstate + native)? == u64::from(tid) {
+            let _ = THREAD_STATES.insert(tid, tstate, 0);
             return Some(tstate);
         }
         tstate = word(tstate + u64::from(offsets.tstate_next))?;
@@ -74,8 +115,39 @@ fn this_thread_state(offsets: &Offsets, tid: u32) -> Option<u64> {
     None
 }
 
-/// Packs the frames of `tstate` into `out`, innermost first; returns how many.
-fn walk(offsets: &Offsets, tstate: u64, out: &mut [u64; PY_FRAMES]) -> usize {
+/// A version's frame layout as constants, so that each field is read from the frame's words
+/// at a constant index (the verifier refuses a stack read at an offset it cannot bound).
+trait FrameLayout {
+    const LAYOUT: Layout;
+    const CODE: usize = Self::LAYOUT.frame_code as usize / 8;
+    const PREVIOUS: usize = Self::LAYOUT.frame_previous as usize / 8;
+    const PREV_INSTR: usize = Self::LAYOUT.frame_prev_instr as usize / 8;
+    const OWNER: usize = Self::LAYOUT.frame_owner as usize / 8;
+    const OWNER_SHIFT: u32 = (Self::LAYOUT.frame_owner % 8) * 8;
+    const CSTACK: Option<u8> = Self::LAYOUT.owner_cstack;
+    const ADAPTIVE: u64 = Self::LAYOUT.code_adaptive as u64;
+}
+
+struct Py311;
+impl FrameLayout for Py311 {
+    const LAYOUT: Layout = PY311;
+}
+
+struct Py312;
+impl FrameLayout for Py312 {
+    const LAYOUT: Layout = PY312;
+}
+
+/// Packs the frames of `tstate` into `out`, innermost first; returns how many. Each frame's
+/// fields are read in one go (its first [`FRAME_BYTES`]), its code object's type in another;
+/// `new_code` says whether a code object was not sent before.
+fn walk<L: FrameLayout>(
+    offsets: &Offsets,
+    tgid: u32,
+    tstate: u64,
+    out: &mut [u64; PY_FRAMES],
+    new_code: &mut bool,
+) -> usize {
     let Some(cframe) = word(tstate + u64::from(offsets.tstate_cframe)) else {
         return 0;
     };
@@ -87,29 +159,35 @@ fn walk(offsets: &Offsets, tstate: u64, out: &mut [u64; PY_FRAMES]) -> usize {
         if frame == 0 || count >= PY_FRAMES {
             break;
         }
-        let Some(code) = word(frame + u64::from(offsets.frame_code)) else {
+        // SAFETY: a user read into a value of ours; failure is an error value.
+        let Ok(fields) = (unsafe { bpf_probe_read_user(frame as *const [u64; FRAME_WORDS]) })
+        else {
             break;
         };
+        let code = fields[L::CODE];
         if code == 0 || word(code + 8) != Some(offsets.code_type) {
             break;
         }
-        // SAFETY: a user read of one byte; failure is an error value.
-        let owner =
-            unsafe { bpf_probe_read_user((frame + u64::from(offsets.frame_owner)) as *const u8) }
-                .map_or(0, u32::from);
-        if owner != offsets.owner_cstack {
-            let first = code + u64::from(offsets.code_adaptive);
-            let at = word(frame + u64::from(offsets.frame_prev_instr)).unwrap_or(first);
-            let units = at.saturating_sub(first) / 2;
+        let owner = (fields[L::OWNER] >> L::OWNER_SHIFT) as u8;
+        if L::CSTACK != Some(owner) {
+            let first = code + L::ADAPTIVE;
+            let units = fields[L::PREV_INSTR].saturating_sub(first) / 2;
             if let Some(slot) = out.get_mut(count) {
                 *slot = pack(code, units);
             }
             count += 1;
+            let key = CodeKey {
+                tgid,
+                _pad: 0,
+                code,
+            };
+            // SAFETY: only tested for presence.
+            if unsafe { CODES_SENT.get(key) }.is_none() {
+                let _ = CODES_SENT.insert(key, 1, 0);
+                *new_code = true;
+            }
         }
-        let Some(previous) = word(frame + u64::from(offsets.frame_previous)) else {
-            break;
-        };
-        frame = previous;
+        frame = fields[L::PREVIOUS];
     }
     count
 }
