@@ -1,4 +1,4 @@
-//! The Python lines that made an allocation (#28): in a process running CPython 3.11 or 3.12,
+//! The Python lines that made an allocation (#28): in a process running CPython 3.11 to 3.13,
 //! the allocating thread's interpreter frames, innermost first, read in place.
 //!
 //! Why here and so: PyTorch's generated bindings release the GIL around the operator that
@@ -13,9 +13,10 @@
 //!
 //! The layouts are CPython's own, per version, shared with the tracer
 //! (`tracer_common::python`, where how they are checked is said). A version without a layout
-//! (3.10, 3.13 and later) gets no Python lines, said once; so does a chain that does not check
-//! out (a code object whose type is not `PyCode_Type`). The tracer reads the same frames from
-//! the kernel side for `--pid`, `record` and the daemon (`tracer-agent/src/python.rs`).
+//! (3.10 and earlier, 3.14 and later) gets no Python lines, said once; so does a chain that
+//! does not check out (a code object whose type is not `PyCode_Type`). The tracer reads the
+//! same frames from the kernel side for `--pid`, `record` and the daemon
+//! (`tracer-agent/src/python.rs`).
 
 use tracer_common::python::Layout;
 
@@ -83,7 +84,7 @@ fn find() -> Option<Interpreter> {
         None => {
             eprintln!(
                 "hotpin: Python {major}.{minor}: allocations are not given their Python lines \
-                 (3.11 and 3.12 are read)"
+                 (3.11 to 3.13 are read)"
             );
             return None;
         }
@@ -177,20 +178,24 @@ unsafe fn walk(interpreter: &Interpreter, tstate: usize) -> Option<Vec<PyFrame>>
     let mut frames = Vec::new();
     // SAFETY (every read below): fields of live interpreter structures of this thread.
     unsafe {
-        let cframe = word(tstate, at(l.tstate_cframe));
-        if cframe == 0 {
-            return Some(frames);
-        }
-        let mut frame = word(cframe, at(l.cframe_current));
+        // Through the thread's _PyCFrame (3.11, 3.12), or held by the thread state (3.13).
+        let held = word(tstate, at(l.tstate_cframe));
+        let mut frame = match l.cframe_current {
+            Some(_) if held == 0 => return Some(frames),
+            Some(offset) => word(held, at(offset)),
+            None => held,
+        };
         let mut steps = 0;
         while frame != 0 && frames.len() < MAX_FRAMES && steps < 64 {
             steps += 1;
             let owner = *((frame + at(l.frame_owner)) as *const u8);
-            let code = word(frame, at(l.frame_code));
-            if code == 0 || word(code, 8) != interpreter.code_type {
-                return None;
-            }
+            // A shim frame of the C stack: skipped before its code is looked at (3.13 gives it
+            // None, not a code object).
             if l.owner_cstack != Some(owner) {
+                let code = word(frame, at(l.frame_code));
+                if code == 0 || word(code, 8) != interpreter.code_type {
+                    return None;
+                }
                 let first = code + at(l.code_adaptive);
                 let prev = word(frame, at(l.frame_prev_instr));
                 let offset = prev.wrapping_sub(first) as isize;

@@ -1,5 +1,5 @@
 //! The Python lines of allocations, for `--pid`, `record` and the daemon (#28): in a process
-//! running CPython 3.11 or 3.12, the kernel side sends the allocating thread's frames (code
+//! running CPython 3.11 to 3.13, the kernel side sends the allocating thread's frames (code
 //! objects and instructions, `tracer-ebpf/src/python_frames.rs`) just before the allocation;
 //! here they become call sites, `python:FILE` at the line, in the function, read from the code
 //! objects through `/proc/PID/mem` while the process lives.
@@ -168,7 +168,7 @@ impl PythonLines {
             Ok(Found::Unread { major, minor }) => {
                 tracing::info!(
                     pid,
-                    "Python {major}.{minor}: its allocations get no Python lines (3.11 and 3.12 \
+                    "Python {major}.{minor}: its allocations get no Python lines (3.11 to 3.13 \
                      are read)"
                 );
                 self.unread.insert(pid);

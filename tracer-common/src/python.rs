@@ -6,10 +6,10 @@
 //! The layouts are CPython's own (`Include/internal/pycore_runtime.h`, `pycore_interp.h`,
 //! `pycore_frame.h`, `cpython/pystate.h`, `cpython/code.h`). `bench/gpu/python/layout_check.py`
 //! finds every field but the frame's owner by its value in a live interpreter; it agreed with
-//! these tables on CPython 3.11.7 and 3.12.1 (pyenv builds) and on the GPU machine's 3.12, and
-//! a test compares it with the build machine's `python3`. 3.10 and earlier (no `Py_Version`,
-//! other frames) and 3.13 and later (frames moved again; it publishes `_Py_DebugOffsets`, not
-//! read yet) have none.
+//! these tables on CPython 3.11.7, 3.12.1 and 3.13.0 (pyenv builds) and on the GPU machine's
+//! 3.12.3, and a test compares it with the build machine's `python3`. 3.13's also agree with
+//! its `_Py_DebugOffsets`. 3.10 and earlier (no `Py_Version`, other frames and line tables)
+//! and 3.14 and later (not checked) have none.
 
 /// Frames kept per allocation, innermost first: one [`crate::Event`]'s arguments.
 pub const PY_FRAMES: usize = crate::MAX_ARGS;
@@ -32,15 +32,19 @@ pub struct Layout {
     /// `PyThreadState.next` and `.native_thread_id`.
     pub tstate_next: u32,
     pub tstate_native_thread_id: u32,
-    /// `PyThreadState.cframe`, then `_PyCFrame.current_frame`.
+    /// `PyThreadState.cframe`, then `_PyCFrame.current_frame` (3.11, 3.12); in 3.13, which
+    /// has no `_PyCFrame`, `PyThreadState.current_frame` and `None`.
     pub tstate_cframe: u32,
-    pub cframe_current: u32,
-    /// `_PyInterpreterFrame` fields.
+    pub cframe_current: Option<u32>,
+    /// `_PyInterpreterFrame` fields (`f_code`; `f_executable` in 3.13, a code object for the
+    /// frames of Python functions).
     pub frame_code: u32,
     pub frame_previous: u32,
+    /// `prev_instr` (3.11, 3.12), `instr_ptr` (3.13): the instruction the frame is at.
     pub frame_prev_instr: u32,
     pub frame_owner: u32,
-    /// The owner of frames the C stack owns (3.12's shim frames): skipped. `None` in 3.11.
+    /// The owner of frames the C stack owns (the shim frames of 3.12 on): skipped. `None` in
+    /// 3.11.
     pub owner_cstack: Option<u8>,
     /// `PyCodeObject` fields.
     pub code_firstlineno: u32,
@@ -65,7 +69,7 @@ pub const PY311: Layout = Layout {
     tstate_next: 8,
     tstate_native_thread_id: 160,
     tstate_cframe: 56,
-    cframe_current: 8,
+    cframe_current: Some(8),
     frame_code: 32,
     frame_previous: 48,
     frame_prev_instr: 56,
@@ -90,7 +94,7 @@ pub const PY312: Layout = Layout {
     tstate_next: 8,
     tstate_native_thread_id: 144,
     tstate_cframe: 56,
-    cframe_current: 0,
+    cframe_current: Some(0),
     frame_code: 0,
     frame_previous: 8,
     frame_prev_instr: 56,
@@ -107,10 +111,19 @@ pub const PY312: Layout = Layout {
     ascii_state: 32,
 };
 
+// The kernel side knows two frame layouts: 3.13's frame fields are 3.12's.
+const _: () = {
+    assert!(PY313.frame_code == PY312.frame_code);
+    assert!(PY313.frame_previous == PY312.frame_previous);
+    assert!(PY313.frame_prev_instr == PY312.frame_prev_instr);
+    assert!(PY313.frame_owner == PY312.frame_owner);
+    assert!(matches!(PY313.owner_cstack, Some(3)) && matches!(PY312.owner_cstack, Some(3)));
+};
+
 // Every frame field the kernel side reads is within the first FRAME_BYTES of a frame.
 const _: () = {
     let mut i = 0;
-    let layouts = [PY311, PY312];
+    let layouts = [PY311, PY312, PY313];
     while i < layouts.len() {
         let l = &layouts[i];
         assert!(l.frame_code as usize + 8 <= FRAME_BYTES);
@@ -121,19 +134,44 @@ const _: () = {
     }
 };
 
+/// 3.13's, as its `_Py_DebugOffsets` (the start of `_PyRuntime`) also gives it.
+pub const PY313: Layout = Layout {
+    major: 3,
+    minor: 13,
+    runtime_interp_head: 632,
+    interp_threads_head: 7344,
+    tstate_next: 8,
+    tstate_native_thread_id: 160,
+    tstate_cframe: 72,
+    cframe_current: None,
+    frame_code: 0,
+    frame_previous: 8,
+    frame_prev_instr: 56,
+    frame_owner: 70,
+    owner_cstack: Some(3),
+    code_firstlineno: 68,
+    code_filename: 112,
+    code_qualname: 128,
+    code_linetable: 136,
+    code_adaptive: 200,
+    bytes_data: 32,
+    ascii_data: 40,
+    ascii_length: 16,
+    ascii_state: 32,
+};
+
 /// The layout of CPython `major.minor`, if there is one.
 pub const fn layout(major: u8, minor: u8) -> Option<&'static Layout> {
     match (major, minor) {
         (3, 11) => Some(&PY311),
         (3, 12) => Some(&PY312),
+        (3, 13) => Some(&PY313),
         _ => None,
     }
 }
 
 /// What the kernel side needs to find a thread's frames in one process (the `PYTHON` map's
-/// value, by tgid): absolute addresses, the offsets of its [`Layout`] that lead to the
-/// current frame, and its version (the frame fields are read with the version's layout built
-/// in: constant offsets into one read of the frame).
+/// value, by tgid): absolute addresses, and the offsets of its [`Layout`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Offsets {
@@ -146,10 +184,19 @@ pub struct Offsets {
     pub tstate_next: u32,
     pub tstate_native_thread_id: u32,
     pub tstate_cframe: u32,
+    /// [`NO_CFRAME`] where the thread state holds the current frame itself (3.13).
     pub cframe_current: u32,
-    /// CPython 3.`minor`: picks the frame layout ([`PY311`], [`PY312`]).
-    pub minor: u32,
+    /// Which frame layout: [`FRAMES_311`] or [`FRAMES_312`] (3.13 keeps 3.12's).
+    pub frames: u32,
+    pub code_adaptive: u32,
+    pub _pad: u32,
 }
+
+/// [`Offsets::cframe_current`] of a version without `_PyCFrame`.
+pub const NO_CFRAME: u32 = u32::MAX;
+/// [`Offsets::frames`]: the frame layout of [`PY311`], or of [`PY312`] and [`PY313`].
+pub const FRAMES_311: u32 = 11;
+pub const FRAMES_312: u32 = 12;
 
 impl Offsets {
     pub const fn new(layout: &Layout, runtime: u64, code_type: u64) -> Self {
@@ -160,8 +207,17 @@ impl Offsets {
             tstate_next: layout.tstate_next,
             tstate_native_thread_id: layout.tstate_native_thread_id,
             tstate_cframe: layout.tstate_cframe,
-            cframe_current: layout.cframe_current,
-            minor: layout.minor as u32,
+            cframe_current: match layout.cframe_current {
+                Some(offset) => offset,
+                None => NO_CFRAME,
+            },
+            frames: if layout.minor == 11 {
+                FRAMES_311
+            } else {
+                FRAMES_312
+            },
+            code_adaptive: layout.code_adaptive,
+            _pad: 0,
         }
     }
 }

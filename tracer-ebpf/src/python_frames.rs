@@ -18,7 +18,10 @@ use aya_ebpf::{
 };
 use tracer_common::{
     Event, EventKind, MAX_TARGETS, counter,
-    python::{FRAME_BYTES, Layout, MAX_STEPS, MAX_THREADS, Offsets, PY_FRAMES, PY311, PY312, pack},
+    python::{
+        FRAME_BYTES, FRAMES_311, Layout, MAX_STEPS, MAX_THREADS, NO_CFRAME, Offsets, PY_FRAMES,
+        PY311, PY312, pack,
+    },
 };
 
 use crate::shared::{EVENTS, MAX_PENDING, bump, header, now};
@@ -76,10 +79,13 @@ pub(crate) fn send_python_frames(tgid: u32, tid: u32) {
         (*event).duration_ns = 0;
         (*event).site = Default::default();
         let args = &mut (*event).args;
-        (*event).ret = match (this_thread_state(&offsets, tid), offsets.minor) {
-            (Some(tstate), 11) => walk::<Py311>(&offsets, tgid, tstate, args, &mut new_code),
-            (Some(tstate), 12) => walk::<Py312>(&offsets, tgid, tstate, args, &mut new_code),
-            _ => 0,
+        // Two frame layouts: 3.11's, and 3.12's (which 3.13 keeps).
+        (*event).ret = match this_thread_state(&offsets, tid) {
+            Some(tstate) if offsets.frames == FRAMES_311 => {
+                walk::<Py311>(&offsets, tgid, tstate, args, &mut new_code)
+            }
+            Some(tstate) => walk::<Py312>(&offsets, tgid, tstate, args, &mut new_code),
+            None => 0,
         } as u64;
     }
     let wakeup = if new_code {
@@ -115,8 +121,18 @@ fn this_thread_state(offsets: &Offsets, tid: u32) -> Option<u64> {
     None
 }
 
-/// A version's frame layout as constants, so that each field is read from the frame's words
-/// at a constant index (the verifier refuses a stack read at an offset it cannot bound).
+/// The thread's current frame: through its `_PyCFrame`, or held by the thread state (3.13).
+fn current_frame(offsets: &Offsets, tstate: u64) -> Option<u64> {
+    let held = word(tstate + u64::from(offsets.tstate_cframe))?;
+    if offsets.cframe_current == NO_CFRAME {
+        return Some(held);
+    }
+    word(held + u64::from(offsets.cframe_current))
+}
+
+/// A frame layout as constants, so that each field is read from the frame's words at a
+/// constant index: the verifier refuses a stack read at an offset it cannot bound, and the
+/// compiler moves any bounding of a variable one out of its reach.
 trait FrameLayout {
     const LAYOUT: Layout;
     const CODE: usize = Self::LAYOUT.frame_code as usize / 8;
@@ -125,7 +141,6 @@ trait FrameLayout {
     const OWNER: usize = Self::LAYOUT.frame_owner as usize / 8;
     const OWNER_SHIFT: u32 = (Self::LAYOUT.frame_owner % 8) * 8;
     const CSTACK: Option<u8> = Self::LAYOUT.owner_cstack;
-    const ADAPTIVE: u64 = Self::LAYOUT.code_adaptive as u64;
 }
 
 struct Py311;
@@ -148,10 +163,7 @@ fn walk<L: FrameLayout>(
     out: &mut [u64; PY_FRAMES],
     new_code: &mut bool,
 ) -> usize {
-    let Some(cframe) = word(tstate + u64::from(offsets.tstate_cframe)) else {
-        return 0;
-    };
-    let Some(mut frame) = word(cframe + u64::from(offsets.cframe_current)) else {
+    let Some(mut frame) = current_frame(offsets, tstate) else {
         return 0;
     };
     let mut count = 0;
@@ -164,13 +176,15 @@ fn walk<L: FrameLayout>(
         else {
             break;
         };
-        let code = fields[L::CODE];
-        if code == 0 || word(code + 8) != Some(offsets.code_type) {
-            break;
-        }
+        // A shim frame of the C stack: skipped before its code is looked at (3.13 gives it
+        // None, not a code object).
         let owner = (fields[L::OWNER] >> L::OWNER_SHIFT) as u8;
         if L::CSTACK != Some(owner) {
-            let first = code + L::ADAPTIVE;
+            let code = fields[L::CODE];
+            if code == 0 || word(code + 8) != Some(offsets.code_type) {
+                break;
+            }
+            let first = code + u64::from(offsets.code_adaptive);
             let units = fields[L::PREV_INSTR].saturating_sub(first) / 2;
             if let Some(slot) = out.get_mut(count) {
                 *slot = pack(code, units);

@@ -47,7 +47,7 @@ def offsets(base, span, wanted, step=8, size=8):
 fields = {}
 runtime = ctypes.addressof(ctypes.c_char.in_dll(api, "_PyRuntime"))
 interp = api.PyInterpreterState_Head()
-fields["runtime_interp_head"] = offsets(runtime, 512, interp)
+fields["runtime_interp_head"] = offsets(runtime, 4096, interp)
 fields["interp_threads_head"] = offsets(interp, 8192, api.PyInterpreterState_ThreadHead(interp))
 started, done = threading.Event(), threading.Event()
 worker = threading.Thread(target=lambda: (started.set(), done.wait()))
@@ -103,13 +103,18 @@ def walk():
     `read` on the line that reads."""
     inner, outer = read.__code__, u64.__code__
     line = inner.co_firstlineno + 2  # `return os.pread(...)`
+    # (tstate_cframe, cframe_current, frame_code, frame): through a _PyCFrame (3.11, 3.12), or
+    # straight from the thread state (3.13: cframe_current is None).
     chains = []
     for a in range(0, 256, 8):
-        cframe = u64(tstate + a)
-        if not cframe:
+        pointer = u64(tstate + a)
+        if not pointer:
             continue
+        for c in range(0, 64, 8):
+            if u64(pointer + c) == id(inner):
+                chains.append((a, None, c, pointer))
         for b in range(0, 32, 8):
-            frame = u64(cframe + b)
+            frame = u64(pointer + b)
             if not frame:
                 continue
             for c in range(0, 64, 8):
@@ -129,7 +134,7 @@ def walk():
                     if api.PyCode_Addr2Line(inner, value - first) == line:
                         prev_instr.add(e)
     fields["tstate_cframe"] = sorted({a for a, _, _, _ in chains})
-    fields["cframe_current"] = sorted({b for _, b, _, _ in chains})
+    fields["cframe_current"] = sorted({b for _, b, _, _ in chains}, key=lambda b: -1 if b is None else b)
     fields["frame_code"] = sorted({c for _, _, c, _ in chains})
     fields["frame_previous"] = sorted(previous)
     fields["frame_prev_instr"] = sorted(prev_instr)

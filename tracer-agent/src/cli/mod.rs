@@ -202,7 +202,7 @@ struct RecordArgs {
     /// the driver are then told apart.
     #[arg(long)]
     runtime_copies: bool,
-    /// Do not read the Python lines of allocations in CPython 3.11 and 3.12 programs (read by
+    /// Do not read the Python lines of allocations in CPython 3.11 to 3.13 programs (read by
     /// default: each allocation of such a program sends one more event).
     #[arg(long)]
     no_python_lines: bool,

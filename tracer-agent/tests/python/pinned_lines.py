@@ -4,7 +4,7 @@ not CUDA), then copied both ways. Its last line of stdout is its ground truth: e
 allocation's size, file, line and function with its caller's line and function, and its
 copies and bytes by direction.
 Usage: python3 pinned_lines.py LIBCUDART [GATE]  (with GATE: prints READY after its set-up,
-then waits until the file GATE exists)"""
+then waits until the file GATE exists, at most 60 s)"""
 import ctypes
 import json
 import os
@@ -50,7 +50,10 @@ def main():
     check(cudart.cudaMalloc(ctypes.byref(device), ctypes.c_size_t(1 << 20)))
     if len(sys.argv) > 2:
         print("READY", flush=True)
+        deadline = time.monotonic() + 60
         while not os.path.exists(sys.argv[2]):
+            if time.monotonic() > deadline:
+                raise SystemExit("the gate did not open within 60 s")
             time.sleep(0.01)
     batch = Loader().staging(1 << 20)
     result = pinned(256 << 10)
