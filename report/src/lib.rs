@@ -125,7 +125,25 @@ pub struct SiteAdvice {
 }
 
 impl SiteAdvice {
-    fn add(&mut self, weighing: Option<Weighing>) {
+    /// Nothing counted yet; recognisable by use mode until something says otherwise.
+    fn empty() -> Self {
+        Self {
+            call_site: String::new(),
+            allocations: 0,
+            bytes: 0,
+            transfers: 0,
+            saving_s: 0.0,
+            cost_s: 0.0,
+            use_mode_matches: true,
+        }
+    }
+
+    /// Counts `allocations` allocations of `bytes` in all, copied `transfers` times, and what
+    /// pinning them saves and costs.
+    fn count(&mut self, allocations: u64, bytes: u64, transfers: u64, weighing: Option<Weighing>) {
+        self.allocations += allocations;
+        self.bytes += bytes;
+        self.transfers += transfers;
         if let Some(w) = weighing {
             self.saving_s += w.saving_s;
             self.cost_s += w.cost_s;
@@ -290,25 +308,19 @@ fn judge_host<'a>(
     let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
     let mut pinned_sites: BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)> = BTreeMap::new();
     let mut untracked_hot_bytes = 0;
-    let empty = || SiteAdvice {
-        call_site: String::new(),
-        allocations: 0,
-        bytes: 0,
-        transfers: 0,
-        saving_s: 0.0,
-        cost_s: 0.0,
-        use_mode_matches: true,
-    };
     let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
         .iter()
         .map(|g| (g.pid, g.call_site, g.size))
         .collect();
     for g in groups {
-        let entry = pin.entry(Some(g.call_site)).or_insert_with(empty);
-        entry.allocations += g.allocations;
-        entry.bytes += g.pinned_bytes();
-        entry.transfers += g.transfers;
-        entry.add(policy.weigh(&g.stats, g.size, g.peak_live));
+        pin.entry(Some(g.call_site))
+            .or_insert_with(SiteAdvice::empty)
+            .count(
+                g.allocations,
+                g.pinned_bytes(),
+                g.transfers,
+                policy.weigh(&g.stats, g.size, g.peak_live),
+            );
     }
     for a in host {
         let grouped = a
@@ -316,12 +328,14 @@ fn judge_host<'a>(
             .is_some_and(|site| in_group.contains(&(a.pid, site, a.size)));
         let hot = policy.is_hot(a) || grouped;
         if hot && !grouped && a.kind != AllocKind::Untracked {
-            let entry = pin.entry(a.call_site).or_insert_with(empty);
+            let entry = pin.entry(a.call_site).or_insert_with(SiteAdvice::empty);
             entry.use_mode_matches &= a.call_site.is_some() && a.kind != AllocKind::Mmap;
-            entry.allocations += 1;
-            entry.bytes += a.size;
-            entry.transfers += a.stats.transfers;
-            entry.add(policy.weigh(&a.stats, a.size, 1));
+            entry.count(
+                1,
+                a.size,
+                a.stats.transfers,
+                policy.weigh(&a.stats, a.size, 1),
+            );
         }
         if a.kind.is_pinned() {
             if !hot {
@@ -329,11 +343,13 @@ fn judge_host<'a>(
             }
             let (entry, any_hot) = pinned_sites
                 .entry(a.call_site)
-                .or_insert_with(|| (empty(), false));
-            entry.allocations += 1;
-            entry.bytes += a.size;
-            entry.transfers += a.stats.transfers;
-            entry.add(policy.weigh(&a.stats, a.size, 1));
+                .or_insert_with(|| (SiteAdvice::empty(), false));
+            entry.count(
+                1,
+                a.size,
+                a.stats.transfers,
+                policy.weigh(&a.stats, a.size, 1),
+            );
             *any_hot |= hot;
         } else if hot && !grouped {
             candidates.push(*a);
@@ -342,24 +358,7 @@ fn judge_host<'a>(
             }
         }
     }
-    let folded_host: Vec<_> = history
-        .compacted()
-        .iter()
-        .filter(|g| g.kind.is_host() && g.kind != AllocKind::Untracked)
-        .collect();
-    for g in folded_host.iter().filter(|g| g.kind.is_pinned()) {
-        let grouped = g
-            .call_site
-            .is_some_and(|site| in_group.contains(&(g.pid, site, g.size)));
-        let (entry, any_hot) = pinned_sites
-            .entry(g.call_site)
-            .or_insert_with(|| (empty(), false));
-        entry.allocations += g.allocations;
-        entry.bytes += g.size * g.peak_live.max(1);
-        entry.transfers += g.stats.transfers;
-        entry.add(policy.weigh(&g.stats, g.size, g.peak_live.max(1)));
-        *any_hot |= grouped;
-    }
+    let folded_host = folded_host(history, policy, &in_group, &mut pinned_sites);
     candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
     wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
     let unpin = pinned_sites
@@ -375,6 +374,38 @@ fn judge_host<'a>(
         untracked_hot_bytes,
         folded_host,
     }
+}
+
+/// The history's folded host allocations; its folded pinned ones are counted in
+/// `pinned_sites`, hot where a recycled group (`in_group`) made them.
+fn folded_host<'a>(
+    history: &'a MemHistory,
+    policy: &HotPolicy,
+    in_group: &BTreeSet<(u32, CallSiteId, u64)>,
+    pinned_sites: &mut BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)>,
+) -> Vec<&'a hotpin_history::history::SiteAggregate> {
+    let folded_host: Vec<&hotpin_history::history::SiteAggregate> = history
+        .compacted()
+        .iter()
+        .filter(|g| g.kind.is_host() && g.kind != AllocKind::Untracked)
+        .collect();
+    for g in folded_host.iter().filter(|g| g.kind.is_pinned()) {
+        let grouped = g
+            .call_site
+            .is_some_and(|site| in_group.contains(&(g.pid, site, g.size)));
+        let (entry, any_hot) = pinned_sites
+            .entry(g.call_site)
+            .or_insert_with(|| (SiteAdvice::empty(), false));
+        let live = g.peak_live.max(1);
+        entry.count(
+            g.allocations,
+            g.size * live,
+            g.stats.transfers,
+            policy.weigh(&g.stats, g.size, live),
+        );
+        *any_hot |= grouped;
+    }
+    folded_host
 }
 
 /// Memory worth a line among the cold: pinned and not hot, or large and never copied; pinned

@@ -112,33 +112,8 @@ impl TracerAgent {
             probes.add_target(pid)?;
             files.extend(target::candidate_files(pid)?);
         }
-        // Watching every process: from now on the kernel makes any process that opens a CUDA
-        // library a target; those that have one already are found here, each a session
-        // seeded with the memory it has.
         let mut targets = self.config.pids.clone();
-        if let Some(filter) = &self.config.recorder.watch {
-            // The agent opens CUDA libraries itself to read their symbols: never its own
-            // target (the kernel would stop it at the open, waiting for itself).
-            probes.ignore(std::process::id())?;
-            probes.set_watch_library_opens(true)?;
-            let filter = filter
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut sessions = self.shared.sessions();
-            for pid in crate::target::running_cuda_processes() {
-                if !filter.admits(pid) || targets.contains(&pid) {
-                    continue;
-                }
-                let Ok(found) = target::candidate_files(pid) else {
-                    continue;
-                };
-                probes.add_target(pid)?;
-                files.extend(found);
-                targets.push(pid);
-                let session = sessions.start(SessionInfo::of_process(pid));
-                address_space::seed_existing_memory(&mut session.history, pid);
-            }
-        }
+        self.watch_running(&mut probes, &mut targets, &mut files)?;
         files.sort();
         files.dedup();
         for path in &files {
@@ -192,6 +167,42 @@ impl TracerAgent {
                 source,
             })?;
         self.running = Some(Running { stop, thread });
+        Ok(())
+    }
+
+    /// Watching every process: from now on the kernel makes any process that opens a CUDA
+    /// library a target; those that have one already are found here (added to `targets`,
+    /// their files to `files`), each a session seeded with the memory it has.
+    fn watch_running(
+        &self,
+        probes: &mut Probes,
+        targets: &mut Vec<u32>,
+        files: &mut Vec<PathBuf>,
+    ) -> Result<(), TracerError> {
+        let Some(filter) = &self.config.recorder.watch else {
+            return Ok(());
+        };
+        // The agent opens CUDA libraries itself to read their symbols: never its own target
+        // (the kernel would stop it at the open, waiting for itself).
+        probes.ignore(std::process::id())?;
+        probes.set_watch_library_opens(true)?;
+        let filter = filter
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions = self.shared.sessions();
+        for pid in crate::target::running_cuda_processes() {
+            if !filter.admits(pid) || targets.contains(&pid) {
+                continue;
+            }
+            let Ok(found) = target::candidate_files(pid) else {
+                continue;
+            };
+            probes.add_target(pid)?;
+            files.extend(found);
+            targets.push(pid);
+            let session = sessions.start(SessionInfo::of_process(pid));
+            address_space::seed_existing_memory(&mut session.history, pid);
+        }
         Ok(())
     }
 

@@ -1118,32 +1118,45 @@ impl MemHistory {
 
     /// Applies one decoded CUDA call. `call_site` is the caller, already interned.
     pub fn apply(&mut self, call: &ApiCall, call_site: Option<CallSiteId>) {
+        if self.count_call(call) {
+            self.apply_op(call, call_site);
+        }
+    }
+
+    /// Counts `call` in the statistics; whether what it did is to be applied (not a nested,
+    /// partial or failed call).
+    fn count_call(&mut self, call: &ApiCall) -> bool {
         let stats = &mut self.data.stats;
         let repeat = u64::from(call.repeat.max(1));
         stats.calls = stats.calls.saturating_add(repeat);
         let name = function_name(call.kind);
         count_n(&mut stats.calls_by_function, name, repeat);
         if call.nested {
-            self.data.stats.nested_calls = self.data.stats.nested_calls.saturating_add(repeat);
-            return;
+            stats.nested_calls = stats.nested_calls.saturating_add(repeat);
+            return false;
         }
         if call.partial {
-            self.data.stats.partial_calls += 1;
-            return;
+            stats.partial_calls += 1;
+            return false;
         }
         if call.result != 0 {
-            self.data.stats.failed_calls += 1;
-            let failed = self
-                .data
-                .stats
+            stats.failed_calls += 1;
+            let failed = stats
                 .failed_by_function
                 .entry(name.to_string())
                 .or_default();
             failed.0 += 1;
             failed.1 = call.result;
-            return;
+            return false;
         }
+        true
+    }
+
+    /// What a successful call did: an allocation made, freed or registered, copies, a
+    /// prefetch.
+    fn apply_op(&mut self, call: &ApiCall, call_site: Option<CallSiteId>) {
         let (pid, ts) = (call.pid, call.ts_ns);
+        let repeat = u64::from(call.repeat.max(1));
         match call.op {
             Op::Alloc { addr: 0, .. } => self.data.stats.failed_calls += 1,
             Op::Alloc { addr, size, space } => {
