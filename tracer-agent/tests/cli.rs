@@ -461,17 +461,7 @@ fn memory_from_before_a_pid_attach_is_credited_with_its_copies() {
         .spawn()
         .expect("start tracer");
     let mut stderr = BufReader::new(tracer.stderr.take().expect("stderr"));
-    let mut said = String::new();
-    loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).expect("read the tracer") == 0 {
-            panic!("the tracer ended before recording: {said}");
-        }
-        said.push_str(&line);
-        if line.starts_with("tracer: recording") {
-            break;
-        }
-    }
+    let said = common::until_recording(&mut stderr);
     std::fs::write(&go, b"").expect("open the gate");
     let status = workload.wait().expect("wait for the workload");
     assert!(status.success(), "workload failed: {status}");

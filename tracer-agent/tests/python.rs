@@ -82,19 +82,15 @@ fn assert_lines(history: &MemHistory, truth: &serde_json::Value) {
     }
 }
 
-fn truth_of(stdout: &[u8]) -> serde_json::Value {
-    let text = String::from_utf8_lossy(stdout);
-    serde_json::from_str(text.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("the program's ground truth ({e}): {text}"))
-}
-
-#[test]
-fn a_recorded_python_program_has_its_lines() {
-    common::require_root();
-    let standin = common::standin("python-record");
+/// `tracer record FLAGS -- python3 pinned_lines.py`: the history it wrote, and the run.
+fn record_program(
+    standin: &cuda_standin::Installed,
+    flags: &[&str],
+) -> (MemHistory, std::process::Output) {
     let history = standin.dir.join("python.hotpin");
     let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
         .arg("record")
+        .args(flags)
         .arg("-o")
         .arg(&history)
         .args(["--", "python3"])
@@ -109,6 +105,20 @@ fn a_recorded_python_program_has_its_lines() {
         String::from_utf8_lossy(&output.stderr)
     );
     let saved = tracer_agent::dump::read(&history).expect("history");
+    (saved, output)
+}
+
+fn truth_of(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the program's ground truth ({e}): {text}"))
+}
+
+#[test]
+fn a_recorded_python_program_has_its_lines() {
+    common::require_root();
+    let standin = common::standin("python-record");
+    let (saved, output) = record_program(&standin, &[]);
     assert_lines(&saved, &truth_of(&output.stdout));
 }
 
@@ -137,17 +147,7 @@ fn a_python_program_traced_by_pid_after_its_set_up_has_its_lines() {
         .spawn()
         .expect("start tracer");
     let mut stderr = BufReader::new(tracer.stderr.take().expect("stderr"));
-    let mut said = String::new();
-    loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).expect("read the tracer") == 0 {
-            panic!("the tracer ended before recording: {said}");
-        }
-        said.push_str(&line);
-        if line.starts_with("tracer: recording") {
-            break;
-        }
-    }
+    let said = common::until_recording(&mut stderr);
     std::fs::write(&go, b"").expect("open the gate");
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).expect("the program's output");
@@ -227,18 +227,7 @@ fn histories(dir: &Path) -> Vec<PathBuf> {
 fn python_lines_can_be_turned_off() {
     common::require_root();
     let standin = common::standin("python-off");
-    let history = standin.dir.join("python.hotpin");
-    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
-        .args(["record", "--no-python-lines", "-o"])
-        .arg(&history)
-        .args(["--", "python3"])
-        .arg(program())
-        .arg(&standin.runtime)
-        .env("LD_LIBRARY_PATH", &standin.dir)
-        .output()
-        .expect("run tracer record");
-    assert!(output.status.success(), "{output:?}");
-    let saved = tracer_agent::dump::read(&history).expect("history");
+    let (saved, _) = record_program(&standin, &["--no-python-lines"]);
     let pinned = saved
         .allocations()
         .iter()

@@ -38,6 +38,22 @@ pub fn require_root() {
     );
 }
 
+/// Reads a `tracer record` child's stderr until it says it is recording; what it said so far.
+/// Panics if it ends first.
+pub fn until_recording(stderr: &mut impl std::io::BufRead) -> String {
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read the tracer") == 0 {
+            panic!("the tracer ended before recording: {said}");
+        }
+        said.push_str(&line);
+        if line.starts_with("tracer: recording") {
+            return said;
+        }
+    }
+}
+
 /// Installs the stand-in into a fresh directory for this test, removed when it passes.
 pub fn standin(test: &str) -> Scratch {
     Scratch::new(test).expect("install the CUDA stand-in")
