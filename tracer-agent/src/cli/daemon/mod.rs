@@ -121,38 +121,44 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         without_calls: 0,
     };
     runtime.block_on(daemon.serve(&agent, listener, &args))?;
+    daemon.finish(agent)
+}
 
-    // Ending: the targets leave the kernel's filter, the last events are read, and every
-    // run, ended or not, is written before the probes are released.
-    agent.stop_keeping_probes().context("stopping the tracer")?;
-    let sessions = agent.sessions().take_all();
-    let unfinished = sessions.iter().filter(|s| !s.complete).count();
-    for session in sessions {
-        daemon.write(session);
-    }
-    eprintln!(
-        "tracer daemon: stopped; {} histories written to {} ({unfinished} runs still going, \
-         marked as checkpoints), {} could not be written",
-        daemon.written,
-        daemon.settings.store.display(),
-        daemon.store_errors
-    );
-    if let Some(server) = &daemon.leases {
-        // Clients keep their pins and reconnect to the next daemon.
-        let _ = std::fs::remove_file(&server.path);
-    }
-    if let Some(uploader) = daemon.fleet.take() {
-        let (put, failed) = uploader.finish();
+impl Daemon {
+    /// Ending: the targets leave the kernel's filter, the last events are read, and every
+    /// run, ended or not, is written before the probes are released. Fails the exit status
+    /// where a history could not be written.
+    fn finish(mut self, mut agent: TracerAgent) -> Result<ExitCode> {
+        agent.stop_keeping_probes().context("stopping the tracer")?;
+        let sessions = agent.sessions().take_all();
+        let unfinished = sessions.iter().filter(|s| !s.complete).count();
+        for session in sessions {
+            self.write(session);
+        }
         eprintln!(
-            "tracer daemon: {put} histories put in the fleet's store {}, {failed} could not be",
-            daemon.settings.fleet.as_deref().unwrap_or_default()
+            "tracer daemon: stopped; {} histories written to {} ({unfinished} runs still going, \
+             marked as checkpoints), {} could not be written",
+            self.written,
+            self.settings.store.display(),
+            self.store_errors
         );
+        if let Some(server) = &self.leases {
+            // Clients keep their pins and reconnect to the next daemon.
+            let _ = std::fs::remove_file(&server.path);
+        }
+        if let Some(uploader) = self.fleet.take() {
+            let (put, failed) = uploader.finish();
+            eprintln!(
+                "tracer daemon: {put} histories put in the fleet's store {}, {failed} could not be",
+                self.settings.fleet.as_deref().unwrap_or_default()
+            );
+        }
+        Ok(if self.store_errors == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
     }
-    Ok(if daemon.store_errors == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 /// What the agent traces for the daemon: every process the kernel makes a target, none by
