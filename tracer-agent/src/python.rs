@@ -40,6 +40,9 @@ pub struct Interpreter {
     pub layout: &'static Layout,
     /// What the kernel side walks frames with.
     pub offsets: Offsets,
+    /// The process's `/proc/PID/mem`, opened to read its version; its code objects are read
+    /// through it too.
+    pub mem: File,
 }
 
 /// What [`find`] found in a process.
@@ -54,9 +57,8 @@ pub enum Found {
     Interpreter(Interpreter),
 }
 
-/// Finds the CPython interpreter of `pid`.
-pub fn find(pid: u32) -> std::io::Result<Found> {
-    let maps = ProcessMaps::read(pid)?;
+/// Finds the CPython interpreter of `pid`, whose memory map is `maps`.
+pub fn find(pid: u32, maps: &ProcessMaps) -> std::io::Result<Found> {
     let candidates: Vec<String> = maps
         .files()
         .filter(|path| {
@@ -85,6 +87,7 @@ pub fn find(pid: u32) -> std::io::Result<Found> {
             Some(layout) => Found::Interpreter(Interpreter {
                 layout,
                 offsets: Offsets::new(layout, runtime, code_type),
+                mem,
             }),
             None => Found::Unread { major, minor },
         });
@@ -156,13 +159,21 @@ impl PythonLines {
     /// Looks for a CPython interpreter in `pid` (once found, or found unreadable, not again):
     /// the kernel side reads its threads' frames from then on.
     pub fn examine(&mut self, pid: u32, probes: &mut Probes) {
-        if !probes.reads_python_lines()
-            || self.processes.contains_key(&pid)
-            || self.unread.contains(&pid)
-        {
+        if !self.looks_for(pid, probes) {
             return;
         }
-        let interpreter = match find(pid) {
+        match ProcessMaps::read(pid) {
+            Ok(maps) => self.examine_in(pid, &maps, probes),
+            Err(error) => tracing::debug!(pid, %error, "cannot look for a Python interpreter"),
+        }
+    }
+
+    /// [`Self::examine`], with the memory map the caller read already.
+    pub fn examine_in(&mut self, pid: u32, maps: &ProcessMaps, probes: &mut Probes) {
+        if !self.looks_for(pid, probes) {
+            return;
+        }
+        let interpreter = match find(pid, maps) {
             Ok(Found::Interpreter(interpreter)) => interpreter,
             Ok(Found::Nothing) => return,
             Ok(Found::Unread { major, minor }) => {
@@ -176,14 +187,6 @@ impl PythonLines {
             }
             Err(error) => {
                 tracing::debug!(pid, %error, "cannot look for a Python interpreter");
-                return;
-            }
-        };
-        let mem = match File::open(format!("/proc/{pid}/mem")) {
-            Ok(mem) => mem,
-            Err(error) => {
-                tracing::warn!(pid, %error, "cannot read the Python process's memory: no Python lines");
-                self.unread.insert(pid);
                 return;
             }
         };
@@ -202,11 +205,19 @@ impl PythonLines {
             pid,
             Process {
                 layout,
-                mem,
+                mem: interpreter.mem,
                 codes: HashMap::new(),
                 last: HashMap::new(),
             },
         );
+    }
+
+    /// Whether `pid` is still to be looked at: lines are read, and it is neither known nor
+    /// known unreadable.
+    fn looks_for(&self, pid: u32, probes: &Probes) -> bool {
+        probes.reads_python_lines()
+            && !self.processes.contains_key(&pid)
+            && !self.unread.contains(&pid)
     }
 
     /// `pid` exited: its frames are no longer read.

@@ -541,14 +541,17 @@ impl Reader {
         } = self;
         let mut exited = Vec::new();
         targets.retain(|&pid| {
-            // A program that runs Python without loading CUDA through it (yet).
-            python.examine(pid, probes);
             // A zombie still has a map (empty): it has exited all the same.
-            let files = if target::has_exited(pid) {
+            let maps = if target::has_exited(pid) {
                 Err(TracerError::NoSuchProcess { pid })
             } else {
-                target::candidate_files(pid)
+                target::read_maps(pid)
             };
+            let files = maps.map(|maps| {
+                // A program that runs Python without loading CUDA through it (yet).
+                python.examine_in(pid, &maps, probes);
+                target::candidate_files_in(pid, &maps)
+            });
             match files {
                 Ok(files) => {
                     for path in files {

@@ -105,14 +105,18 @@ pub fn has_exited(pid: u32) -> bool {
 /// runtime or hotpin statically, as nvcc's default does for the runtime) and the mapped files
 /// named like a CUDA library or hotpin.
 pub fn candidate_files(pid: u32) -> Result<Vec<PathBuf>, TracerError> {
-    let maps = read_maps(pid)?;
+    Ok(candidate_files_in(pid, &read_maps(pid)?))
+}
+
+/// [`candidate_files`] from the memory map the caller read already.
+pub fn candidate_files_in(pid: u32, maps: &ProcessMaps) -> Vec<PathBuf> {
     let mut files = vec![PathBuf::from(format!("/proc/{pid}/exe"))];
     files.extend(
         maps.files()
             .filter(|p| is_candidate_name(p))
             .map(|p| host_path(pid, p)),
     );
-    Ok(files)
+    files
 }
 
 /// Turns call sites the kernel could only give as addresses into (build id, file offset)

@@ -3,12 +3,12 @@
 //! frames, innermost first, as one [`EventKind::PythonFrames`] event before the call's own.
 //!
 //! The thread's state is found by walking the interpreter's thread list for the one whose
-//! native thread id is this thread's: no thread-local storage is read, and it works while the
-//! thread has released the GIL (PyTorch's operators do). From it, the current frame and each
-//! previous one give a code object and the instruction the frame is at, packed into one
-//! argument each ([`python::pack`]). The agent reads names and lines from the code objects,
-//! which outlive the call. A chain that leaves the expected shapes (a code object of another
-//! type, an unreadable pointer) ends the walk with what was read.
+//! native thread id is this thread's, then kept per thread: no thread-local storage is read,
+//! and it works while the thread has released the GIL (PyTorch's operators do). From it, the
+//! current frame and each previous one give a code object and the instruction the frame is
+//! at, packed into one argument each ([`python::pack`]). The agent reads names and lines from
+//! the code objects, which outlive the call. A chain that leaves the expected shapes (a code
+//! object of another type, an unreadable pointer) ends the walk with what was read.
 
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
