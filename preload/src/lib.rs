@@ -62,6 +62,7 @@ mod online;
 mod python;
 mod questions;
 mod real;
+mod shelf;
 mod state;
 
 /// Marks this file as hotpin's interposer, which the tracer never probes

@@ -65,6 +65,9 @@ pub struct Block {
     copied_hi: usize,
     /// Registered (or being registered) as this part alone: `(start, len)`.
     pub part: Option<(usize, usize)>,
+    /// To be pinned at birth, but the budget or the node's lease had no room: kept warm
+    /// (`shelf`) when freed, for the next of its group.
+    pub no_room: bool,
 }
 
 impl Block {
@@ -209,8 +212,16 @@ impl Learner {
                 copied_lo: 0,
                 copied_hi: 0,
                 part: None,
+                no_room: false,
             },
         );
+    }
+
+    /// The block at `ptr` was to be pinned at birth but found no room.
+    pub fn no_room(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.no_room = true;
+        }
     }
 
     /// Whether the next block of `size` bytes from `site` is to be pinned at birth.

@@ -31,6 +31,7 @@ use crate::{
     cuda,
     online::{BlockRef, Decisions, Learner, Pin},
     real::__libc_free,
+    shelf::Shelf,
 };
 
 /// Calls at or above this many bytes are judged (`HOTPIN_MALLOC_FLOOR`); until `init` ran,
@@ -125,6 +126,9 @@ pub struct Counters {
     pub peak_promoted_bytes: u64,
     /// Allocations served from the cache of freed pinned blocks (no new registration).
     pub cache_hits: u64,
+    /// Auto mode: allocations to be pinned that found no room (budget or lease), served a
+    /// warm block: a freed pageable one of their size, its pages faulted in already.
+    pub warm_hits: u64,
     /// Allocations the CUDA libraries made for themselves, left alone.
     pub cuda_internal: u64,
     /// Allocations to be pinned left pageable because memory was critically short (under
@@ -213,10 +217,13 @@ struct State {
     /// Program registrations not carried out (or of blocks registered by us already):
     /// address -> (size, the program's registration flags).
     skipped: BTreeMap<usize, (usize, u32)>,
-    /// Blocks the program freed, kept registered (and in `registered`) for reuse: (address,
-    /// size). At most `cache_limit` bytes (`HOTPIN_CACHE`, default 1 GiB).
-    cache: Vec<(usize, usize)>,
-    cache_bytes: usize,
+    /// Blocks the program freed, kept registered (and in `registered`) for reuse.
+    cache: Shelf,
+    /// Auto mode: pageable blocks the program freed of a group that was to be pinned but
+    /// found no room (the budget, or the node's lease): kept, their pages faulted in, for the
+    /// next block of that size.
+    warm: Shelf,
+    /// What both shelves may hold together (`HOTPIN_CACHE`, default 1 GiB).
     cache_limit: usize,
     /// How short of memory the machine is (MemAvailable, sampled at most every 100 ms).
     pressure: Pressure,
@@ -583,8 +590,8 @@ impl State {
             registered_bytes: 0,
             demoted: BTreeMap::new(),
             skipped: BTreeMap::new(),
-            cache: Vec::new(),
-            cache_bytes: 0,
+            cache: Shelf::default(),
+            warm: Shelf::default(),
             cache_limit: match mode {
                 Mode::Profile => 0,
                 _ => std::env::var("HOTPIN_CACHE")
@@ -667,24 +674,6 @@ impl State {
         }
     }
 
-    /// A cached pinned block of at least `size` bytes, at most 10% more, aligned to `align`:
-    /// the smallest such.
-    fn take_cached(&mut self, size: usize, align: usize) -> Option<usize> {
-        let (index, &(ptr, block)) = self
-            .cache
-            .iter()
-            .enumerate()
-            .filter(|(_, (ptr, block))| {
-                *block >= size
-                    && block.saturating_mul(10) <= size.saturating_mul(11)
-                    && ptr % align.max(1) == 0
-            })
-            .min_by_key(|(_, (_, block))| *block)?;
-        self.cache.swap_remove(index);
-        self.cache_bytes -= block;
-        Some(ptr)
-    }
-
     fn within_budget(&self, size: usize) -> bool {
         if let Some(learner) = &self.learner {
             return learner
@@ -696,15 +685,31 @@ impl State {
             .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
     }
 
-    /// Keeps a freed registered block in the cache for the next allocation that fits, if it
-    /// fits the cache and memory is not short; whether it was kept.
+    /// Whether a freed block of `size` bytes may be kept on a shelf: both shelves stay within
+    /// their limit and memory is not short.
+    fn room_on_shelf(&mut self, size: usize) -> bool {
+        self.cache.bytes() + self.warm.bytes() + size <= self.cache_limit
+            && self.pressure.level() == Level::Normal
+    }
+
+    /// Keeps a freed registered block in the cache for the next allocation that fits, if
+    /// there is room on the shelves; whether it was kept.
     fn try_cache(&mut self, ptr: usize, size: usize) -> bool {
-        if self.cache_bytes + size > self.cache_limit || self.pressure.level() != Level::Normal {
-            return false;
+        let kept = self.room_on_shelf(size);
+        if kept {
+            self.cache.put(ptr, size);
         }
-        self.cache.push((ptr, size));
-        self.cache_bytes += size;
-        true
+        kept
+    }
+
+    /// Keeps a freed pageable block, warm, for the next allocation of its group that finds
+    /// no room to be pinned, if there is room on the shelves; whether it was kept.
+    fn try_warm(&mut self, ptr: usize, size: usize) -> bool {
+        let kept = self.room_on_shelf(size);
+        if kept {
+            self.warm.put(ptr, size);
+        }
+        kept
     }
 
     /// Forgets a block registered behind the program's back (it is looked up as such no
@@ -731,18 +736,17 @@ impl State {
     /// them already): the caller unregisters and frees them with [`release_blocks`], once
     /// the lock is let go.
     fn take_cache(&mut self) -> Vec<(usize, usize)> {
-        if self.cache.is_empty() {
+        if self.cache.bytes() == 0 {
             return Vec::new();
         }
         self.counters.cache_releases += 1;
-        let blocks = std::mem::take(&mut self.cache);
+        let blocks = self.cache.take_all();
         for &(ptr, size) in &blocks {
             self.forget_registered(ptr);
             if let Some(learner) = self.learner.as_mut() {
                 learner.budget.release(size as u64);
             }
         }
-        self.cache_bytes = 0;
         blocks
     }
 }
@@ -769,17 +773,27 @@ fn release_blocks(blocks: Vec<(usize, usize)>) {
     }
 }
 
+/// Frees warm blocks taken off their shelf (memory is short). Never called with the lock
+/// held, as [`release_blocks`].
+fn free_cooled(blocks: Vec<(usize, usize)>) {
+    for (ptr, _) in blocks {
+        // SAFETY: a libc block the program freed, which we kept until now.
+        unsafe { __libc_free(ptr as *mut c_void) };
+    }
+}
+
 /// An allocation of `size` bytes (aligned to `align`) at or above the floor, for the call
-/// site `caller` returns to: served from the cache of freed pinned blocks if it is to be
-/// pinned, `reuse` allows it (not for calloc's zeroed or realloc's moved blocks) and one fits
-/// (within 10%), else by `from_libc` and then registered in place if it is to be pinned.
+/// site `caller` returns to. If it is to be pinned and `reuse` allows it (not for calloc's
+/// zeroed or realloc's moved blocks): served from the cache of freed pinned blocks if one fits
+/// (within 10%), or, finding no room to pin, from the warm shelf. Else by `from_libc`, and
+/// then registered in place if it is to be pinned and there is room.
 pub fn allocate(
     call: &'static str,
     size: usize,
     align: usize,
     caller: usize,
     reuse: bool,
-    from_libc: impl FnOnce() -> *mut c_void,
+    from_libc: impl Fn() -> *mut c_void,
 ) -> *mut c_void {
     let python = python_frames();
     let mut guard = lock();
@@ -800,14 +814,14 @@ pub fn allocate(
     let mut score = 0.0;
     // Short of memory: the cache goes first; critically short, nothing new is pinned.
     let level = state.pressure.level();
-    let mut released = if level >= Level::High {
-        state.take_cache()
+    let (mut released, mut cooled) = if level >= Level::High {
+        (state.take_cache(), state.warm.take_all())
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     if pin
         && reuse
-        && let Some(ptr) = state.take_cached(size, align)
+        && let Some(ptr) = state.cache.take_fitting(size, align)
     {
         state.counters.cache_hits += 1;
         state.record(call, &site, ordinal, size as u64, "pinned-from-cache", why);
@@ -816,19 +830,35 @@ pub fn allocate(
         }
         drop(guard);
         release_blocks(released);
+        free_cooled(cooled);
         return ptr as *mut c_void;
-    }
-    let ptr = from_libc();
-    if ptr.is_null() {
-        drop(guard);
-        release_blocks(released);
-        return ptr;
     }
     if pin && !state.within_budget(size) {
         // Blocks kept for reuse are the first to go.
         released.extend(state.take_cache());
     }
     let register = pin && level != Level::Critical && state.within_budget(size);
+    // To be pinned, but no room in the budget: a warm block of its size, if one was kept.
+    let no_room = pin && !register && level != Level::Critical;
+    let warm = (no_room && reuse)
+        .then(|| state.warm.take_fitting(size, align))
+        .flatten();
+    let ptr = match warm {
+        Some(ptr) => {
+            state.counters.warm_hits += 1;
+            ptr as *mut c_void
+        }
+        None => from_libc(),
+    };
+    if ptr.is_null() {
+        // Out of memory: what the shelves hold goes back to libc, and libc is asked again.
+        released.extend(state.take_cache());
+        cooled.extend(state.warm.take_all());
+        drop(guard);
+        release_blocks(released);
+        free_cooled(cooled);
+        return from_libc();
+    }
     if pin && level == Level::Critical {
         state.counters.pressure_fallbacks += 1;
         state.record(call, &site, ordinal, size as u64, "pageable-pressure", why);
@@ -845,12 +875,16 @@ pub fn allocate(
     }
     let python = if !register && let Some(learner) = state.learner.as_mut() {
         learner.track(ptr as usize, size, &site, false, false, python);
+        if no_room {
+            learner.no_room(ptr as usize);
+        }
         Vec::new()
     } else {
         python
     };
     drop(guard);
     release_blocks(released);
+    free_cooled(cooled);
     if !register {
         return ptr;
     }
@@ -899,6 +933,9 @@ fn register_at_birth(ptr: *mut c_void, size: usize, birth: Birth) -> *mut c_void
             if let Some(learner) = state.learner.as_mut() {
                 learner.budget.release(size as u64);
                 learner.track(ptr as usize, size, &site, false, false, python);
+                if !leased {
+                    learner.no_room(ptr as usize);
+                }
             }
         }
         return ptr;
@@ -965,6 +1002,15 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
     };
     if let Some(block) = state.learner.as_mut().and_then(|l| l.untrack(ptr as usize)) {
         if block.pin != Pin::Pinned {
+            // A pageable block that found no room to be pinned is kept warm for the next of
+            // its group, which will find no room either.
+            if keep
+                && block.no_room
+                && block.pin == Pin::Pageable
+                && state.try_warm(ptr as usize, block.size)
+            {
+                return Release::Cached;
+            }
             return Release::NotOurs;
         }
         state.skipped.remove(&(ptr as usize));
@@ -1338,14 +1384,12 @@ pub fn give_back(starts: &[u64]) -> usize {
             let start = start as usize;
             if let Some(block) = state.learner.as_mut().and_then(|l| l.give_back(start)) {
                 blocks.push(block);
-            } else if let Some(at) = state.cache.iter().position(|&(ptr, _)| ptr == start) {
-                let (ptr, size) = state.cache.swap_remove(at);
-                state.cache_bytes -= size;
-                state.forget_registered(ptr);
+            } else if let Some(size) = state.cache.take_at(start) {
+                state.forget_registered(start);
                 if let Some(learner) = state.learner.as_mut() {
                     learner.budget.release(size as u64);
                 }
-                cached.push((ptr, size));
+                cached.push((start, size));
             }
         }
         state.counters.node_reclaims += (blocks.len() + cached.len()) as u64;

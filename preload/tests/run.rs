@@ -705,6 +705,42 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
     );
 }
 
+/// Auto mode under a budget that holds the hot buffer and one result, in a loop that keeps two
+/// fresh results alive at once (#26): the result that finds no room to be pinned is served a
+/// warm block (a freed pageable one, its pages faulted in), so no step pays first-touch
+/// faults once both blocks exist; the pinned bytes stay within the budget and every result
+/// read back is this step's (a warm block's old contents would be seen).
+#[test]
+fn a_result_that_finds_no_room_to_be_pinned_reuses_a_warm_block() {
+    let setup = setup_program("auto-warm", "online");
+    let prefix = setup.dir.join("warm-report");
+    let output = hotpin_run_with(
+        &setup,
+        &[
+            "--budget",
+            "16M",
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &[Path::new("fresh")],
+    );
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    assert!(
+        c["peak_pinned_bytes"].as_u64().expect("peak") <= 16 * MIB,
+        "{c}"
+    );
+    let (warm, cached) = (
+        c["warm_hits"].as_u64().expect("warm hits"),
+        c["cache_hits"].as_u64().expect("cache hits"),
+    );
+    // Once the result group is hot, the steps alternate: the pinned block from the cache, then
+    // the warm one.
+    assert!(warm >= 10, "{c}");
+    assert!(cached >= 10, "{c}");
+    assert!(warm.abs_diff(cached) <= 2, "{c}");
+}
+
 /// Auto mode in a Python program names the Python lines that made each block (#28): what it
 /// learned holds, as the hot block's callers, `frames.py:LINE in make_batch` then `main`, read
 /// from the interpreter's frames (CPython 3.11 here, Debian's; 3.12 on the GPU machine).

@@ -11,6 +11,10 @@
  *          times; then copies across the edges of what was copied so far (24 MiB of the block
  *          from 64 MiB, the whole dataset), and 20 more steps of the wider slice and the
  *          first. The result buffer is 160 MiB (malloc'd), copied into from its start.
+ *   fresh [MIB]: one malloc'd buffer of MIB MiB copied to the device at every step (40), and
+ *          a fresh malloc'd result each step that the device's copy is brought back into,
+ *          made before the last one is freed (two results alive at once, as `y = x.cpu()`
+ *          in a loop keeps them).
  *   steady [MIB] [MS] [PERIOD_MS]: two malloc'd buffers of MIB MiB, each copied there and back
  *          (async) every PERIOD_MS ms (default 20) for MS ms (default 2000): a steady hot set
  *          whose density the period sets (for the node's leases: two such programs at once).
@@ -69,6 +73,21 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < 4; i++) free(buffers[i]);
         free(cold);
+    } else if (strcmp(which, "fresh") == 0) {
+        char *hot = (char *)malloc(size), *last = NULL;
+        for (unsigned step = 0; step < 40; step++) {
+            fill(hot, size, step, 1);
+            CUDA_OK(cudaMemcpyAsync(device, hot, size, cudaMemcpyHostToDevice, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            char *fresh = (char *)malloc(size);
+            CUDA_OK(cudaMemcpyAsync(fresh, device, size, cudaMemcpyDeviceToHost, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            tally_check(&t, step, count_wrong(fresh, size, step, 1));
+            free(last);
+            last = fresh;
+        }
+        free(last);
+        free(hot);
     } else if (strcmp(which, "steady") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
         char *buffers[2] = {(char *)malloc(size), (char *)malloc(size)};

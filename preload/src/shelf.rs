@@ -1,0 +1,100 @@
+//! Blocks the program freed, kept for the next allocation that fits.
+//!
+//! Two shelves use it (`state`):
+//! - **pinned**: freed blocks still registered, so the next allocation of a hot group needs no
+//!   new registration;
+//! - **warm**: freed pageable blocks of a group that was to be pinned but found no room in
+//!   the budget (or the node's lease). Their pages are faulted in already: a fresh pageable
+//!   32 MiB block written by a device-to-host copy costs about 20 ms of first-touch faults on
+//!   the H100 (1.7 GB/s), a warm one about 3 ms (docs/benchmarks.md).
+//!
+//! A block on a shelf is still libc's, allocated and unused: handing it to a later
+//! `malloc`/`posix_memalign` of about the same size is what an allocator may do (calloc's
+//! zeroed and realloc's moved blocks never come from a shelf). Its old contents stay; no
+//! program may rely on a fresh block's contents.
+
+/// Freed blocks kept for reuse: `(address, size)`.
+#[derive(Debug, Default)]
+pub struct Shelf {
+    blocks: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+impl Shelf {
+    /// The bytes it holds.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn put(&mut self, ptr: usize, size: usize) {
+        self.blocks.push((ptr, size));
+        self.bytes += size;
+    }
+
+    /// A block of at least `size` bytes, at most 10% more, aligned to `align`: the smallest
+    /// such, taken off the shelf.
+    pub fn take_fitting(&mut self, size: usize, align: usize) -> Option<usize> {
+        let (index, &(ptr, block)) = self
+            .blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, (ptr, block))| {
+                *block >= size
+                    && block.saturating_mul(10) <= size.saturating_mul(11)
+                    && ptr % align.max(1) == 0
+            })
+            .min_by_key(|(_, (_, block))| *block)?;
+        self.blocks.swap_remove(index);
+        self.bytes -= block;
+        Some(ptr)
+    }
+
+    /// The block at `ptr`, taken off the shelf: its size.
+    pub fn take_at(&mut self, ptr: usize) -> Option<usize> {
+        let at = self.blocks.iter().position(|&(start, _)| start == ptr)?;
+        let (_, size) = self.blocks.swap_remove(at);
+        self.bytes -= size;
+        Some(size)
+    }
+
+    /// Every block, taken off the shelf.
+    pub fn take_all(&mut self) -> Vec<(usize, usize)> {
+        self.bytes = 0;
+        std::mem::take(&mut self.blocks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shelf;
+
+    #[test]
+    fn a_block_fits_within_a_tenth_more_and_its_alignment() {
+        let mut shelf = Shelf::default();
+        shelf.put(0x10_0000, 1000);
+        shelf.put(0x20_0010, 1050);
+        shelf.put(0x30_0000, 1200);
+        assert_eq!(shelf.bytes(), 3250);
+        // 1200 is more than 10% above 1000; 0x20_0010 is not aligned to 64.
+        assert_eq!(shelf.take_fitting(1000, 64), Some(0x10_0000));
+        assert_eq!(shelf.take_fitting(1000, 64), None);
+        assert_eq!(shelf.take_fitting(1000, 16), Some(0x20_0010));
+        assert_eq!(shelf.take_fitting(2000, 16), None);
+        assert_eq!(shelf.bytes(), 1200);
+        assert_eq!(shelf.take_at(0x30_0000), Some(1200));
+        assert_eq!(shelf.take_at(0x30_0000), None);
+        assert_eq!(shelf.bytes(), 0);
+    }
+
+    #[test]
+    fn the_smallest_fitting_block_is_taken_and_all_can_be_emptied() {
+        let mut shelf = Shelf::default();
+        shelf.put(0x1000, 1090);
+        shelf.put(0x2000, 1010);
+        assert_eq!(shelf.take_fitting(1000, 1), Some(0x2000));
+        shelf.put(0x3000, 1000);
+        assert_eq!(shelf.take_all(), vec![(0x1000, 1090), (0x3000, 1000)]);
+        assert_eq!(shelf.bytes(), 0);
+        assert_eq!(shelf.take_fitting(1000, 1), None);
+    }
+}
