@@ -182,42 +182,80 @@ impl Budget {
     }
 }
 
-/// The blocks retired from recycled groups: by call site and size, how many and what their
-/// copies would have saved pinned.
+/// One recycled group: blocks of one size from one call site.
+#[derive(Clone, Copy, Debug, Default)]
+struct Group {
+    /// Blocks freed, and the copy seconds pinning saved (or would have saved) them together.
+    retired: u64,
+    retired_saving_s: f64,
+    /// Blocks alive now.
+    live: u64,
+    /// What every copy of any of its blocks saved, decayed as a block's [`Heat`] is.
+    decayed_saving_s: f64,
+    updated_ns: u64,
+}
+
+/// Recycled groups, by call site and size: the blocks they retired and what those saved, the
+/// blocks alive, and the copy time the group saves per second.
 #[derive(Debug, Default)]
 pub struct Groups<K> {
-    retired: HashMap<(K, u64), (u64, f64)>,
+    groups: HashMap<(K, u64), Group>,
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
     pub fn new() -> Self {
         Self {
-            retired: HashMap::new(),
+            groups: HashMap::new(),
         }
+    }
+
+    /// A block of the group made.
+    pub fn born(&mut self, site: &K, size: u64) {
+        self.groups.entry((site.clone(), size)).or_default().live += 1;
     }
 
     /// A block of the group freed, with the copy seconds pinning saved (or would have) it.
     pub fn retire(&mut self, site: &K, size: u64, saving_s: f64) {
-        let entry = self.retired.entry((site.clone(), size)).or_default();
-        entry.0 += 1;
-        entry.1 += saving_s;
+        let group = self.groups.entry((site.clone(), size)).or_default();
+        group.retired += 1;
+        group.retired_saving_s += saving_s;
+        group.live = group.live.saturating_sub(1);
     }
 
-    /// The mean copy seconds pinning saved (or would have) each retired block of the group.
-    pub fn mean_saving(&self, site: &K, size: u64) -> Option<f64> {
-        self.retired
-            .get(&(site.clone(), size))
-            .filter(|(count, _)| *count > 0)
-            .map(|&(count, saving)| saving / count as f64)
+    /// A copy of one of its blocks that pinning saves (or would save) `saving_s`, at `now_ns`.
+    pub fn copied(&mut self, policy: &Online, site: &K, size: u64, saving_s: f64, now_ns: u64) {
+        let group = self.groups.entry((site.clone(), size)).or_default();
+        group.decayed_saving_s =
+            policy.decay(group.decayed_saving_s, group.updated_ns, now_ns) + saving_s;
+        group.updated_ns = group.updated_ns.max(now_ns);
     }
 
     /// Whether the next block of this group is to be pinned at birth: its retired blocks
     /// (two at least) together lost what pinning one block of the group costs (rent or buy
     /// over the group, whose blocks share one registration through the cache).
     pub fn hot(&self, policy: &Online, site: &K, size: u64) -> bool {
-        self.retired
-            .get(&(site.clone(), size))
-            .is_some_and(|&(count, saving)| count >= 2 && saving >= policy.pin_cost(size as usize))
+        self.groups.get(&(site.clone(), size)).is_some_and(|group| {
+            group.retired >= 2 && group.retired_saving_s >= policy.pin_cost(size as usize)
+        })
+    }
+
+    /// The density of one place in a hot group (None for a group that is not hot): the copy
+    /// time the whole group saves per second, shared by the blocks it keeps alive, per byte.
+    /// A block of the group born a moment ago has lost little on its own yet, but it holds
+    /// the place its predecessors earned: judged alone it would look nearly worthless and
+    /// be displaced by (and displace) the next candidate at every step.
+    pub fn place_density(&self, policy: &Online, site: &K, size: u64, now_ns: u64) -> Option<f64> {
+        if !self.hot(policy, site, size) {
+            return None;
+        }
+        let group = self.groups.get(&(site.clone(), size))?;
+        let heat = Heat {
+            decayed_saving_s: group.decayed_saving_s,
+            updated_ns: group.updated_ns,
+            ..Heat::default()
+        };
+        let places = group.live.max(1);
+        Some(policy.density(&heat, size as usize, now_ns) / places as f64)
     }
 }
 
@@ -279,6 +317,45 @@ mod tests {
         assert_eq!(budget.used, 70);
         // Larger than the whole budget: refused.
         assert_eq!(budget.admit::<u32>(101, 1e9, []), Admission::Refused);
+    }
+
+    #[test]
+    fn a_place_in_a_hot_group_is_worth_what_one_block_copied_as_often_is() {
+        let online = Online::new(CostModel::default());
+        let size = 32u64 << 20;
+        let one = TransferStats {
+            h2d_count: 1,
+            h2d_bytes: size,
+            transfers: 1,
+            ..Default::default()
+        };
+        let saving = online.model.copy_saving(&one);
+        // Every 20 ms step: one block that lives on is copied twice; four fresh blocks of a
+        // group are made, each copied twice, and freed.
+        let mut alone = Heat::default();
+        let mut groups = Groups::new();
+        let mut place = None;
+        for step in 0..100u64 {
+            let now = step * 20_000_000;
+            alone.copy(&online, size, true, now);
+            alone.copy(&online, size, true, now);
+            for _ in 0..4 {
+                groups.born(&"fresh", size);
+            }
+            for _ in 0..8 {
+                groups.copied(&online, &"fresh", size, saving, now);
+            }
+            if step == 0 {
+                assert_eq!(groups.place_density(&online, &"fresh", size, now), None);
+            }
+            place = groups.place_density(&online, &"fresh", size, now);
+            for _ in 0..4 {
+                groups.retire(&"fresh", size, 2.0 * saving);
+            }
+        }
+        let place = place.expect("a hot group");
+        let alone = online.density(&alone, size as usize, 99 * 20_000_000);
+        assert!((place / alone - 1.0).abs() < 0.01, "{place} {alone}");
     }
 
     #[test]

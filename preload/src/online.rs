@@ -198,7 +198,8 @@ impl Learner {
             });
             self.learned.len() - 1
         });
-        self.blocks.insert(
+        self.groups.born(site, size as u64);
+        let replaced = self.blocks.insert(
             ptr,
             Block {
                 size,
@@ -215,6 +216,19 @@ impl Learner {
                 no_room: false,
             },
         );
+        if let Some(old) = replaced {
+            let saving = self.online.model.copy_saving(&old.heat.stats);
+            self.groups.retire(&old.site, old.size as u64, saving);
+        }
+    }
+
+    /// What a block is worth per pinned byte now, over `len` bytes: its own density, or
+    /// that of its place in a hot recycled group, whichever is more.
+    fn worth(&self, block: &Block, len: usize, now: u64) -> f64 {
+        let own = self.online.density(&block.heat, len, now);
+        self.groups
+            .place_density(&self.online, &block.site, block.size as u64, now)
+            .map_or(own, |place| place.max(own))
     }
 
     /// The block at `ptr` was to be pinned at birth but found no room.
@@ -257,6 +271,9 @@ impl Learner {
         let bytes = (block_end.min(end) - base.max(start)) as u64;
         block.touched(base, start, end);
         let one = block.heat.copy(&self.online, bytes, reads, now);
+        let saving = self.online.model.copy_saving(&one);
+        self.groups
+            .copied(&self.online, &block.site, block.size as u64, saving, now);
         if let Some(entry) = block.learned.and_then(|i| self.learned.get_mut(i)) {
             entry.stats.add(&one);
         }
@@ -299,7 +316,7 @@ impl Learner {
     fn consider(&mut self, base: usize, now: u64, out: &mut Decisions) {
         let Some((density, (start, len))) = self.blocks.get(&base).map(|b| {
             let range = b.pin_range(base);
-            (self.online.density(&b.heat, range.1, now), range)
+            (self.worth(b, range.1, now), range)
         }) else {
             return;
         };
@@ -309,7 +326,7 @@ impl Learner {
                 .filter(|(_, b)| b.pin == Pin::Pinned)
                 .map(|(&at, b)| {
                     let len = b.pinned_len();
-                    (at, self.online.density(&b.heat, len, now), len as u64)
+                    (at, self.worth(b, len, now), len as u64)
                 })
                 .collect()
         } else {
@@ -431,22 +448,17 @@ impl Learner {
             .iter()
             .filter_map(|&start| {
                 let (base, len) = self.pinned_at(start as usize)?;
-                let heat = &self.blocks.get(&base)?.heat;
-                Some((start, self.online.density(heat, len, now)))
+                Some((start, self.worth(self.blocks.get(&base)?, len, now)))
             })
             .collect()
     }
 
     /// What a block of `size` bytes from `site` pinned at birth is worth per byte: its
-    /// group's retired blocks' mean saving, spread as [`Self::scores`] spreads a block's.
+    /// place in its hot group (as [`Self::scores`] weighs a held one).
     pub fn birth_score(&self, site: &SiteKey, size: usize) -> f64 {
         self.groups
-            .mean_saving(site, size as u64)
-            .map_or(0.0, |saving| {
-                saving
-                    / (self.online.half_life_ns as f64 / 1e9 / std::f64::consts::LN_2)
-                    / size.max(1) as f64
-            })
+            .place_density(&self.online, site, size as u64, self.now_ns())
+            .unwrap_or(0.0)
     }
 
     /// Writes what was learned as a history (`tracer report` and the next run read it):

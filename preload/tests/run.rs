@@ -741,6 +741,35 @@ fn a_result_that_finds_no_room_to_be_pinned_reuses_a_warm_block() {
     assert!(warm.abs_diff(cached) <= 2, "{c}");
 }
 
+/// Auto mode under a budget one block short of an offload loop's working set (#26): long-lived
+/// buffers copied every step and a group of fresh blocks made every step compete for it. A
+/// fresh block of a hot group holds its place by what the group saves, not by its own few
+/// copies, so the budget settles instead of trading blocks at every step; every reloaded
+/// activation is right.
+#[test]
+fn a_budget_short_of_the_working_set_settles_instead_of_trading_blocks() {
+    let setup = setup_program("auto-offload", "online");
+    let prefix = setup.dir.join("offload-report");
+    let output = hotpin_run_with(
+        &setup,
+        &[
+            "--budget",
+            "56M",
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &[Path::new("offload"), Path::new("8")],
+    );
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    assert!(
+        c["peak_pinned_bytes"].as_u64().expect("peak") <= 56 * MIB,
+        "{c}"
+    );
+    assert!(c["evictions"].as_u64().expect("evictions") <= 3, "{c}");
+    assert!(c["learned_pins"].as_u64().expect("pins") <= 8, "{c}");
+}
+
 /// Auto mode in a Python program names the Python lines that made each block (#28): what it
 /// learned holds, as the hot block's callers, `frames.py:LINE in make_batch` then `main`, read
 /// from the interpreter's frames (CPython 3.11 here, Debian's; 3.12 on the GPU machine).

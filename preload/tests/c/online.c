@@ -15,6 +15,11 @@
  *          a fresh malloc'd result each step that the device's copy is brought back into,
  *          made before the last one is freed (two results alive at once, as `y = x.cpu()`
  *          in a loop keeps them).
+ *   offload [MIB]: activation offload, shaped as PyTorch's: every step (30) makes 8 activations
+ *          on the device and brings each back to the host, then reloads them, last first. The
+ *          even ones land in 5 long-lived malloc'd buffers taken in turn (a caching host
+ *          allocator's blocks), the odd ones in 4 fresh malloc'd blocks made every step and
+ *          freed at its end. Each activation reloaded is checked.
  *   steady [MIB] [MS] [PERIOD_MS]: two malloc'd buffers of MIB MiB, each copied there and back
  *          (async) every PERIOD_MS ms (default 20) for MS ms (default 2000): a steady hot set
  *          whose density the period sets (for the node's leases: two such programs at once).
@@ -88,6 +93,29 @@ int main(int argc, char **argv) {
         }
         free(last);
         free(hot);
+    } else if (strcmp(which, "offload") == 0) {
+        char *kept[5], *saved[8];
+        for (int i = 0; i < 5; i++) kept[i] = (char *)malloc(size);
+        unsigned turn = 0;
+        for (unsigned step = 0; step < 30; step++) {
+            for (unsigned layer = 0; layer < 8; layer++) {
+                saved[layer] = layer % 2 == 0 ? kept[turn++ % 5] : (char *)malloc(size);
+                fill(result, size, step, layer);
+                CUDA_OK(cudaMemcpyAsync(device, result, size, cudaMemcpyHostToDevice, stream));
+                CUDA_OK(cudaMemcpyAsync(saved[layer], device, size, cudaMemcpyDeviceToHost,
+                                        stream));
+                CUDA_OK(cudaStreamSynchronize(stream));
+            }
+            for (int layer = 7; layer >= 0; layer--) {
+                CUDA_OK(cudaMemcpyAsync(device, saved[layer], size, cudaMemcpyHostToDevice,
+                                        stream));
+                CUDA_OK(cudaMemcpyAsync(result, device, size, cudaMemcpyDeviceToHost, stream));
+                CUDA_OK(cudaStreamSynchronize(stream));
+                tally_check(&t, step, count_wrong(result, size, step, (unsigned)layer));
+                if (layer % 2 == 1) free(saved[layer]);
+            }
+        }
+        for (int i = 0; i < 5; i++) free(kept[i]);
     } else if (strcmp(which, "steady") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
         char *buffers[2] = {(char *)malloc(size), (char *)malloc(size)};
