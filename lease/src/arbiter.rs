@@ -57,6 +57,20 @@ pub struct Client {
     pub leases: BTreeMap<u64, Held>,
     /// Why it is no longer trusted, if it is not.
     pub distrusted: Option<String>,
+    /// What the arbiter did for it so far.
+    pub tally: Tally,
+}
+
+/// What the arbiter did for one client over its life: written into its process's history.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// The most bytes leased to it at once.
+    pub peak_leased_bytes: u64,
+    pub granted: u64,
+    pub denied: u64,
+    /// Blocks it was asked to give back, and their bytes.
+    pub reclaimed: u64,
+    pub reclaimed_bytes: u64,
 }
 
 impl Held {
@@ -109,7 +123,21 @@ pub struct Arbiter {
     observed: HashMap<u32, u64>,
     reserved: Vec<Reservation>,
     pub counters: Counters,
+    /// Clients gone, latest last, at most [`MAX_ENDED`]: their process's history is written
+    /// after they leave.
+    ended: std::collections::VecDeque<Ended>,
 }
+
+/// What is kept of a client gone, for its process's history.
+#[derive(Clone, Copy, Debug)]
+struct Ended {
+    pid: u32,
+    tally: Tally,
+    distrusted: bool,
+}
+
+/// How many clients gone are remembered.
+pub const MAX_ENDED: usize = 4096;
 
 impl Arbiter {
     pub fn new(limits: Limits) -> Self {
@@ -140,13 +168,50 @@ impl Arbiter {
                     .leases
                     .insert(lease.start, Held::new(lease.len, lease.score));
             }
+            client.tally.peak_leased_bytes = client.tally.peak_leased_bytes.max(client.leased());
         }
     }
 
     /// A client gone: its leases end, its reservations too.
     pub fn disconnect(&mut self, id: ClientId) -> Option<Client> {
         self.reserved.retain(|r| r.client != id);
-        self.clients.remove(&id)
+        let client = self.clients.remove(&id)?;
+        if self.ended.len() == MAX_ENDED {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(Ended {
+            pid: client.pid,
+            tally: client.tally,
+            distrusted: client.distrusted.is_some(),
+        });
+        Some(client)
+    }
+
+    /// What the arbiter did for the process `pid` (its connections now and gone, together),
+    /// and whether it was distrusted; None if it never asked.
+    pub fn tally_of(&self, pid: u32) -> Option<(Tally, bool)> {
+        let live = self
+            .clients
+            .values()
+            .filter(|c| c.pid == pid)
+            .map(|c| (c.tally, c.distrusted.is_some()));
+        let gone = self
+            .ended
+            .iter()
+            .filter(|e| e.pid == pid)
+            .map(|e| (e.tally, e.distrusted));
+        live.chain(gone).reduce(|(a, a_lied), (b, b_lied)| {
+            (
+                Tally {
+                    peak_leased_bytes: a.peak_leased_bytes.max(b.peak_leased_bytes),
+                    granted: a.granted + b.granted,
+                    denied: a.denied + b.denied,
+                    reclaimed: a.reclaimed + b.reclaimed,
+                    reclaimed_bytes: a.reclaimed_bytes + b.reclaimed_bytes,
+                },
+                a_lied || b_lied,
+            )
+        })
     }
 
     /// What the tracer sees pinned, per pid, now.
@@ -192,11 +257,17 @@ impl Arbiter {
                 client
                     .leases
                     .insert(lease.start, Held::new(lease.len, lease.score));
+                client.tally.granted += 1;
+                client.tally.peak_leased_bytes =
+                    client.tally.peak_leased_bytes.max(client.leased());
             }
             // What was reserved for it is taken.
             self.reserved.retain(|r| r.client != id);
         } else {
             self.counters.denied += 1;
+            if let Some(client) = self.clients.get_mut(&id) {
+                client.tally.denied += 1;
+            }
         }
         verdict
     }
@@ -326,6 +397,8 @@ impl Arbiter {
                         held.reclaimed_at = Some(now_ns);
                         self.counters.reclaims += 1;
                         self.counters.reclaimed_bytes += held.len;
+                        client.tally.reclaimed += 1;
+                        client.tally.reclaimed_bytes += held.len;
                     }
                 }
             }
@@ -468,6 +541,30 @@ mod tests {
         );
         assert_eq!(a.ask(1, lease(0, 50, 5.0), 40).answer, Ok(()));
         assert!(a.used() <= 100 * MIB);
+        // What each was given, denied and asked back, for its history, kept after it left.
+        a.disconnect(2);
+        assert_eq!(a.tally_of(200).map(|(t, _)| t.reclaimed), Some(1));
+        assert_eq!(a.tally_of(999), None);
+        assert_eq!(
+            a.clients[&1].tally,
+            Tally {
+                peak_leased_bytes: 50 * MIB,
+                granted: 1,
+                denied: 2,
+                reclaimed: 0,
+                reclaimed_bytes: 0
+            }
+        );
+        assert_eq!(
+            a.tally_of(200).expect("gone, remembered").0,
+            Tally {
+                peak_leased_bytes: 80 * MIB,
+                granted: 2,
+                denied: 0,
+                reclaimed: 1,
+                reclaimed_bytes: 40 * MIB
+            }
+        );
         // Once the reservation expired, the room left goes to whoever asks.
         a.release(1, &[0]);
         assert_eq!(a.ask(3, lease(0, 30, 0.5), 40 + RESERVE_NS).answer, Ok(()));

@@ -219,6 +219,40 @@ fn a_denser_program_reclaims_from_a_less_dense_one_within_the_node_budget() {
     );
     assert_eq!(fast["link"], "connected", "{fast}");
     daemon.stop();
+    // Each program's history, as the daemon stored it, says what the node leased it.
+    let accounts = stored_accounts(&setup.dir.join("store"));
+    let account = |prefix: &Path| {
+        let pid = report(prefix)["pid"].as_u64().expect("pid") as u32;
+        accounts
+            .iter()
+            .find(|a| a.pid == pid)
+            .and_then(|a| a.leases)
+            .unwrap_or_else(|| panic!("no leases in the history of pid {pid}: {accounts:?}"))
+    };
+    let (slow, fast) = (account(&setup.dir.join("slow")), account(&setup.dir.join("fast")));
+    assert!(slow.reclaimed >= 1 && slow.granted >= 1, "{slow:?}");
+    assert!(
+        fast.granted >= 3 && fast.peak_leased_bytes >= 24 * MIB,
+        "{fast:?}"
+    );
+}
+
+/// The pinned-memory accounts in every history of the store at `store`.
+fn stored_accounts(store: &Path) -> Vec<hotpin_history::history::PinnedAccount> {
+    let mut accounts = Vec::new();
+    let mut folders = vec![store.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("the store").map_while(Result::ok) {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "hotpin") {
+                let history = hotpin_history::dump::read(&path).expect("a whole history");
+                accounts.extend(history.pinned_accounts());
+            }
+        }
+    }
+    accounts
 }
 
 /// Without a daemon, auto mode keeps to its own budget and says so once. Under a daemon, a

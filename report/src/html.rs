@@ -523,7 +523,7 @@ fn wasted_section(out: &mut String, report: &Report, options: &RenderOptions) {
         ),
     );
     for account in &report.pinned {
-        para(out, &account.summary());
+        para(out, &crate::pinned_summary(account));
     }
     if !report.wasted_pinned.is_empty() {
         allocation_table(out, &report.wasted_pinned, options);

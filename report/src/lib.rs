@@ -37,63 +37,31 @@ pub struct ReportRow {
     pub d2h_bytes: u64,
 }
 
-/// One process's pinned host memory: who pinned it and whether copies used it (#27). Every
-/// allocation pinned when it ended (or at the end of the history) counts, freed or not.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct PinnedAccount {
-    pub pid: u32,
-    pub pinned_bytes: u64,
-    /// Of those, registered by hotpin (its interposer's call site): the rest the program
-    /// pinned itself.
-    pub by_hotpin_bytes: u64,
-    /// Of those, copied at least once; the rest was pinned and never copied.
-    pub copied_bytes: u64,
-    pub never_copied_bytes: u64,
-}
+pub use hotpin_history::history::{LeaseAccount, PinnedAccount};
 
-impl PinnedAccount {
-    /// One line: `pid 7: 14.0 MiB pinned (6.0 MiB by the program, 8.0 MiB by hotpin); ...`.
-    pub fn summary(&self) -> String {
-        format!(
-            "pid {}: {} pinned ({} by the program, {} by hotpin); {} of it copied, {} never",
-            self.pid,
-            bytes(self.pinned_bytes),
-            bytes(self.pinned_bytes - self.by_hotpin_bytes),
-            bytes(self.by_hotpin_bytes),
-            bytes(self.copied_bytes),
-            bytes(self.never_copied_bytes)
-        )
+/// One line of a process's pinned memory: `pid 7: 14.0 MiB pinned (6.0 MiB by the program,
+/// 8.0 MiB by hotpin); ...`, and what the node's arbiter leased it, if it did.
+pub fn pinned_summary(account: &PinnedAccount) -> String {
+    let mut line = format!(
+        "pid {}: {} pinned ({} by the program, {} by hotpin); {} of it copied, {} never",
+        account.pid,
+        bytes(account.pinned_bytes),
+        bytes(account.pinned_bytes - account.by_hotpin_bytes),
+        bytes(account.by_hotpin_bytes),
+        bytes(account.copied_bytes),
+        bytes(account.never_copied_bytes)
+    );
+    if let Some(leases) = &account.leases {
+        line.push_str(&format!(
+            "; leased up to {} by the node ({} granted, {} denied, {} asked back{})",
+            bytes(leases.peak_leased_bytes),
+            leases.granted,
+            leases.denied,
+            leases.reclaimed,
+            if leases.distrusted { ", distrusted" } else { "" }
+        ));
     }
-
-    /// Per process, from every host allocation of `history` that is pinned.
-    fn of(history: &MemHistory) -> Vec<PinnedAccount> {
-        let mut accounts: BTreeMap<u32, PinnedAccount> = BTreeMap::new();
-        for a in history.allocations() {
-            if !a.kind.is_pinned() {
-                continue;
-            }
-            let account = accounts.entry(a.pid).or_insert_with(|| PinnedAccount {
-                pid: a.pid,
-                ..PinnedAccount::default()
-            });
-            account.pinned_bytes += a.size;
-            let by_hotpin = a
-                .call_site
-                .and_then(|id| history.call_site(id))
-                .is_some_and(|site| {
-                    hotpin_history::history::module_file_name(&site.module).starts_with("libhotpin")
-                });
-            if by_hotpin {
-                account.by_hotpin_bytes += a.size;
-            }
-            if a.stats.transfers > 0 {
-                account.copied_bytes += a.size;
-            } else {
-                account.never_copied_bytes += a.size;
-            }
-        }
-        accounts.into_values().collect()
-    }
+    line
 }
 
 /// A recycled group in the report.
@@ -509,7 +477,7 @@ impl Report {
                 .take(top)
                 .map(|a| row(history, a))
                 .collect(),
-            pinned: PinnedAccount::of(history),
+            pinned: history.pinned_accounts(),
             wasted_pinned_bytes: wasted.iter().map(|a| a.size).sum(),
             wasted_pinned: wasted.iter().take(top).map(|a| row(history, a)).collect(),
             candidate_bytes: candidates.iter().map(|a| a.size).sum(),
@@ -680,7 +648,7 @@ impl Report {
             bytes(self.wasted_pinned_bytes)
         );
         for account in &self.pinned {
-            let _ = writeln!(out, "  {}", account.summary());
+            let _ = writeln!(out, "  {}", pinned_summary(account));
         }
         if !self.wasted_pinned.is_empty() {
             table(out, &self.wasted_pinned);
@@ -1339,6 +1307,7 @@ mod tests {
                 by_hotpin_bytes: 8 * mib,
                 copied_bytes: 12 * mib,
                 never_copied_bytes: 2 * mib,
+                leases: None,
             }]
         );
         let line = "pid 7: 14.0 MiB pinned (6.0 MiB by the program, 8.0 MiB by hotpin); 12.0 MiB \

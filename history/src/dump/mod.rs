@@ -19,7 +19,7 @@ pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
 /// Versions 1 (no host memory counters), 2 (no checkpoint time), 3 (no device memory) and 4
 /// (no unread copies, no thread or stream per copy) are still read.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
 /// Largest history file read, compressed or not (a history of 1M allocations is far below).
@@ -147,10 +147,12 @@ fn write_marked(
         source,
     };
     let copy;
-    let data = if verbose && checkpoint_unix_s.is_none() {
+    let pinned = history.pinned_accounts();
+    let data = if verbose && checkpoint_unix_s.is_none() && pinned == history.data().pinned {
         history.data()
     } else {
         let mut data = history.data().clone();
+        data.pinned = pinned;
         if !verbose {
             for allocation in &mut data.allocations {
                 allocation.events = Vec::new();
@@ -393,6 +395,9 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
         (old.into(), used)
     } else if version == 5 {
         let (old, used) = decode_body::<legacy::v5::HistoryData>(&body).map_err(corrupted)?;
+        (old.into(), used)
+    } else if version == 6 {
+        let (old, used) = decode_body::<legacy::v6::HistoryData>(&body).map_err(corrupted)?;
         (old.into(), used)
     } else {
         decode_body::<HistoryData>(&body).map_err(corrupted)?

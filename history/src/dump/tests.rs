@@ -341,6 +341,31 @@ fn a_format_5_history_loads() {
     MemHistory::from_data(data).expect("and is consistent");
 }
 
+/// A format-6 history (written before pinned memory was accounted in the dump), stored by
+/// `tracer daemon` from the stand-in's transfer-bench (a test fixture, not CUDA): it loads,
+/// and its accounts are computed from its allocations.
+#[test]
+fn a_format_6_history_loads_and_is_accounted() {
+    let bytes = include_bytes!("testdata/daemon-standin-v6.hotpin");
+    assert_eq!(&bytes[MAGIC.len()..MAGIC.len() + 4], &6u32.to_le_bytes());
+    let data = decode(bytes).expect("the format-6 history decodes");
+    assert_eq!(data.stats.transfers, 16);
+    assert!(data.pinned.is_empty());
+    let history = MemHistory::from_data(data).expect("and is consistent");
+    let pinned: u64 = history
+        .allocations()
+        .iter()
+        .filter(|a| a.kind.is_pinned())
+        .map(|a| a.size)
+        .sum();
+    let accounted: u64 = history
+        .pinned_accounts()
+        .iter()
+        .map(|a| a.pinned_bytes)
+        .sum();
+    assert_eq!(accounted, pinned);
+}
+
 /// The random histories that are bounded do fold allocations (or the round trip above would
 /// not test aggregates).
 #[test]

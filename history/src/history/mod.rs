@@ -6,6 +6,7 @@
 
 mod aggregate;
 mod allocation;
+mod pinned;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -13,6 +14,7 @@ use crate::registry::function_name;
 
 pub use aggregate::peak_alive;
 pub use aggregate::{Retention, SiteAggregate};
+pub use pinned::{LeaseAccount, PinnedAccount};
 pub use allocation::{
     AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, PYTHON_MODULE, TransferStats,
     module_file_name,
@@ -185,6 +187,11 @@ pub struct HistoryData {
     /// Freed allocations folded together to bound the history (see [`Retention`]).
     #[serde(default)]
     pub compacted: Vec<SiteAggregate>,
+    /// Each process's pinned memory ([`PinnedAccount`]): written from the allocations when
+    /// the history is dumped ([`MemHistory::pinned_accounts`]); of what is read, only the
+    /// leases are kept (the rest is computed again).
+    #[serde(default)]
+    pub pinned: Vec<PinnedAccount>,
 }
 
 /// Why a history's content is inconsistent (a hand-edited or corrupted dump).
@@ -419,11 +426,40 @@ impl MemHistory {
             *next = (*next).max(aggregate.last_ordinal.saturating_add(1));
         }
         history.data = data;
+        // Of the accounts read, the leases are kept: the rest is computed from the
+        // allocations whenever asked.
+        history.data.pinned = std::mem::take(&mut history.data.pinned)
+            .into_iter()
+            .filter(|account| account.leases.is_some())
+            .map(|account| PinnedAccount {
+                pid: account.pid,
+                leases: account.leases,
+                ..PinnedAccount::default()
+            })
+            .collect();
         history
     }
 
     pub fn data(&self) -> &HistoryData {
         &self.data
+    }
+
+    /// Each process's pinned host memory, by process id: from the allocations, and what the
+    /// node's arbiter leased it where [`Self::set_leases`] said.
+    pub fn pinned_accounts(&self) -> Vec<PinnedAccount> {
+        pinned::accounts(&self.data)
+    }
+
+    /// What the node's arbiter did for the process `pid` (`tracer daemon`, before writing).
+    pub fn set_leases(&mut self, pid: u32, leases: LeaseAccount) {
+        match self.data.pinned.iter_mut().find(|a| a.pid == pid) {
+            Some(account) => account.leases = Some(leases),
+            None => self.data.pinned.push(PinnedAccount {
+                pid,
+                leases: Some(leases),
+                ..PinnedAccount::default()
+            }),
+        }
     }
 
     pub fn into_data(self) -> HistoryData {

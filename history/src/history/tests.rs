@@ -555,3 +555,67 @@ fn a_raw_call_site_is_resolved_once_per_history() {
     }
     assert_eq!(asked, 2);
 }
+
+/// Each process's pinned memory (#27): by the program or by hotpin (its interposer's call
+/// site), copied or never, folded allocations counted too, and what the node's arbiter did,
+/// kept through a dump and read back.
+#[test]
+fn pinned_memory_is_accounted_per_process_with_its_leases() {
+    let mut h = MemHistory::with_retention(Retention {
+        timelines: false,
+        max_allocations: Some(4),
+    });
+    let program = site(&mut h, 0x10);
+    let hotpin = h.intern_call_site(CallSite {
+        module: "/usr/lib/libhotpin_preload.so".into(),
+        offset: 0x40,
+        symbol: None,
+    });
+    // The program's 8 MiB pinned and copied, 4 MiB pinned and never copied; hotpin's 2 MiB.
+    h.alloc(PID, 0x100_0000, 8 * MIB, AllocKind::Pinned, Some(program), 1);
+    h.alloc(PID, 0x200_0000, 4 * MIB, AllocKind::Pinned, Some(program), 2);
+    h.alloc(PID, 0x300_0000, 2 * MIB, AllocKind::Pinned, Some(hotpin), 3);
+    h.transfer(PID, 0xd000_0000, 0x100_0000, MIB, CopyDirection::HostToDevice, 4);
+    // Ten 1 MiB pinned blocks made, copied once each but the last, freed: folded.
+    for i in 0..10 {
+        let ts = 10 + 10 * i;
+        h.alloc(PID, 0x400_0000, MIB, AllocKind::Pinned, Some(program), ts);
+        if i < 9 {
+            h.transfer(PID, 0x400_0000, 0xd000_0000, MIB, CopyDirection::DeviceToHost, ts + 1);
+        }
+        h.free(PID, 0x400_0000, ts + 2);
+        h.bound();
+    }
+    assert!(!h.compacted().is_empty(), "some were folded");
+    h.alloc(PID + 1, 0x100_0000, MIB, AllocKind::Pageable, Some(program), 200);
+    let leases = LeaseAccount {
+        peak_leased_bytes: 2 * MIB,
+        granted: 3,
+        denied: 1,
+        reclaimed: 1,
+        reclaimed_bytes: MIB,
+        distrusted: false,
+    };
+    h.set_leases(PID, leases);
+    let expected = vec![PinnedAccount {
+        pid: PID,
+        pinned_bytes: 24 * MIB,
+        by_hotpin_bytes: 2 * MIB,
+        copied_bytes: 17 * MIB,
+        never_copied_bytes: 7 * MIB,
+        leases: Some(leases),
+    }];
+    assert_eq!(h.pinned_accounts(), expected);
+    // In the dump, as written; read back, the same accounts.
+    let dir = std::env::temp_dir().join(format!("hotpin-accounts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let path = dir.join("h.json");
+    crate::dump::write(&h, &path, crate::dump::Format::Json, false).expect("written");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+    assert_eq!(json["pinned"][0]["never_copied_bytes"], 7 * MIB);
+    assert_eq!(json["pinned"][0]["leases"]["granted"], 3);
+    let back = crate::dump::read(&path).expect("read back");
+    assert_eq!(back.pinned_accounts(), expected);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

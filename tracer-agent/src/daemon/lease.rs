@@ -244,6 +244,20 @@ impl LeaseServer {
         }
     }
 
+    /// What the arbiter did for the process `pid` (while connected, or since it left), for
+    /// its history; None if it never asked.
+    pub fn account_of(&self, pid: u32) -> Option<hotpin_history::history::LeaseAccount> {
+        let (tally, distrusted) = self.shared.arbiter().tally_of(pid)?;
+        Some(hotpin_history::history::LeaseAccount {
+            peak_leased_bytes: tally.peak_leased_bytes,
+            granted: tally.granted,
+            denied: tally.denied,
+            reclaimed: tally.reclaimed,
+            reclaimed_bytes: tally.reclaimed_bytes,
+            distrusted,
+        })
+    }
+
     pub fn figures(&self) -> LeaseFigures {
         let arbiter = self.shared.arbiter();
         LeaseFigures {

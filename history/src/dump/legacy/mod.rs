@@ -6,3 +6,4 @@ pub(super) mod v2;
 pub(super) mod v3;
 pub(super) mod v4;
 pub(super) mod v5;
+pub(super) mod v6;

@@ -77,6 +77,7 @@ impl From<HistoryData> for history::HistoryData {
             },
             callers: Default::default(),
             compacted: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 }

@@ -44,6 +44,7 @@ impl From<HistoryData> for history::HistoryData {
             stats: old.stats.into(),
             callers: old.callers.into_iter().collect(),
             compacted: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 }

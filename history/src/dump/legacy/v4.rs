@@ -201,6 +201,7 @@ impl From<HistoryData> for history::HistoryData {
             },
             callers: old.callers,
             compacted: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 }

@@ -27,6 +27,7 @@ impl From<HistoryData> for history::HistoryData {
             stats: old.stats,
             callers: old.callers,
             compacted: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 }

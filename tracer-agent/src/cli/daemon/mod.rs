@@ -284,6 +284,18 @@ impl Daemon {
         if !session.complete {
             session.history.meta_mut().checkpoint_unix_s = Some(tracer_agent::dump::unix_now());
         }
+        // What the node's arbiter leased each of its processes goes into its history.
+        if let Some(server) = &self.leases {
+            let mut pids = session.history.meta().pids.clone();
+            pids.push(session.info.root);
+            pids.sort_unstable();
+            pids.dedup();
+            for pid in pids {
+                if let Some(account) = server.account_of(pid) {
+                    session.history.set_leases(pid, account);
+                }
+            }
+        }
         // A process gone before it could be named is stored as "unknown-PID".
         let key = match &session.info.program {
             Some(key) => Ok(key.clone()),
