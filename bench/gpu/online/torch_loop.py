@@ -23,6 +23,9 @@ the values computed on the GPU (markers included), the result brought back in fu
 the same arithmetic done by the CPU on the CPU tensors (exact: small integers, scaled by
 powers of two); at the end each cold tensor on the GPU in full against the GPU's own values,
 and the large tensor (1 in 65536 elements).
+CHECK_EVERY=N checks every Nth step instead of every 4th (the checks allocate CPU tensors of
+their own: a run with another cadence makes the same tensors in a different allocation
+order, which bench/gpu/python/steadiness.py uses).
 Usage: python3 torch_loop.py [steps]   (default 80)"""
 import json
 import os
@@ -33,6 +36,7 @@ import torch
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 80
 by_hand = os.environ.get("BY_HAND") == "1"
+check_every = int(os.environ.get("CHECK_EVERY", "4"))
 HOT, COLD = 3, 4
 HOT_FLOATS = 16 << 20  # 64 MiB
 OUT_FLOATS = 8 << 20  # 32 MiB
@@ -87,7 +91,7 @@ for step in range(steps):
         result = y.cpu()  # a fresh pageable tensor every step
     d2h += 1
     d2h_bytes += OUT_FLOATS * 4
-    if step % 4 == 0 or step == steps - 1:
+    if step % check_every == 0 or step == steps - 1:
         began = time.perf_counter()
         for i, x in enumerate((x0, x1, x2)):
             expected = pattern_gpu(HOT_FLOATS, i)
