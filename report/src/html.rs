@@ -1,11 +1,14 @@
 //! `tracer report --html FILE`: the report as one HTML page that opens with no network (its
-//! style and script inline, hand-written, no library; a Content-Security-Policy that lets it
-//! fetch nothing): the text report's sections as tables sorted by a click on a column's
-//! header, the pinned memory over time, and when each hot allocation was copied.
+//! style and script inline; a Content-Security-Policy that lets it fetch nothing): the text
+//! report's sections as tables sorted by a click on a column's header, the pinned memory over
+//! time, when each hot allocation was copied, and what pinning each call site saves against
+//! what it costs (the charts drawn as SVG by plotters, in `plots`).
 //!
 //! What the charts show is computed first, as plain data ([`Charts`]: [`PinnedSeries`],
 //! [`CopyRow`]), from the history's timelines; [`render_page`] only draws it. Every text put
 //! in the page goes through [`escape`].
+
+mod plots;
 
 use std::fmt::Write as _;
 
@@ -319,6 +322,7 @@ pub fn render_page(report: &Report, charts: &Charts, options: &RenderOptions) ->
     never_copied_section(&mut out, report, options);
     pinned_chart(&mut out, report, charts);
     copies_chart(&mut out, charts, options);
+    saving_chart(&mut out, report, options);
     let _ = writeln!(
         out,
         "</main>\n<script>\n{SCRIPT}</script>\n</body>\n</html>"
@@ -373,7 +377,8 @@ fn header(out: &mut String, report: &Report) {
         "</dl>\n<nav><a href=\"#pin\">what to pin</a> <a href=\"#wasted\">pinned and wasted</a> \
          <a href=\"#pageable\">pageable</a> <a href=\"#device\">device memory</a> \
          <a href=\"#never\">never copied</a> <a href=\"#pinned-over-time\">pinned over time</a> \
-         <a href=\"#copies-over-time\">copies over time</a></nav>\n</header>"
+         <a href=\"#copies-over-time\">copies over time</a> \
+         <a href=\"#saving-against-cost\">saving against cost</a></nav>\n</header>"
     );
 }
 
@@ -795,58 +800,20 @@ fn site_table(
     table(out, &heads, &rows);
 }
 
-/// Where a chart's plot lies in its SVG (user units), and the time it spans.
-struct Frame {
-    left: f64,
-    right: f64,
-    top: f64,
-    bottom: f64,
-    span_ns: u64,
-}
-
-/// The width of every chart's SVG, in user units (it is scaled to the page's width).
-const CHART_WIDTH: f64 = 1000.0;
-
-impl Frame {
-    fn x(&self, ns: u64) -> f64 {
-        self.left + (self.right - self.left) * ns as f64 / self.span_ns.max(1) as f64
-    }
-}
-
-/// `ns` from the recording's start, for people.
-fn time_label(ns: u64) -> String {
-    if ns == 0 {
-        "0".to_owned()
-    } else {
-        seconds(ns as f64 / 1e9)
-    }
-}
-
-/// The time axis under a chart's plot: a tick and its time at each quarter.
-fn time_axis(out: &mut String, frame: &Frame) {
-    let (left, right, bottom) = (frame.left, frame.right, frame.bottom);
-    let _ = writeln!(
-        out,
-        "<line class=\"axis\" x1=\"{left:.1}\" y1=\"{bottom:.1}\" x2=\"{right:.1}\" \
-         y2=\"{bottom:.1}\"/>"
-    );
-    for quarter in 0..=4u64 {
-        let at =
-            u64::try_from(u128::from(frame.span_ns) * u128::from(quarter) / 4).unwrap_or(u64::MAX);
-        let x = frame.x(at);
-        let anchor = match quarter {
-            0 => "start",
-            4 => "end",
-            _ => "middle",
-        };
-        let _ = writeln!(
-            out,
-            "<line class=\"axis\" x1=\"{x:.1}\" y1=\"{bottom:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
-             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text>",
-            bottom + 4.0,
-            bottom + 16.0,
-            escape(&time_label(at))
-        );
+/// Puts a chart drawn by [`plots`] in the page, named `label` for screen readers, or says
+/// why it could not be drawn. In HTML an inline SVG needs no namespace: it is left out, so
+/// the page names no other address at all.
+fn embed(out: &mut String, label: &str, drawn: Result<String, String>) {
+    match drawn {
+        Ok(svg) => {
+            let named = format!("<svg role=\"img\" aria-label=\"{}\" ", escape(label));
+            out.push_str(
+                &svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1)
+                    .replacen("<svg ", &named, 1),
+            );
+            out.push('\n');
+        }
+        Err(why) => note(out, &format!("the chart could not be drawn: {why}")),
     }
 }
 
@@ -860,47 +827,16 @@ fn pinned_chart(out: &mut String, report: &Report, charts: &Charts) {
         return;
     };
     para(out, &pinned_caption(report, series, span));
-    let frame = Frame {
-        left: 70.0,
-        right: CHART_WIDTH - 20.0,
-        top: 10.0,
-        bottom: 220.0,
-        span_ns: span.len_ns(),
-    };
-    let peak = series.peak_bytes.max(1) as f64;
-    let y_of = |b: u64| frame.bottom - (frame.bottom - frame.top) * b as f64 / peak;
-    let mut line = String::new();
-    for (i, &(at, pinned)) in series.points.iter().enumerate() {
-        let (x, y) = (frame.x(at), y_of(pinned));
-        let _ = if i == 0 {
-            write!(line, "M{x:.1} {y:.1}")
-        } else {
-            write!(line, " H{x:.1} V{y:.1}")
-        };
-    }
-    let _ = write!(line, " H{:.1}", frame.right);
-    let area = format!("{line} V{:.1} H{:.1} Z", frame.bottom, frame.left);
-    let _ = writeln!(
+    let points: Vec<(f64, u64)> = series
+        .points
+        .iter()
+        .map(|&(at, pinned)| (at as f64 / 1e9, pinned))
+        .collect();
+    embed(
         out,
-        "<svg viewBox=\"0 0 {CHART_WIDTH} 250\" role=\"img\" aria-label=\"pinned memory over \
-         time\">\n<title>pinned host memory over time: peak {}</title>\n\
-         <path class=\"area\" d=\"{area}\"/>\n<path class=\"line\" d=\"{line}\"/>",
-        escape(&bytes(series.peak_bytes))
+        "pinned host memory over time",
+        plots::pinned(&points, span.len_ns() as f64 / 1e9, series.peak_bytes),
     );
-    for level in [0, series.peak_bytes / 2, series.peak_bytes] {
-        let (x, y) = (frame.left, y_of(level));
-        let _ = writeln!(
-            out,
-            "<line class=\"grid\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            frame.right,
-            x - 6.0,
-            y + 4.0,
-            escape(&bytes(level))
-        );
-    }
-    time_axis(out, &frame);
-    let _ = writeln!(out, "</svg>");
     section_end(out);
 }
 
@@ -928,10 +864,6 @@ fn pinned_caption(report: &Report, series: &PinnedSeries, span: Span) -> String 
     text
 }
 
-/// Height of one allocation's row in the copies chart, and the width of the names before.
-const ROW_HEIGHT: f64 = 22.0;
-const LABEL_WIDTH: f64 = 340.0;
-
 /// When each hot allocation was copied: a row each, a bar per interval with copies, as
 /// high as its bytes (against the most bytes of any interval).
 fn copies_chart(out: &mut String, charts: &Charts, options: &RenderOptions) {
@@ -957,88 +889,82 @@ fn copies_chart(out: &mut String, charts: &Charts, options: &RenderOptions) {
         section_end(out);
         return;
     };
+    let span_s = span.len_ns() as f64 / 1e9;
     note(
         out,
         &format!(
             "each row an allocation, most transferred first; each bar its copies within one \
-             of {COPY_BINS} intervals of the {} recorded, as high as their bytes (hover for \
-             the numbers)",
-            seconds(span.len_ns() as f64 / 1e9)
+             of {COPY_BINS} intervals of the {} recorded, as high as their bytes (the tables \
+             above have each allocation's numbers)",
+            seconds(span_s)
         ),
     );
-    let frame = Frame {
-        left: LABEL_WIDTH,
-        right: CHART_WIDTH - 15.0,
-        top: 6.0,
-        bottom: 6.0 + ROW_HEIGHT * rows.len() as f64 + 4.0,
-        span_ns: span.len_ns(),
-    };
-    let _ = writeln!(
+    let width = span_s / COPY_BINS as f64;
+    let bars: Vec<plots::CopyBars> = rows
+        .iter()
+        .map(|row| plots::CopyBars {
+            label: format!(
+                "#{} {}",
+                row.id,
+                names::shorten(&options.name(&row.name), 50)
+            ),
+            bars: row
+                .bins
+                .iter()
+                .enumerate()
+                .filter(|(_, bin)| bin.copies > 0)
+                .map(|(j, bin)| (width * j as f64, width * (j + 1) as f64, bin.bytes))
+                .collect(),
+        })
+        .collect();
+    embed(
         out,
-        "<svg viewBox=\"0 0 {CHART_WIDTH} {:.1}\" role=\"img\" aria-label=\"copies over \
-         time\">\n<title>copies of the most transferred allocations over time</title>",
-        frame.bottom + 24.0
+        "copies of the most transferred allocations over time",
+        plots::copies(&bars, span_s, most),
     );
-    for (i, row) in rows.iter().enumerate() {
-        copy_row(
-            out,
-            row,
-            frame.top + ROW_HEIGHT * i as f64,
-            &frame,
-            most,
-            options,
-        );
-    }
-    time_axis(out, &frame);
-    let _ = writeln!(out, "</svg>");
     section_end(out);
 }
 
-/// One allocation's row of the copies chart, from `top`.
-fn copy_row(
-    out: &mut String,
-    row: &CopyRow,
-    top: f64,
-    frame: &Frame,
-    most: u64,
-    options: &RenderOptions,
-) {
-    let base = top + ROW_HEIGHT - 3.0;
-    let label = format!(
-        "#{} {}",
-        row.id,
-        names::shorten(&options.name(&row.name), 50)
-    );
-    let _ = writeln!(
-        out,
-        "<g><title>#{} {}: {}, {} transfers</title><text x=\"4\" y=\"{:.1}\">{}</text></g>\n\
-         <line class=\"grid\" x1=\"{:.1}\" y1=\"{base:.1}\" x2=\"{:.1}\" y2=\"{base:.1}\"/>",
-        row.id,
-        escape(&row.name),
-        escape(&bytes(row.size)),
-        row.transfers,
-        base - 4.0,
-        escape(&label),
-        frame.left,
-        frame.right
-    );
-    let width = (frame.right - frame.left) / COPY_BINS as f64;
-    let span_ns = u128::from(frame.span_ns);
-    for (j, bin) in row.bins.iter().enumerate().filter(|(_, b)| b.copies > 0) {
-        let from = u64::try_from(span_ns * j as u128 / COPY_BINS as u128).unwrap_or(u64::MAX);
-        let to = u64::try_from(span_ns * (j as u128 + 1) / COPY_BINS as u128).unwrap_or(u64::MAX);
-        let height = ((ROW_HEIGHT - 6.0) * bin.bytes as f64 / most as f64).max(1.5);
-        let _ = writeln!(
+/// Call sites named on the saving-against-cost chart at most.
+const SITES_NAMED: usize = 8;
+
+/// What pinning each call site saves against what it costs (the sites the report advises
+/// pinning, and those it advises to stop pinning), under the cost model.
+fn saving_chart(out: &mut String, report: &Report, options: &RenderOptions) {
+    section_start(out, "saving-against-cost", "What pinning saves, against what it costs");
+    let sites: Vec<plots::SitePoint> = report
+        .pin_sites
+        .iter()
+        .chain(&report.unpin_sites)
+        .filter(|site| site.saving_s > 0.0 || site.cost_s > 0.0)
+        .map(|site| plots::SitePoint {
+            label: names::shorten(&options.name(&site.call_site), 40),
+            saving_s: site.saving_s,
+            cost_s: site.cost_s,
+        })
+        .collect();
+    if report.policy.cost.is_none() || sites.is_empty() {
+        para(
             out,
-            "<rect class=\"bar\" x=\"{:.2}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{height:.1}\">\
-             <title>{} copies, {}, at {} to {}</title></rect>",
-            frame.left + width * j as f64,
-            base - height,
-            width.max(1.0),
-            bin.copies,
-            escape(&bytes(bin.bytes)),
-            escape(&time_label(from)),
-            escape(&time_label(to))
+            "no call site to weigh: the report was made without a cost model, or nothing was \
+             copied from pinned or hot memory",
         );
+        section_end(out);
+        return;
     }
+    note(
+        out,
+        &format!(
+            "each point a call site: the copy time pinning its hot allocations saves over the \
+             run, against what registering and unregistering them costs; above the diagonal \
+             pinning pays (blue), below it does not (red); the {SITES_NAMED} that save most \
+             are named"
+        ),
+    );
+    embed(
+        out,
+        "what pinning each call site saves against what it costs",
+        plots::saving_against_cost(&sites, SITES_NAMED),
+    );
+    section_end(out);
 }

@@ -153,10 +153,18 @@ fn the_page_holds_every_section_as_sortable_tables_and_the_charts() {
         heads
     );
     assert!(page.contains("<td class=\"num\" data-v=\"67108864\">64.0 MiB</td>"));
-    // The charts: a step line of pinned memory, a bar per interval with copies.
-    assert_eq!(page.matches("<svg ").count(), 2, "{page}");
-    at("<path class=\"line\" d=\"M70.0 ");
-    assert_eq!(page.matches("<rect class=\"bar\"").count(), 10, "{page}");
+    // The charts, drawn by plotters: a step line of pinned memory over its filled area, a
+    // bar per interval with copies, a point per call site weighed.
+    assert_eq!(page.matches("<svg ").count(), 3, "{page}");
+    assert!(at("Pinned memory over time") < at("<polyline fill=\"none\" opacity=\"1\" stroke=\"#2B6CB0\""));
+    at("<polygon");
+    let bars = page
+        .lines()
+        .filter(|l| l.starts_with("<rect ") && l.contains("fill=\"#2B6CB0\""))
+        .count();
+    assert_eq!(bars, 10, "{page}");
+    assert!(at("What pinning saves, against what it costs") < at("<circle "));
+    at("aria-label=\"what pinning each call site saves against what it costs\"");
     // Well formed where it counts.
     for tag in ["section", "table", "tr", "svg", "script", "style"] {
         assert_eq!(
@@ -191,8 +199,8 @@ fn a_history_without_timelines_says_so_in_place_of_the_copies_chart() {
     assert!(page.contains("this history keeps no timelines"), "{page}");
     assert_eq!(
         page.matches("<svg ").count(),
-        1,
-        "only the pinned memory: {page}"
+        2,
+        "the pinned memory and what pinning saves, no copies: {page}"
     );
     let empty = html_of(&MemHistory::new());
     assert!(empty.contains("nothing was pinned"), "{empty}");
