@@ -11,7 +11,7 @@
 //! registration's edge, so a copy that would cross the part's edge lets the part go first
 //! (`state::unpin_straddled`); the part is then weighed again with that copy in it.
 
-use std::{collections::BTreeMap, path::Path, time::Instant};
+use std::{collections::BTreeMap, path::Path, sync::Arc, time::Instant};
 
 use crate::python::PyFrame;
 use hotpin_history::history::PYTHON_MODULE;
@@ -48,10 +48,31 @@ pub enum Pin {
     Failed,
 }
 
+/// A recycled group's identity: the call site and, in CPython, the innermost Python line
+/// that made the block. One C++ call site makes every PyTorch CPU tensor; the line tells a
+/// step's `.cpu()` result from a check's temporary of the same size, and it is the steadier
+/// identity when the program changes (docs/benchmarks.md, "Is the Python line a steadier
+/// identity than the C++ call site?").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GroupKey {
+    pub site: SiteKey,
+    pub line: Option<(Arc<str>, u32)>,
+}
+
+impl GroupKey {
+    /// The group of a block from `site` whose Python frames (innermost first) are `python`.
+    pub fn new(site: &SiteKey, python: &[PyFrame]) -> Self {
+        Self {
+            site: site.clone(),
+            line: python.first().map(|frame| (frame.file.clone(), frame.line)),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Block {
     pub size: usize,
-    pub site: SiteKey,
+    pub group: GroupKey,
     /// A pinned request served pageable: pinned, it is what the program asked for (not
     /// hidden from it).
     pub asked_pinned: bool,
@@ -151,7 +172,7 @@ pub struct Learner {
     pub online: Online,
     pub budget: Budget,
     pub blocks: BTreeMap<usize, Block>,
-    groups: Groups<SiteKey>,
+    groups: Groups<GroupKey>,
     learned: Vec<Learned>,
     started: Instant,
     pub refusals: u64,
@@ -186,6 +207,7 @@ impl Learner {
         pinned: bool,
         python: Vec<PyFrame>,
     ) {
+        let group = GroupKey::new(site, &python);
         let learned = (self.learned.len() < MAX_LEARNED).then(|| {
             self.learned.push(Learned {
                 site: site.clone(),
@@ -198,12 +220,12 @@ impl Learner {
             });
             self.learned.len() - 1
         });
-        self.groups.born(site, size as u64);
+        self.groups.born(&group, size as u64);
         let replaced = self.blocks.insert(
             ptr,
             Block {
                 size,
-                site: site.clone(),
+                group,
                 asked_pinned,
                 heat: Heat::default(),
                 pin: if pinned { Pin::Pinned } else { Pin::Pageable },
@@ -218,7 +240,7 @@ impl Learner {
         );
         if let Some(old) = replaced {
             let saving = self.online.model.copy_saving(&old.heat.stats);
-            self.groups.retire(&old.site, old.size as u64, saving);
+            self.groups.retire(&old.group, old.size as u64, saving);
         }
     }
 
@@ -227,7 +249,7 @@ impl Learner {
     fn worth(&self, block: &Block, len: usize, now: u64) -> f64 {
         let own = self.online.density(&block.heat, len, now);
         self.groups
-            .place_density(&self.online, &block.site, block.size as u64, now)
+            .place_density(&self.online, &block.group, block.size as u64, now)
             .map_or(own, |place| place.max(own))
     }
 
@@ -239,8 +261,8 @@ impl Learner {
     }
 
     /// Whether the next block of `size` bytes from `site` is to be pinned at birth.
-    pub fn group_hot(&self, site: &SiteKey, size: usize) -> bool {
-        self.groups.hot(&self.online, site, size as u64)
+    pub fn group_hot(&self, group: &GroupKey, size: usize) -> bool {
+        self.groups.hot(&self.online, group, size as u64)
     }
 
     /// A block freed: forgotten, its saving retired into its group. Returns it (the caller
@@ -249,7 +271,7 @@ impl Learner {
         let block = self.blocks.remove(&ptr)?;
         let now = self.now_ns();
         let saving = self.online.model.copy_saving(&block.heat.stats);
-        self.groups.retire(&block.site, block.size as u64, saving);
+        self.groups.retire(&block.group, block.size as u64, saving);
         if let Some(entry) = block.learned.and_then(|i| self.learned.get_mut(i)) {
             entry.free_ns = Some(now);
         }
@@ -273,7 +295,7 @@ impl Learner {
         let one = block.heat.copy(&self.online, bytes, reads, now);
         let saving = self.online.model.copy_saving(&one);
         self.groups
-            .copied(&self.online, &block.site, block.size as u64, saving, now);
+            .copied(&self.online, &block.group, block.size as u64, saving, now);
         if let Some(entry) = block.learned.and_then(|i| self.learned.get_mut(i)) {
             entry.stats.add(&one);
         }
@@ -455,9 +477,9 @@ impl Learner {
 
     /// What a block of `size` bytes from `site` pinned at birth is worth per byte: its
     /// place in its hot group (as [`Self::scores`] weighs a held one).
-    pub fn birth_score(&self, site: &SiteKey, size: usize) -> f64 {
+    pub fn birth_score(&self, group: &GroupKey, size: usize) -> f64 {
         self.groups
-            .place_density(&self.online, site, size as u64, self.now_ns())
+            .place_density(&self.online, group, size as u64, self.now_ns())
             .unwrap_or(0.0)
     }
 

@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::{
     cuda,
-    online::{BlockRef, Decisions, Learner, Pin},
+    online::{BlockRef, Decisions, GroupKey, Learner, Pin},
     real::__libc_free,
     shelf::Shelf,
 };
@@ -268,7 +268,9 @@ static PLATFORM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(
 
 thread_local! {
     /// The call site of the pinned request this thread is about to serve pageable.
-    static DEMOTING: std::cell::RefCell<Option<SiteKey>> = const { std::cell::RefCell::new(None) };
+    /// And its Python frames (CPython), read as it was judged.
+    static DEMOTING: std::cell::RefCell<Option<(SiteKey, Vec<crate::python::PyFrame>)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 fn lock() -> MutexGuard<'static, Option<State>> {
@@ -627,6 +629,7 @@ impl State {
     fn wants_pinned(
         &self,
         site: &SiteKey,
+        group: &GroupKey,
         ordinal: u32,
         size: u64,
         asked_pinned: bool,
@@ -637,7 +640,7 @@ impl State {
             && self
                 .learner
                 .as_ref()
-                .is_some_and(|l| l.group_hot(site, size as usize));
+                .is_some_and(|l| l.group_hot(group, size as usize));
         let request = if asked_pinned {
             Request::Pinned { lazy }
         } else {
@@ -810,7 +813,8 @@ pub fn allocate(
         drop(guard);
         return from_libc();
     }
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, false, false);
+    let group = GroupKey::new(&site, &python);
+    let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, false, false);
     let mut score = 0.0;
     // Short of memory: the cache goes first; critically short, nothing new is pinned.
     let level = state.pressure.level();
@@ -870,7 +874,7 @@ pub fn allocate(
         state.registered_bytes += size as u64;
         if let Some(learner) = state.learner.as_mut() {
             learner.budget.used += size as u64;
-            score = learner.birth_score(&site, size);
+            score = learner.birth_score(&group, size);
         }
     }
     let python = if !register && let Some(learner) = state.learner.as_mut() {
@@ -1051,12 +1055,14 @@ pub enum PinnedRequest {
 
 /// Judges a pinned request of `size` bytes with `flags` from the call site `caller`.
 pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize) -> PinnedRequest {
+    let python = python_frames();
     let mut guard = lock();
     let Some(state) = guard.as_mut() else {
         return PinnedRequest::Pinned;
     };
     let (site, ordinal) = state.identify(caller);
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true, true);
+    let group = GroupKey::new(&site, &python);
+    let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, true);
     if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
         state.kept_live_bytes += size as u64;
         state.note_peak();
@@ -1074,7 +1080,7 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
     } else {
         state.record(call, &site, ordinal, size as u64, "demoted", why);
         if state.learner.is_some() {
-            DEMOTING.with(|d| *d.borrow_mut() = Some(site));
+            DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
         }
         PinnedRequest::Demote
     }
@@ -1082,7 +1088,6 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
 
 /// A pinned request served pageable at `ptr`.
 pub fn demoted(ptr: *mut c_void, size: usize) {
-    let python = python_frames();
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
     state.demoted.insert(
@@ -1095,7 +1100,7 @@ pub fn demoted(ptr: *mut c_void, size: usize) {
     BELIEVED_PINNED.store(true, Ordering::Release);
     state.counters.demoted += 1;
     state.counters.demoted_bytes += size as u64;
-    if let Some(site) = DEMOTING.with(|d| d.borrow_mut().take())
+    if let Some((site, python)) = DEMOTING.with(|d| d.borrow_mut().take())
         && let Some(learner) = state.learner.as_mut()
     {
         learner.track(ptr as usize, size, &site, true, false, python);
@@ -1139,6 +1144,7 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
 /// `cudaHostRegister(ptr, size, flags)` from the call site `caller`: true if it is not to be
 /// carried out (cold, or a block we registered already).
 pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -> bool {
+    let python = python_frames();
     let mut guard = lock();
     let Some(state) = guard.as_mut() else {
         return false;
@@ -1149,7 +1155,8 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
         return true;
     }
     let (site, ordinal) = state.identify(caller);
-    let (pin, why) = state.wants_pinned(&site, ordinal, size as u64, true, false);
+    let group = GroupKey::new(&site, &python);
+    let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, false);
     if pin || flags & cuda::HOST_REGISTER_KEEP != 0 {
         state.record(
             "cudaHostRegister",

@@ -229,7 +229,10 @@ fn a_denser_program_reclaims_from_a_less_dense_one_within_the_node_budget() {
             .and_then(|a| a.leases)
             .unwrap_or_else(|| panic!("no leases in the history of pid {pid}: {accounts:?}"))
     };
-    let (slow, fast) = (account(&setup.dir.join("slow")), account(&setup.dir.join("fast")));
+    let (slow, fast) = (
+        account(&setup.dir.join("slow")),
+        account(&setup.dir.join("fast")),
+    );
     assert!(slow.reclaimed >= 1 && slow.granted >= 1, "{slow:?}");
     assert!(
         fast.granted >= 3 && fast.peak_leased_bytes >= 24 * MIB,
@@ -242,7 +245,10 @@ fn stored_accounts(store: &Path) -> Vec<hotpin_history::history::PinnedAccount> 
     let mut accounts = Vec::new();
     let mut folders = vec![store.to_path_buf()];
     while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).expect("the store").map_while(Result::ok) {
+        for entry in std::fs::read_dir(&folder)
+            .expect("the store")
+            .map_while(Result::ok)
+        {
             let path = entry.path();
             if path.is_dir() {
                 folders.push(path);

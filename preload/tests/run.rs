@@ -770,6 +770,56 @@ fn a_budget_short_of_the_working_set_settles_instead_of_trading_blocks() {
     assert!(c["learned_pins"].as_u64().expect("pins") <= 8, "{c}");
 }
 
+/// Auto mode in a Python program keys its recycled groups by the Python line too (#28): a
+/// result made fresh at every step and copied into, and a scratch block of the same size
+/// from the same C call site (a bytearray) never copied. Only the results are served pinned
+/// blocks from the cache; the scratch blocks stay pageable, and every result is right.
+#[test]
+fn auto_mode_tells_blocks_of_one_call_site_apart_by_their_python_line() {
+    let setup = setup_program("auto-groups", "online");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/groups.py");
+    let prefix = setup.dir.join("groups-report");
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--lease-socket", "off", "--report"])
+        .arg(&prefix)
+        .arg("--")
+        .arg("python3")
+        .arg(&script)
+        .arg(&setup.standin.runtime)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .output()
+        .expect("run python3 under hotpin");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_computed_right(&output);
+    // `python3` may be a launcher (pyenv's) whose processes write reports too: the
+    // interpreter's is the one that judged the blocks.
+    let dir = prefix.parent().expect("a folder");
+    let r = std::fs::read_dir(dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("groups-report.")
+        })
+        .map(|e| -> Value {
+            serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("JSON")
+        })
+        .max_by_key(|r| r["decisions"].as_array().map_or(0, Vec::len))
+        .expect("the interpreter's report");
+    let c = &r["counters"];
+    // 30 results: the group is hot once two retired results repaid a pin, and each after
+    // that comes from the cache; none of the 30 scratch blocks does (keyed by the call site
+    // alone, 54 did).
+    let hits = c["cache_hits"].as_u64().expect("cache hits");
+    assert!((20..=28).contains(&hits), "{c}");
+}
+
 /// Auto mode in a Python program names the Python lines that made each block (#28): what it
 /// learned holds, as the hot block's callers, `frames.py:LINE in make_batch` then `main`, read
 /// from the interpreter's frames (CPython 3.11 here, Debian's; 3.12 on the GPU machine).

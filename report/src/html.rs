@@ -931,7 +931,11 @@ const SITES_NAMED: usize = 8;
 /// What pinning each call site saves against what it costs (the sites the report advises
 /// pinning, and those it advises to stop pinning), under the cost model.
 fn saving_chart(out: &mut String, report: &Report, options: &RenderOptions) {
-    section_start(out, "saving-against-cost", "What pinning saves, against what it costs");
+    section_start(
+        out,
+        "saving-against-cost",
+        "What pinning saves, against what it costs",
+    );
     let sites: Vec<plots::SitePoint> = report
         .pin_sites
         .iter()

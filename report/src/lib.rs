@@ -58,7 +58,11 @@ pub fn pinned_summary(account: &PinnedAccount) -> String {
             leases.granted,
             leases.denied,
             leases.reclaimed,
-            if leases.distrusted { ", distrusted" } else { "" }
+            if leases.distrusted {
+                ", distrusted"
+            } else {
+                ""
+            }
         ));
     }
     line

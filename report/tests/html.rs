@@ -156,7 +156,10 @@ fn the_page_holds_every_section_as_sortable_tables_and_the_charts() {
     // The charts, drawn by plotters: a step line of pinned memory over its filled area, a
     // bar per interval with copies, a point per call site weighed.
     assert_eq!(page.matches("<svg ").count(), 3, "{page}");
-    assert!(at("Pinned memory over time") < at("<polyline fill=\"none\" opacity=\"1\" stroke=\"#2B6CB0\""));
+    assert!(
+        at("Pinned memory over time")
+            < at("<polyline fill=\"none\" opacity=\"1\" stroke=\"#2B6CB0\"")
+    );
     at("<polygon");
     let bars = page
         .lines()

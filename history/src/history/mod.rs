@@ -14,11 +14,11 @@ use crate::registry::function_name;
 
 pub use aggregate::peak_alive;
 pub use aggregate::{Retention, SiteAggregate};
-pub use pinned::{LeaseAccount, PinnedAccount};
 pub use allocation::{
     AllocEvent, AllocId, AllocKind, Allocation, CallSite, CallSiteId, PYTHON_MODULE, TransferStats,
     module_file_name,
 };
+pub use pinned::{LeaseAccount, PinnedAccount};
 use serde::{Deserialize, Serialize};
 
 use crate::{

@@ -572,22 +572,57 @@ fn pinned_memory_is_accounted_per_process_with_its_leases() {
         symbol: None,
     });
     // The program's 8 MiB pinned and copied, 4 MiB pinned and never copied; hotpin's 2 MiB.
-    h.alloc(PID, 0x100_0000, 8 * MIB, AllocKind::Pinned, Some(program), 1);
-    h.alloc(PID, 0x200_0000, 4 * MIB, AllocKind::Pinned, Some(program), 2);
+    h.alloc(
+        PID,
+        0x100_0000,
+        8 * MIB,
+        AllocKind::Pinned,
+        Some(program),
+        1,
+    );
+    h.alloc(
+        PID,
+        0x200_0000,
+        4 * MIB,
+        AllocKind::Pinned,
+        Some(program),
+        2,
+    );
     h.alloc(PID, 0x300_0000, 2 * MIB, AllocKind::Pinned, Some(hotpin), 3);
-    h.transfer(PID, 0xd000_0000, 0x100_0000, MIB, CopyDirection::HostToDevice, 4);
+    h.transfer(
+        PID,
+        0xd000_0000,
+        0x100_0000,
+        MIB,
+        CopyDirection::HostToDevice,
+        4,
+    );
     // Ten 1 MiB pinned blocks made, copied once each but the last, freed: folded.
     for i in 0..10 {
         let ts = 10 + 10 * i;
         h.alloc(PID, 0x400_0000, MIB, AllocKind::Pinned, Some(program), ts);
         if i < 9 {
-            h.transfer(PID, 0x400_0000, 0xd000_0000, MIB, CopyDirection::DeviceToHost, ts + 1);
+            h.transfer(
+                PID,
+                0x400_0000,
+                0xd000_0000,
+                MIB,
+                CopyDirection::DeviceToHost,
+                ts + 1,
+            );
         }
         h.free(PID, 0x400_0000, ts + 2);
         h.bound();
     }
     assert!(!h.compacted().is_empty(), "some were folded");
-    h.alloc(PID + 1, 0x100_0000, MIB, AllocKind::Pageable, Some(program), 200);
+    h.alloc(
+        PID + 1,
+        0x100_0000,
+        MIB,
+        AllocKind::Pageable,
+        Some(program),
+        200,
+    );
     let leases = LeaseAccount {
         peak_leased_bytes: 2 * MIB,
         granted: 3,

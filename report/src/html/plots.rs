@@ -8,7 +8,7 @@ use plotters::{
     coord::Shift,
     prelude::{
         AreaSeries, ChartBuilder, Circle, DrawingArea, DrawingAreaErrorKind, IntoDrawingArea,
-        IntoFont, IntoLogRange, LineSeries, Rectangle, RGBColor, SVGBackend, ShapeStyle, Text,
+        IntoFont, IntoLogRange, LineSeries, RGBColor, Rectangle, SVGBackend, ShapeStyle, Text,
         WHITE,
     },
     style::Color,
@@ -112,7 +112,10 @@ pub fn copies(rows: &[CopyBars], span_s: f64, most: u64) -> Result<String, Strin
             let base = count - 1.0 - i as f64;
             chart.draw_series(row.bars.iter().map(|&(from, to, b)| {
                 let high = (0.8 * b as f64 / most.max(1) as f64).max(0.08);
-                Rectangle::new([(from, base + 0.05), (to, base + 0.05 + high)], INK.filled())
+                Rectangle::new(
+                    [(from, base + 0.05), (to, base + 0.05 + high)],
+                    INK.filled(),
+                )
             }))?;
             let (_, y) = chart.backend_coord(&(0.0, base + 0.3));
             root.draw(&Text::new(row.label.clone(), (8, y - 4), FONT.into_font()))?;
@@ -162,15 +165,15 @@ pub fn saving_against_cost(sites: &[SitePoint], labelled: usize) -> Result<Strin
         ))?;
         chart.draw_series(order.iter().map(|s| {
             let colour = if s.saving_s > s.cost_s { INK } else { LOSS };
-            Circle::new(
-                (s.cost_s.max(lo), s.saving_s.max(lo)),
-                5,
-                colour.filled(),
-            )
+            Circle::new((s.cost_s.max(lo), s.saving_s.max(lo)), 5, colour.filled())
         }))?;
         for s in order.iter().take(labelled) {
             let (x, y) = chart.backend_coord(&(s.cost_s.max(lo), s.saving_s.max(lo)));
-            root.draw(&Text::new(s.label.clone(), (x + 8, y - 6), FONT.into_font()))?;
+            root.draw(&Text::new(
+                s.label.clone(),
+                (x + 8, y - 6),
+                FONT.into_font(),
+            ))?;
         }
         Ok(())
     })
