@@ -785,6 +785,108 @@ fn free_cooled(blocks: Vec<(usize, usize)>) {
     }
 }
 
+/// Blocks taken off the shelves under the lock (memory short, the budget full, libc out of
+/// memory), given back to CUDA and libc once the lock is let go.
+#[derive(Default)]
+struct Freed {
+    /// Pinned blocks from the cache: unregistered, then freed.
+    pinned: Vec<(usize, usize)>,
+    /// Warm blocks: freed.
+    warm: Vec<(usize, usize)>,
+}
+
+impl Freed {
+    /// Everything both shelves hold.
+    fn take_all(&mut self, state: &mut State) {
+        self.pinned.extend(state.take_cache());
+        self.warm.extend(state.warm.take_all());
+    }
+
+    /// Never called with the lock held (see [`release_blocks`]).
+    fn release(self) {
+        release_blocks(self.pinned);
+        free_cooled(self.warm);
+    }
+}
+
+/// What became of a new block that was not served from the cache.
+struct Fate {
+    /// To be registered now (pinned, and room for it).
+    register: bool,
+    /// To be pinned, but no room in the budget: tracked as such (kept warm when freed).
+    no_room: bool,
+    /// To be pinned, but memory is critically short.
+    pressured: bool,
+}
+
+impl Fate {
+    /// The fate of a new block of `size` bytes, `pin` or not, memory being as short as `level`.
+    fn of(state: &State, pin: bool, level: Level, size: usize) -> Self {
+        let register = pin && level != Level::Critical && state.within_budget(size);
+        Self {
+            register,
+            no_room: pin && !register && level != Level::Critical,
+            pressured: pin && level == Level::Critical,
+        }
+    }
+}
+
+impl State {
+    /// A block to be pinned, served from the cache of freed pinned blocks: counted, recorded
+    /// and tracked.
+    fn served_from_cache(&mut self, birth: Birth, ptr: usize, size: usize) {
+        self.counters.cache_hits += 1;
+        self.record(
+            birth.call,
+            &birth.site,
+            birth.ordinal,
+            size as u64,
+            "pinned-from-cache",
+            birth.why,
+        );
+        if let Some(learner) = self.learner.as_mut() {
+            learner.track(ptr, size, &birth.site, false, true, birth.python);
+        }
+    }
+
+    /// A new block at `ptr` from libc or the warm shelf, of `fate`: recorded; if it is to be
+    /// registered, its bytes held in the budget and it is handed back (with its density) for
+    /// [`register_at_birth`]; else tracked as pageable.
+    fn born(
+        &mut self,
+        mut birth: Birth,
+        ptr: usize,
+        size: usize,
+        group: &GroupKey,
+        fate: Fate,
+    ) -> Option<Birth> {
+        let (call, ordinal, why) = (birth.call, birth.ordinal, birth.why);
+        if fate.register {
+            // The budget is held for this block while it is registered without the lock.
+            self.registered_bytes += size as u64;
+            if let Some(learner) = self.learner.as_mut() {
+                learner.budget.used += size as u64;
+                birth.score = learner.birth_score(group, size);
+            }
+            return Some(birth);
+        }
+        if fate.pressured {
+            self.counters.pressure_fallbacks += 1;
+            self.record(call, &birth.site, ordinal, size as u64, "pageable-pressure", why);
+        } else {
+            self.counters.pageable += 1;
+            self.record(call, &birth.site, ordinal, size as u64, "pageable", why);
+        }
+        if let Some(learner) = self.learner.as_mut() {
+            learner.track(ptr, size, &birth.site, false, false, birth.python);
+            if fate.no_room {
+                learner.no_room(ptr);
+            }
+        }
+        None
+    }
+}
+
 /// An allocation of `size` bytes (aligned to `align`) at or above the floor, for the call
 /// site `caller` returns to. If it is to be pinned and `reuse` allows it (not for calloc's
 /// zeroed or realloc's moved blocks): served from the cache of freed pinned blocks if one fits
@@ -815,92 +917,56 @@ pub fn allocate(
     }
     let group = GroupKey::new(&site, &python);
     let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, false, false);
-    let mut score = 0.0;
-    // Short of memory: the cache goes first; critically short, nothing new is pinned.
-    let level = state.pressure.level();
-    let (mut released, mut cooled) = if level >= Level::High {
-        (state.take_cache(), state.warm.take_all())
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    if pin
-        && reuse
-        && let Some(ptr) = state.cache.take_fitting(size, align)
-    {
-        state.counters.cache_hits += 1;
-        state.record(call, &site, ordinal, size as u64, "pinned-from-cache", why);
-        if let Some(learner) = state.learner.as_mut() {
-            learner.track(ptr, size, &site, false, true, python);
-        }
-        drop(guard);
-        release_blocks(released);
-        free_cooled(cooled);
-        return ptr as *mut c_void;
-    }
-    if pin && !state.within_budget(size) {
-        // Blocks kept for reuse are the first to go.
-        released.extend(state.take_cache());
-    }
-    let register = pin && level != Level::Critical && state.within_budget(size);
-    // To be pinned, but no room in the budget: a warm block of its size, if one was kept.
-    let no_room = pin && !register && level != Level::Critical;
-    let warm = (no_room && reuse)
-        .then(|| state.warm.take_fitting(size, align))
-        .flatten();
-    let ptr = match warm {
-        Some(ptr) => {
-            state.counters.warm_hits += 1;
-            ptr as *mut c_void
-        }
-        None => from_libc(),
-    };
-    if ptr.is_null() {
-        // Out of memory: what the shelves hold goes back to libc, and libc is asked again.
-        released.extend(state.take_cache());
-        cooled.extend(state.warm.take_all());
-        drop(guard);
-        release_blocks(released);
-        free_cooled(cooled);
-        return from_libc();
-    }
-    if pin && level == Level::Critical {
-        state.counters.pressure_fallbacks += 1;
-        state.record(call, &site, ordinal, size as u64, "pageable-pressure", why);
-    } else if !register {
-        state.counters.pageable += 1;
-        state.record(call, &site, ordinal, size as u64, "pageable", why);
-    } else {
-        // The budget is held for this block while it is registered without the lock.
-        state.registered_bytes += size as u64;
-        if let Some(learner) = state.learner.as_mut() {
-            learner.budget.used += size as u64;
-            score = learner.birth_score(&group, size);
-        }
-    }
-    let python = if !register && let Some(learner) = state.learner.as_mut() {
-        learner.track(ptr as usize, size, &site, false, false, python);
-        if no_room {
-            learner.no_room(ptr as usize);
-        }
-        Vec::new()
-    } else {
-        python
-    };
-    drop(guard);
-    release_blocks(released);
-    free_cooled(cooled);
-    if !register {
-        return ptr;
-    }
     let birth = Birth {
         call,
         site,
         ordinal,
         why,
-        score,
+        score: 0.0,
         python,
     };
-    register_at_birth(ptr, size, birth)
+    // Short of memory: the shelves go first; critically short, nothing new is pinned.
+    let level = state.pressure.level();
+    let mut freed = Freed::default();
+    if level >= Level::High {
+        freed.take_all(state);
+    }
+    if pin
+        && reuse
+        && let Some(ptr) = state.cache.take_fitting(size, align)
+    {
+        state.served_from_cache(birth, ptr, size);
+        drop(guard);
+        freed.release();
+        return ptr as *mut c_void;
+    }
+    if pin && !state.within_budget(size) {
+        // Blocks kept for reuse are the first to go.
+        freed.pinned.extend(state.take_cache());
+    }
+    let fate = Fate::of(state, pin, level, size);
+    // To be pinned, but no room in the budget: a warm block of its size, if one was kept.
+    let warm = (fate.no_room && reuse)
+        .then(|| state.warm.take_fitting(size, align))
+        .flatten();
+    if warm.is_some() {
+        state.counters.warm_hits += 1;
+    }
+    let ptr = warm.map_or_else(&from_libc, |ptr| ptr as *mut c_void);
+    if ptr.is_null() {
+        // Out of memory: what the shelves hold goes back to libc, and libc is asked again.
+        freed.take_all(state);
+        drop(guard);
+        freed.release();
+        return from_libc();
+    }
+    let birth = state.born(birth, ptr as usize, size, &group, fate);
+    drop(guard);
+    freed.release();
+    match birth {
+        Some(birth) => register_at_birth(ptr, size, birth),
+        None => ptr,
+    }
 }
 
 /// A new block to be pinned at birth, as `allocate` judged it.
