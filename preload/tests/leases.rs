@@ -282,7 +282,10 @@ fn without_a_daemon_the_process_budget_holds_and_a_killed_holder_frees_its_lease
         &setup,
         &socket,
         &setup.dir.join("killed"),
-        &["8", "20000", "5"],
+        // The daemon attaches once the program has loaded the CUDA libraries; pins made
+        // before that it cannot see (nothing in /proc shows registered memory): a second
+        // for it to attach before the first copy, even on a loaded machine.
+        &["8", "20000", "5", "1000"],
     );
     let began = Instant::now();
     while daemon.metric("hotpin_node_leased_bytes") < 24 * MIB {

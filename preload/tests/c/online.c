@@ -20,8 +20,10 @@
  *          even ones land in 5 long-lived malloc'd buffers taken in turn (a caching host
  *          allocator's blocks), the odd ones in 4 fresh malloc'd blocks made every step and
  *          freed at its end. Each activation reloaded is checked.
- *   steady [MIB] [MS] [PERIOD_MS]: two malloc'd buffers of MIB MiB, each copied there and back
- *          (async) every PERIOD_MS ms (default 20) for MS ms (default 2000): a steady hot set
+ *   steady [MIB] [MS] [PERIOD_MS] [WAIT_MS]: after WAIT_MS ms (default 0; time for a tracer
+ *          to attach, once the CUDA libraries are loaded and a context made), two malloc'd
+ *          buffers of MIB MiB, each copied there and back (async) every PERIOD_MS ms (default
+ *          20) for MS ms (default 2000): a steady hot set
  *          whose density the period sets (for the node's leases: two such programs at once).
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details. */
@@ -118,6 +120,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 5; i++) free(kept[i]);
     } else if (strcmp(which, "steady") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
+        if (argc > 5) usleep((useconds_t)(atof(argv[5]) * 1000));
         char *buffers[2] = {(char *)malloc(size), (char *)malloc(size)};
         double began = now_ms();
         for (unsigned step = 0; now_ms() - began < length; step++) {
