@@ -174,6 +174,27 @@ impl TransferStats {
         };
         self.last_transfer_ns = self.last_transfer_ns.max(other.last_transfer_ns);
     }
+
+    /// Counts `count` copies of `total` bytes together in `direction`, at `ts_ns`.
+    pub fn add_copies(&mut self, direction: CopyDirection, count: u64, total: u64, ts_ns: u64) {
+        self.transfers = self.transfers.saturating_add(count);
+        match direction {
+            CopyDirection::HostToDevice => {
+                self.h2d_count = self.h2d_count.saturating_add(count);
+                self.h2d_bytes = self.h2d_bytes.saturating_add(total);
+            }
+            CopyDirection::DeviceToHost => {
+                self.d2h_count = self.d2h_count.saturating_add(count);
+                self.d2h_bytes = self.d2h_bytes.saturating_add(total);
+            }
+            _ => {
+                self.other_count = self.other_count.saturating_add(count);
+                self.other_bytes = self.other_bytes.saturating_add(total);
+            }
+        }
+        self.first_transfer_ns = Some(self.first_transfer_ns.map_or(ts_ns, |t| t.min(ts_ns)));
+        self.last_transfer_ns = Some(self.last_transfer_ns.map_or(ts_ns, |t| t.max(ts_ns)));
+    }
 }
 
 /// An allocation: what it is (the static part) and what happened to it.

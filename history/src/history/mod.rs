@@ -819,16 +819,61 @@ impl MemHistory {
     pub fn transfers_on(&mut self, copies: Copies) -> Option<AllocId> {
         let Copies {
             pid,
-            dst,
-            src,
-            bytes,
-            direction,
             ts_ns,
             count,
+            bytes,
             queue,
+            ..
         } = copies;
         let total = bytes.saturating_mul(count);
-        let direction = match direction {
+        let (direction, host) = self.host_side(&copies)?;
+        let id = match self.find_id(pid, host) {
+            Some(id) if self.data.allocations[id as usize].kind.is_host() => id,
+            _ => {
+                self.data.stats.untracked_transfers =
+                    self.data.stats.untracked_transfers.saturating_add(count);
+                self.untracked_entry(pid, host, bytes, ts_ns)
+            }
+        };
+        let stats = &mut self.data.stats;
+        stats.transfers = stats.transfers.saturating_add(count);
+        match direction {
+            CopyDirection::HostToDevice => stats.h2d_bytes = stats.h2d_bytes.saturating_add(total),
+            CopyDirection::DeviceToHost => stats.d2h_bytes = stats.d2h_bytes.saturating_add(total),
+            _ => {}
+        }
+        let s = &mut self.data.allocations[id as usize].stats;
+        let old = s.transfers;
+        s.add_copies(direction, count, total, ts_ns);
+        let new = s.transfers;
+        self.note(
+            id,
+            AllocEvent::Transfer {
+                ts_ns,
+                direction,
+                bytes: total,
+                tid: queue.tid,
+                stream: queue.stream,
+            },
+        );
+        self.by_transfers.remove(&(old, id));
+        self.by_transfers.insert((new, id));
+        Some(id)
+    }
+
+    /// The direction of `copies` (resolved where the probe could not tell it) and the host
+    /// address they touched. None for copies with no host side (device to device, host to
+    /// host), which are only counted.
+    fn host_side(&mut self, copies: &Copies) -> Option<(CopyDirection, u64)> {
+        let Copies {
+            pid,
+            dst,
+            src,
+            count,
+            ..
+        } = *copies;
+        let total = copies.bytes.saturating_mul(count);
+        let direction = match copies.direction {
             CopyDirection::Unresolved => self.resolve_direction(pid, dst, src),
             known => known,
         };
@@ -856,55 +901,7 @@ impl MemHistory {
                 }
             }
         };
-        let id = match self.find_id(pid, host) {
-            Some(id) if self.data.allocations[id as usize].kind.is_host() => id,
-            _ => {
-                self.data.stats.untracked_transfers =
-                    self.data.stats.untracked_transfers.saturating_add(count);
-                self.untracked_entry(pid, host, bytes, ts_ns)
-            }
-        };
-        let stats = &mut self.data.stats;
-        stats.transfers = stats.transfers.saturating_add(count);
-        match direction {
-            CopyDirection::HostToDevice => stats.h2d_bytes = stats.h2d_bytes.saturating_add(total),
-            CopyDirection::DeviceToHost => stats.d2h_bytes = stats.d2h_bytes.saturating_add(total),
-            _ => {}
-        }
-        let allocation = &mut self.data.allocations[id as usize];
-        let old = allocation.stats.transfers;
-        let s = &mut allocation.stats;
-        s.transfers = s.transfers.saturating_add(count);
-        match direction {
-            CopyDirection::HostToDevice => {
-                s.h2d_count = s.h2d_count.saturating_add(count);
-                s.h2d_bytes = s.h2d_bytes.saturating_add(total);
-            }
-            CopyDirection::DeviceToHost => {
-                s.d2h_count = s.d2h_count.saturating_add(count);
-                s.d2h_bytes = s.d2h_bytes.saturating_add(total);
-            }
-            _ => {
-                s.other_count = s.other_count.saturating_add(count);
-                s.other_bytes = s.other_bytes.saturating_add(total);
-            }
-        }
-        s.first_transfer_ns = Some(s.first_transfer_ns.map_or(ts_ns, |t| t.min(ts_ns)));
-        s.last_transfer_ns = Some(s.last_transfer_ns.map_or(ts_ns, |t| t.max(ts_ns)));
-        let new = s.transfers;
-        self.note(
-            id,
-            AllocEvent::Transfer {
-                ts_ns,
-                direction,
-                bytes: total,
-                tid: queue.tid,
-                stream: queue.stream,
-            },
-        );
-        self.by_transfers.remove(&(old, id));
-        self.by_transfers.insert((new, id));
-        Some(id)
+        Some((direction, host))
     }
 
     fn untracked_entry(&mut self, pid: u32, addr: u64, bytes: u64, ts_ns: u64) -> AllocId {
