@@ -423,6 +423,19 @@ fn advice(
     list
 }
 
+
+/// Device memory still allocated at the end of the history (leaks, for a program that had
+/// exited), largest first; the reservations CUDA makes for itself left out.
+fn device_leaks(history: &MemHistory) -> Vec<&Allocation> {
+    let mut leaks: Vec<&Allocation> = history
+        .allocations()
+        .iter()
+        .filter(|a| a.kind.is_device() && a.kind != AllocKind::DeviceReserved && a.is_live())
+        .collect();
+    leaks.sort_by_key(|a| std::cmp::Reverse(a.size));
+    leaks
+}
+
 impl Report {
     /// Builds the report; `top` bounds each list.
     pub fn new(history: &MemHistory, policy: HotPolicy, top: usize) -> Self {
@@ -435,12 +448,10 @@ impl Report {
         let groups = policy.recycled_groups(history);
         let host_advice = judge_host(history, &policy, &host, &groups);
         let (cold, hidden_mappings, hidden_mapping_bytes) = cold_list(&host, &policy);
-        let mut device_leaks: Vec<&Allocation> = history
-            .allocations()
-            .iter()
-            .filter(|a| a.kind.is_device() && a.kind != AllocKind::DeviceReserved && a.is_live())
-            .collect();
-        device_leaks.sort_by_key(|a| std::cmp::Reverse(a.size));
+        let device_leaks = device_leaks(history);
+        let rows = |list: &[&Allocation]| -> Vec<ReportRow> {
+            list.iter().take(top).map(|a| row(history, a)).collect()
+        };
         let HostAdvice {
             wasted,
             candidates,
@@ -470,26 +481,18 @@ impl Report {
                 .filter(|a| a.stats.transfers > 0)
                 .map(|a| row(history, a))
                 .collect(),
-            cold: cold.iter().take(top).map(|a| row(history, a)).collect(),
+            cold: rows(&cold),
             hidden_mappings,
             hidden_mapping_bytes,
             unresolved_copies: stats.unresolved_copies,
             device_peak_bytes: stats.device_memory.values().map(|m| m.peak_bytes).sum(),
             device_live_bytes: device_leaks.iter().map(|a| a.size).sum(),
-            device_leaks: device_leaks
-                .iter()
-                .take(top)
-                .map(|a| row(history, a))
-                .collect(),
+            device_leaks: rows(&device_leaks),
             pinned: history.pinned_accounts(),
             wasted_pinned_bytes: wasted.iter().map(|a| a.size).sum(),
-            wasted_pinned: wasted.iter().take(top).map(|a| row(history, a)).collect(),
+            wasted_pinned: rows(&wasted),
             candidate_bytes: candidates.iter().map(|a| a.size).sum(),
-            candidates: candidates
-                .iter()
-                .take(top)
-                .map(|a| row(history, a))
-                .collect(),
+            candidates: rows(&candidates),
             recycled: groups
                 .iter()
                 .take(top)
