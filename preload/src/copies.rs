@@ -325,7 +325,8 @@ copy!(RT_3D_BATCH_PTSZ = runtime cudaMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c
 
 /// The driver's copies: (the name `cuGetProcAddress` is asked for, the real function, ours).
 /// The driver answers a base name with the version and stream flavour the caller asked for:
-/// ours is given only for the very function it wraps.
+/// ours is given only for the very function it wraps. One line per entry (not reflowed).
+#[rustfmt::skip]
 pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 30] {
     macro_rules! entry {
         ($base:literal, $real:ident, $ours:ident) => {
@@ -340,17 +341,9 @@ pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 30] {
         entry!(c"cuMemcpy", CU_COPY_SYNC, cuMemcpy),
         entry!(c"cuMemcpy", CU_COPY_SYNC_PTDS, cuMemcpy_ptds),
         entry!(c"cuMemcpyHtoDAsync", CU_HTOD, cuMemcpyHtoDAsync_v2),
-        entry!(
-            c"cuMemcpyHtoDAsync",
-            CU_HTOD_PTSZ,
-            cuMemcpyHtoDAsync_v2_ptsz
-        ),
+        entry!(c"cuMemcpyHtoDAsync", CU_HTOD_PTSZ, cuMemcpyHtoDAsync_v2_ptsz),
         entry!(c"cuMemcpyDtoHAsync", CU_DTOH, cuMemcpyDtoHAsync_v2),
-        entry!(
-            c"cuMemcpyDtoHAsync",
-            CU_DTOH_PTSZ,
-            cuMemcpyDtoHAsync_v2_ptsz
-        ),
+        entry!(c"cuMemcpyDtoHAsync", CU_DTOH_PTSZ, cuMemcpyDtoHAsync_v2_ptsz),
         entry!(c"cuMemcpyAsync", CU_COPY, cuMemcpyAsync),
         entry!(c"cuMemcpyAsync", CU_COPY_PTSZ, cuMemcpyAsync_ptsz),
         entry!(c"cuMemcpy2DAsync", CU_2D, cuMemcpy2DAsync_v2),
@@ -358,55 +351,19 @@ pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 30] {
         entry!(c"cuMemcpy3DAsync", CU_3D, cuMemcpy3DAsync_v2),
         entry!(c"cuMemcpy3DAsync", CU_3D_PTSZ, cuMemcpy3DAsync_v2_ptsz),
         entry!(c"cuMemcpyHtoAAsync", CU_HTOA, cuMemcpyHtoAAsync_v2),
-        entry!(
-            c"cuMemcpyHtoAAsync",
-            CU_HTOA_PTSZ,
-            cuMemcpyHtoAAsync_v2_ptsz
-        ),
+        entry!(c"cuMemcpyHtoAAsync", CU_HTOA_PTSZ, cuMemcpyHtoAAsync_v2_ptsz),
         entry!(c"cuMemcpyAtoHAsync", CU_ATOH, cuMemcpyAtoHAsync_v2),
-        entry!(
-            c"cuMemcpyAtoHAsync",
-            CU_ATOH_PTSZ,
-            cuMemcpyAtoHAsync_v2_ptsz
-        ),
+        entry!(c"cuMemcpyAtoHAsync", CU_ATOH_PTSZ, cuMemcpyAtoHAsync_v2_ptsz),
         entry!(c"cuMemcpyBatchAsync", CU_BATCH, cuMemcpyBatchAsync_v2),
-        entry!(
-            c"cuMemcpyBatchAsync",
-            CU_BATCH_PTSZ,
-            cuMemcpyBatchAsync_v2_ptsz
-        ),
+        entry!(c"cuMemcpyBatchAsync", CU_BATCH_PTSZ, cuMemcpyBatchAsync_v2_ptsz),
         entry!(c"cuMemcpyBatchAsync", CU_BATCH_V1, cuMemcpyBatchAsync),
-        entry!(
-            c"cuMemcpyBatchAsync",
-            CU_BATCH_V1_PTSZ,
-            cuMemcpyBatchAsync_ptsz
-        ),
+        entry!(c"cuMemcpyBatchAsync", CU_BATCH_V1_PTSZ, cuMemcpyBatchAsync_ptsz),
         entry!(c"cuMemcpy3DPeerAsync", CU_3D_PEER, cuMemcpy3DPeerAsync),
-        entry!(
-            c"cuMemcpy3DPeerAsync",
-            CU_3D_PEER_PTSZ,
-            cuMemcpy3DPeerAsync_ptsz
-        ),
-        entry!(
-            c"cuMemcpy3DBatchAsync",
-            CU_3D_BATCH,
-            cuMemcpy3DBatchAsync_v2
-        ),
-        entry!(
-            c"cuMemcpy3DBatchAsync",
-            CU_3D_BATCH_PTSZ,
-            cuMemcpy3DBatchAsync_v2_ptsz
-        ),
-        entry!(
-            c"cuMemcpy3DBatchAsync",
-            CU_3D_BATCH_V1,
-            cuMemcpy3DBatchAsync
-        ),
-        entry!(
-            c"cuMemcpy3DBatchAsync",
-            CU_3D_BATCH_V1_PTSZ,
-            cuMemcpy3DBatchAsync_ptsz
-        ),
+        entry!(c"cuMemcpy3DPeerAsync", CU_3D_PEER_PTSZ, cuMemcpy3DPeerAsync_ptsz),
+        entry!(c"cuMemcpy3DBatchAsync", CU_3D_BATCH, cuMemcpy3DBatchAsync_v2),
+        entry!(c"cuMemcpy3DBatchAsync", CU_3D_BATCH_PTSZ, cuMemcpy3DBatchAsync_v2_ptsz),
+        entry!(c"cuMemcpy3DBatchAsync", CU_3D_BATCH_V1, cuMemcpy3DBatchAsync),
+        entry!(c"cuMemcpy3DBatchAsync", CU_3D_BATCH_V1_PTSZ, cuMemcpy3DBatchAsync_ptsz),
     ]
 }
 

@@ -168,6 +168,71 @@ struct Learned {
     stats: TransferStats,
 }
 
+impl Learned {
+    /// Puts this block in `history` as process `pid`'s allocation at the made-up address
+    /// `start`: its call site, its Python lines as its callers (`tracer report` shows them as
+    /// `file.py:LINE in function`), its copies by direction, and its free.
+    fn record_in(&self, history: &mut MemHistory, pid: u32, start: u64) {
+        let site = history.intern_call_site(CallSite {
+            module: self.site.module.clone(),
+            offset: self.site.offset,
+            symbol: None,
+        });
+        let kind = if self.asked_pinned {
+            AllocKind::Pinned
+        } else {
+            AllocKind::Pageable
+        };
+        let id = history.alloc(pid, start, self.size, kind, Some(site), self.alloc_ns);
+        let callers = self
+            .python
+            .iter()
+            .map(|frame| {
+                history.intern_call_site(CallSite {
+                    module: format!("{PYTHON_MODULE}{}", frame.file),
+                    offset: u64::from(frame.line),
+                    symbol: Some(frame.function.to_string()),
+                })
+            })
+            .collect();
+        history.record_callers(id, callers);
+        let s = &self.stats;
+        for (count, bytes, direction, dst, src) in [
+            (
+                s.h2d_count,
+                s.h2d_bytes,
+                CopyDirection::HostToDevice,
+                0,
+                start,
+            ),
+            (
+                s.d2h_count,
+                s.d2h_bytes,
+                CopyDirection::DeviceToHost,
+                start,
+                0,
+            ),
+        ] {
+            if let Some(each) = bytes.checked_div(count) {
+                history.transfers_on(Copies {
+                    pid,
+                    dst,
+                    src,
+                    bytes: each,
+                    direction,
+                    ts_ns: self.alloc_ns,
+                    count,
+                    queue: Default::default(),
+                });
+            }
+        }
+        // Addresses are never reused here, so a block may be closed at once.
+        if let Some(free_ns) = self.free_ns {
+            history.free(pid, start, free_ns);
+        }
+    }
+}
+
 pub struct Learner {
     pub online: Online,
     pub budget: Budget,
@@ -504,68 +569,9 @@ impl Learner {
                 d.as_secs().saturating_sub(self.started.elapsed().as_secs())
             });
         for (i, entry) in self.learned.iter().enumerate() {
-            let site = history.intern_call_site(CallSite {
-                module: entry.site.module.clone(),
-                offset: entry.site.offset,
-                symbol: None,
-            });
             // Distinct made-up addresses: the history keys live blocks by address.
             let start = 0x1000_0000_0000u64 + (i as u64) * 0x1_0000_0000;
-            let kind = if entry.asked_pinned {
-                AllocKind::Pinned
-            } else {
-                AllocKind::Pageable
-            };
-            let id = history.alloc(pid, start, entry.size, kind, Some(site), entry.alloc_ns);
-            // The Python lines that made it, as its callers (`tracer report` shows them as
-            // `file.py:LINE in function`).
-            let callers = entry
-                .python
-                .iter()
-                .map(|frame| {
-                    history.intern_call_site(CallSite {
-                        module: format!("{PYTHON_MODULE}{}", frame.file),
-                        offset: u64::from(frame.line),
-                        symbol: Some(frame.function.to_string()),
-                    })
-                })
-                .collect();
-            history.record_callers(id, callers);
-            let s = &entry.stats;
-            for (count, bytes, direction, dst, src) in [
-                (
-                    s.h2d_count,
-                    s.h2d_bytes,
-                    CopyDirection::HostToDevice,
-                    0,
-                    start,
-                ),
-                (
-                    s.d2h_count,
-                    s.d2h_bytes,
-                    CopyDirection::DeviceToHost,
-                    start,
-                    0,
-                ),
-            ] {
-                if let Some(each) = bytes.checked_div(count) {
-                    let at = entry.alloc_ns;
-                    history.transfers_on(Copies {
-                        pid,
-                        dst,
-                        src,
-                        bytes: each,
-                        direction,
-                        ts_ns: at,
-                        count,
-                        queue: Default::default(),
-                    });
-                }
-            }
-            // Addresses are never reused here, so a block may be closed at once.
-            if let Some(free_ns) = entry.free_ns {
-                history.free(pid, start, free_ns);
-            }
+            entry.record_in(&mut history, pid, start);
         }
         hotpin_history::dump::write(&history, path, Format::from_path(path), false)
             .map_err(|e| format!("{:#}", anyhow::Error::from(e)))

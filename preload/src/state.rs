@@ -872,7 +872,14 @@ impl State {
         }
         if fate.pressured {
             self.counters.pressure_fallbacks += 1;
-            self.record(call, &birth.site, ordinal, size as u64, "pageable-pressure", why);
+            self.record(
+                call,
+                &birth.site,
+                ordinal,
+                size as u64,
+                "pageable-pressure",
+                why,
+            );
         } else {
             self.counters.pageable += 1;
             self.record(call, &birth.site, ordinal, size as u64, "pageable", why);

@@ -98,20 +98,7 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
         .command
         .split_first()
         .context("give the command to run after `--`")?;
-    let static_runtime = store::find_executable(std::ffi::OsStr::new(program))
-        .filter(|exe| carries_cuda_runtime(exe));
-    if let Some(executable) = &static_runtime {
-        eprintln!(
-            "hotpin: {} carries the CUDA runtime statically: its CUDA calls cannot be \
-             interposed, so it runs untouched{}",
-            executable.display(),
-            if mode == Mode::Profile {
-                " (and is recorded as it is)"
-            } else {
-                ""
-            }
-        );
-    }
+    let static_runtime = static_runtime(program, mode);
     if let Some(report) = &args.report
         && (report.is_dir() || report.as_os_str().to_string_lossy().ends_with('/'))
     {
@@ -164,6 +151,24 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
     // Replaces this process: the program's exit status and signals are its own.
     let error = command.exec();
     Err(anyhow::Error::from(error).context(format!("cannot start {}", program.to_string_lossy())))
+}
+
+/// The program's executable, if it carries the CUDA runtime statically (its CUDA calls cannot
+/// be interposed): said once, as it then runs untouched.
+fn static_runtime(program: &OsString, mode: Mode) -> Option<PathBuf> {
+    let executable = store::find_executable(std::ffi::OsStr::new(program))
+        .filter(|exe| carries_cuda_runtime(exe))?;
+    eprintln!(
+        "hotpin: {} carries the CUDA runtime statically: its CUDA calls cannot be \
+         interposed, so it runs untouched{}",
+        executable.display(),
+        if mode == Mode::Profile {
+            " (and is recorded as it is)"
+        } else {
+            ""
+        }
+    );
+    Some(executable)
 }
 
 /// Profile mode: the tracer records the program as it is, libc's allocations above the floor
