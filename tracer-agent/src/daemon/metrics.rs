@@ -203,94 +203,87 @@ fn push(
     });
 }
 
-/// A running run's copies, host and pinned memory, and device memory.
+/// A running run's copies, host and pinned memory, and device memory: each family, its label
+/// (none for one value) and its values by label.
 fn run_samples(out: &mut Vec<Sample>, run: &RunningRun) {
     use Kind::{Counter, Gauge};
-    let mut add = |name, help, kind, labels, value| push(out, name, help, kind, labels, value);
     let t = &run.traffic;
-    let labels = |more: Option<(&'static str, &'static str)>| {
-        let mut labels = vec![
-            ("program", run.program.clone()),
-            ("pid", run.pid.to_string()),
-        ];
-        labels.extend(more.map(|(k, v)| (k, v.to_owned())));
-        labels
-    };
-    for (direction, count, bytes) in [
-        ("h2d", t.h2d_transfers, t.h2d_bytes),
-        ("d2h", t.d2h_transfers, t.d2h_bytes),
-    ] {
-        add(
+    let families: [(&str, &str, Kind, &str, Vec<(&str, u64)>); 7] = [
+        (
             "transfers",
             "Host<->device copies of a running process, by direction",
             Counter,
-            labels(Some(("direction", direction))),
-            count,
-        );
-        add(
+            "direction",
+            vec![("h2d", t.h2d_transfers), ("d2h", t.d2h_transfers)],
+        ),
+        (
             "transfer_bytes",
             "Bytes copied between host and device by a running process, by direction",
             Counter,
-            labels(Some(("direction", direction))),
-            bytes,
-        );
-    }
-    for (memory, value) in [
-        ("pinned", t.pinned_bytes),
-        ("pageable", t.pageable_bytes),
-        ("hot", t.hot_bytes),
-    ] {
-        add(
+            "direction",
+            vec![("h2d", t.h2d_bytes), ("d2h", t.d2h_bytes)],
+        ),
+        (
             "host_memory_bytes",
             "Live host memory of a running process: pinned, pageable, and hot (the cost \
              model's judgement, a part of the other two)",
             Gauge,
-            labels(Some(("memory", memory))),
-            value,
-        );
-    }
-    for (by, value) in [
-        ("lease", run.leased_bytes),
-        ("program", t.pinned_bytes.saturating_sub(run.leased_bytes)),
-    ] {
-        add(
+            "memory",
+            vec![
+                ("pinned", t.pinned_bytes),
+                ("pageable", t.pageable_bytes),
+                ("hot", t.hot_bytes),
+            ],
+        ),
+        (
             "pinned_bytes",
             "Live pinned host memory of a running process, by who pinned it: hotpin in auto \
              mode, under a lease from the node's arbiter, or the program (its own pins, and \
              any hotpin made without a lease)",
             Gauge,
-            labels(Some(("by", by))),
-            value,
-        );
-    }
-    for (copied, value) in [
-        ("yes", t.pinned_copied_bytes),
-        ("never", t.pinned_bytes - t.pinned_copied_bytes),
-    ] {
-        add(
+            "by",
+            vec![
+                ("lease", run.leased_bytes),
+                ("program", t.pinned_bytes.saturating_sub(run.leased_bytes)),
+            ],
+        ),
+        (
             "pinned_copied_bytes",
             "Live pinned host memory of a running process, by whether any copy used it \
              (never: pinned and wasted so far)",
             Gauge,
-            labels(Some(("copied", copied))),
-            value,
-        );
-    }
-    add(
-        "untracked_bytes",
-        "Bytes a running process copied from or to host memory in no known allocation",
-        Counter,
-        labels(None),
-        t.untracked_bytes,
-    );
-    for (memory, value) in [("live", t.device_live_bytes), ("peak", t.device_peak_bytes)] {
-        add(
+            "copied",
+            vec![
+                ("yes", t.pinned_copied_bytes),
+                ("never", t.pinned_bytes - t.pinned_copied_bytes),
+            ],
+        ),
+        (
+            "untracked_bytes",
+            "Bytes a running process copied from or to host memory in no known allocation",
+            Counter,
+            "",
+            vec![("", t.untracked_bytes)],
+        ),
+        (
             "device_memory_bytes",
             "Device memory of a running process: live and peak",
             Gauge,
-            labels(Some(("memory", memory))),
-            value,
-        );
+            "memory",
+            vec![("live", t.device_live_bytes), ("peak", t.device_peak_bytes)],
+        ),
+    ];
+    for (name, help, kind, key, values) in families {
+        for (value_label, value) in values {
+            let mut labels = vec![
+                ("program", run.program.clone()),
+                ("pid", run.pid.to_string()),
+            ];
+            if !key.is_empty() {
+                labels.push((key, value_label.to_owned()));
+            }
+            push(out, name, help, kind, labels, value);
+        }
     }
 }
 
