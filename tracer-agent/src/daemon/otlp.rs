@@ -87,6 +87,53 @@ fn string(key: &str, value: String) -> KeyValue {
     }
 }
 
+/// One sample as a data point at `now_unix_ns`; a counter's counts from `start_unix_ns`.
+fn point(sample: &Sample, start_unix_ns: u64, now_unix_ns: u64) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes: sample
+            .labels
+            .iter()
+            .map(|(key, value)| string(key, value.clone()))
+            .collect(),
+        start_time_unix_nano: if sample.kind == Kind::Counter {
+            start_unix_ns
+        } else {
+            0
+        },
+        time_unix_nano: now_unix_ns,
+        value: Some(number_data_point::Value::AsInt(
+            i64::try_from(sample.value).unwrap_or(i64::MAX),
+        )),
+        ..Default::default()
+    }
+}
+
+/// An empty metric for the family of `sample`, named `name`: a cumulative monotonic sum for
+/// a counter, a gauge for a gauge; bytes in `By`.
+fn metric_of(sample: &Sample, name: String) -> Metric {
+    Metric {
+        name,
+        description: sample.help.to_owned(),
+        unit: if sample.name.ends_with("bytes") {
+            "By"
+        } else {
+            "1"
+        }
+        .to_owned(),
+        data: Some(match sample.kind {
+            Kind::Counter => metric::Data::Sum(Sum {
+                data_points: Vec::new(),
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                is_monotonic: true,
+            }),
+            Kind::Gauge => metric::Data::Gauge(Gauge {
+                data_points: Vec::new(),
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
 /// The samples as one export request: a metric per name (`hotpin.` and the name), a point
 /// per label set, counters as cumulative monotonic sums since `start_unix_ns`.
 pub fn request(
@@ -96,52 +143,16 @@ pub fn request(
 ) -> ExportMetricsServiceRequest {
     let mut metrics: Vec<Metric> = Vec::new();
     for sample in samples {
-        let point = NumberDataPoint {
-            attributes: sample
-                .labels
-                .iter()
-                .map(|(key, value)| string(key, value.clone()))
-                .collect(),
-            start_time_unix_nano: if sample.kind == Kind::Counter {
-                start_unix_ns
-            } else {
-                0
-            },
-            time_unix_nano: now_unix_ns,
-            value: Some(number_data_point::Value::AsInt(
-                i64::try_from(sample.value).unwrap_or(i64::MAX),
-            )),
-            ..Default::default()
-        };
         let name = format!("hotpin.{}", sample.name);
-        let metric = match metrics.iter_mut().find(|m| m.name == name) {
-            Some(metric) => metric,
+        let at = match metrics.iter().position(|m| m.name == name) {
+            Some(at) => at,
             None => {
-                metrics.push(Metric {
-                    name,
-                    description: sample.help.to_owned(),
-                    unit: if sample.name.ends_with("bytes") {
-                        "By"
-                    } else {
-                        "1"
-                    }
-                    .to_owned(),
-                    data: Some(match sample.kind {
-                        Kind::Counter => metric::Data::Sum(Sum {
-                            data_points: Vec::new(),
-                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                            is_monotonic: true,
-                        }),
-                        Kind::Gauge => metric::Data::Gauge(Gauge {
-                            data_points: Vec::new(),
-                        }),
-                    }),
-                    ..Default::default()
-                });
-                metrics.last_mut().expect("just pushed")
+                metrics.push(metric_of(sample, name));
+                metrics.len() - 1
             }
         };
-        match &mut metric.data {
+        let point = point(sample, start_unix_ns, now_unix_ns);
+        match metrics.get_mut(at).and_then(|m| m.data.as_mut()) {
             Some(metric::Data::Sum(sum)) => sum.data_points.push(point),
             Some(metric::Data::Gauge(gauge)) => gauge.data_points.push(point),
             _ => {}
