@@ -136,6 +136,16 @@ impl ProbeOptions {
 }
 
 /// A call probe waiting to be attached with the others of its file (multi links).
+/// What attaching one file's probes decided so far.
+#[derive(Default)]
+struct FilePlan {
+    /// The offsets probed, and the symbol first probed at each: aliases (libc's memalign and
+    /// aligned_alloc are one function) are probed once.
+    probed: std::collections::HashMap<u64, &'static str>,
+    /// With multi links: the probes to attach together once every symbol is decided.
+    batch: Vec<BatchedProbe>,
+}
+
 struct BatchedProbe {
     offset: u64,
     cookie: u64,
@@ -634,10 +644,7 @@ impl Probes {
             return Ok(Vec::new());
         }
         let mut report = Vec::new();
-        // Aliases (libc's memalign and aligned_alloc are one function) are probed once.
-        let mut probed: std::collections::HashMap<u64, &str> = std::collections::HashMap::new();
-        // With multi links: attached together below.
-        let mut batch = Vec::new();
+        let mut plan = FilePlan::default();
         for library in Library::ALL {
             if symbols.offset(library.marker()).is_none() {
                 continue;
@@ -648,41 +655,9 @@ impl Probes {
                 .filter(|p| p.library == library && options.wants_call(p))
             {
                 for &symbol in probe.symbols {
-                    let state = match symbols.probe_offset(symbol) {
-                        None => ProbeState::Unavailable {
-                            reason: format!("{} does not export {symbol}", path.display()),
-                        },
-                        Some(offset) if probed.contains_key(&offset) => ProbeState::Unavailable {
-                            reason: format!(
-                                "the same function as {}, probed once",
-                                probed[&offset]
-                            ),
-                        },
-                        Some(offset) if self.multi => {
-                            probed.insert(offset, symbol);
-                            batch.push(BatchedProbe {
-                                offset,
-                                cookie: probe.cookie().0,
-                                report_index: report.len(),
-                                with_return: !probe.at_entry(),
-                            });
-                            ProbeState::Attached
-                        }
-                        Some(offset) => match self.attach_call(
-                            path,
-                            offset,
-                            probe.cookie().0,
-                            !probe.at_entry(),
-                        ) {
-                            Ok(()) => {
-                                probed.insert(offset, symbol);
-                                ProbeState::Attached
-                            }
-                            Err(error) => ProbeState::Unavailable {
-                                reason: short_reason(&crate::error::chain(&error)),
-                            },
-                        },
-                    };
+                    let offset = symbols.probe_offset(symbol);
+                    let at = report.len();
+                    let state = self.probe_state(path, &mut plan, (symbol, offset), probe, at);
                     if let ProbeState::Unavailable { reason } = &state {
                         tracing::debug!(symbol, reason, "probe unavailable");
                     }
@@ -697,12 +672,54 @@ impl Probes {
                 }
             }
         }
-        for (index, reason) in self.attach_batch(path, &batch) {
+        for (index, reason) in self.attach_batch(path, &plan.batch) {
             tracing::debug!(symbol = report[index].symbol, reason, "probe unavailable");
             report[index].state = ProbeState::Unavailable { reason };
         }
         self.status.extend(report.iter().cloned());
         Ok(report)
+    }
+
+    /// What becomes of `symbol` of `probe` in `path`, found at `offset` (None: not exported),
+    /// the `report_index`th line of the file's report: attached now, put in the plan's batch
+    /// (with multi links), or unavailable, and why.
+    fn probe_state(
+        &mut self,
+        path: &Path,
+        plan: &mut FilePlan,
+        (symbol, offset): (&'static str, Option<u64>),
+        probe: &registry::CallProbe,
+        report_index: usize,
+    ) -> ProbeState {
+        let Some(offset) = offset else {
+            return ProbeState::Unavailable {
+                reason: format!("{} does not export {symbol}", path.display()),
+            };
+        };
+        if let Some(first) = plan.probed.get(&offset) {
+            return ProbeState::Unavailable {
+                reason: format!("the same function as {first}, probed once"),
+            };
+        }
+        if self.multi {
+            plan.probed.insert(offset, symbol);
+            plan.batch.push(BatchedProbe {
+                offset,
+                cookie: probe.cookie().0,
+                report_index,
+                with_return: !probe.at_entry(),
+            });
+            return ProbeState::Attached;
+        }
+        match self.attach_call(path, offset, probe.cookie().0, !probe.at_entry()) {
+            Ok(()) => {
+                plan.probed.insert(offset, symbol);
+                ProbeState::Attached
+            }
+            Err(error) => ProbeState::Unavailable {
+                reason: short_reason(&crate::error::chain(&error)),
+            },
+        }
     }
 
     /// Attaches the call programs to every probe of `batch` in `path` with one multi link
