@@ -423,7 +423,6 @@ fn advice(
     list
 }
 
-
 /// Device memory still allocated at the end of the history (leaks, for a program that had
 /// exited), largest first; the reservations CUDA makes for itself left out.
 fn device_leaks(history: &MemHistory) -> Vec<&Allocation> {

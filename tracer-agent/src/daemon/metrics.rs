@@ -203,12 +203,21 @@ fn push(
     });
 }
 
-/// A running run's copies, host and pinned memory, and device memory: each family, its label
-/// (none for one value) and its values by label.
+/// A metric family of a running run: its name, help and kind, the label that tells its values
+/// apart ("" for one value), and its values by that label.
+type RunFamily = (
+    &'static str,
+    &'static str,
+    Kind,
+    &'static str,
+    Vec<(&'static str, u64)>,
+);
+
+/// A running run's copies, host and pinned memory, and device memory.
 fn run_samples(out: &mut Vec<Sample>, run: &RunningRun) {
     use Kind::{Counter, Gauge};
     let t = &run.traffic;
-    let families: [(&str, &str, Kind, &str, Vec<(&str, u64)>); 7] = [
+    let families: [RunFamily; 7] = [
         (
             "transfers",
             "Host<->device copies of a running process, by direction",
@@ -273,6 +282,11 @@ fn run_samples(out: &mut Vec<Sample>, run: &RunningRun) {
             vec![("live", t.device_live_bytes), ("peak", t.device_peak_bytes)],
         ),
     ];
+    push_families(out, run, families);
+}
+
+/// The samples of a running run's `families`, each labelled with the program and pid.
+fn push_families(out: &mut Vec<Sample>, run: &RunningRun, families: [RunFamily; 7]) {
     for (name, help, kind, key, values) in families {
         for (value_label, value) in values {
             let mut labels = vec![
