@@ -122,11 +122,22 @@ pub fn run(args: DemoArgs) -> Result<()> {
         hotpin_run(&["--history", learned_arg, "--report", "target/demo/second"]),
         out.join("second"),
     )?;
+    summarize(&[&plain, &first, &second], library_path.is_some());
+    eprintln!(
+        "xtask: demo: histories in {} (traced) and {} (learned)",
+        traced.display(),
+        learned.display()
+    );
+    Ok(())
+}
+
+/// The runs side by side: time, pinned memory, and what each program checked.
+fn summarize(runs: &[&Run], standin: bool) {
     println!(
         "\n{:<20} {:>10} {:>12} {:>8} {:>10}",
         "run", "seconds", "pinned (MiB)", "checks", "mismatches"
     );
-    for run in [&plain, &first, &second] {
+    for run in runs {
         println!(
             "{:<20} {:>10.4} {:>12} {:>8} {:>10}",
             run.name,
@@ -137,18 +148,12 @@ pub fn run(args: DemoArgs) -> Result<()> {
             run.mismatches
         );
     }
-    if library_path.is_some() {
+    if standin {
         println!(
             "(CUDA stand-in: copies are memcpy, so these times say nothing about pinning; \
              the checks say the program computed the same)"
         );
     }
-    eprintln!(
-        "xtask: demo: histories in {} (traced) and {} (learned)",
-        traced.display(),
-        learned.display()
-    );
-    Ok(())
 }
 
 /// Compiles the demo's workload (`xtask/demo/workload.c`) at `workload`, linked against the
