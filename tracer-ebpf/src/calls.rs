@@ -164,54 +164,16 @@ fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
         }
     }
     let _ = PENDING.remove(key);
-
-    if let Some(depth) = DEPTH.get_ptr_mut(tid) {
-        // SAFETY: the entry belongs to this thread, which is running this program.
-        let depth = unsafe { &mut *depth };
-        let layer = cookie.layer();
-        if layer == Layer::Allocator as u8 {
-            depth.allocator = depth.allocator.saturating_sub(1);
-        } else if layer == Layer::Runtime as u8 {
-            depth.runtime = depth.runtime.saturating_sub(1);
-            if depth.allocator > 0 {
-                flags |= FLAG_NESTED;
-            }
-        } else if depth.runtime > 0 || depth.allocator > 0 {
-            flags |= FLAG_NESTED;
-        }
-    }
-
-    // A second out-parameter (a pitch): its value replaces its pointer among the arguments.
-    if let Some(index) = cookie.second_out_arg()
-        && index < MAX_ARGS
-    {
-        // SAFETY: as above: the reserved record.
-        let slot = unsafe { &mut (*event).args[index] };
-        if let Some(value) = read_out_param(*slot, &mut flags) {
-            *slot = value;
-        }
-    }
+    leave_layer(tid, cookie, &mut flags);
+    // SAFETY: as above: the reserved record.
+    let out = unsafe { read_out_params(&mut (*event).args, cookie, &mut flags) };
     // SAFETY: as above: the reserved record.
     let args = unsafe { &(*event).args };
-    let out = cookie
-        .out_arg()
-        .and_then(|index| args.get(index).copied())
-        .and_then(|at| read_out_param(at, &mut flags))
-        .unwrap_or(0);
-
     if cookie.layer() == Layer::Libc as u8 {
         track_libc_block(tgid, cookie, args, ctx.ret::<u64>(), out);
     }
-
     let site = if cookie.want_site() {
-        let mut site = call_site(ctx);
-        // The same stack gets the same id, so a loop allocating from one place costs one
-        // entry; a full map (or a hash collision) just leaves the stack out.
-        if let Ok(id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK.into()) {
-            keep_stack_frames(ctx, id as u32);
-            site.stack = id as u32 + 1;
-        }
-        site
+        site_with_stack(ctx)
     } else {
         CallSiteRaw::default()
     };
@@ -234,6 +196,61 @@ fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
     };
     entry.submit(wakeup.into());
     Ok(())
+}
+
+/// This thread leaves a call of `cookie`'s layer: the layer's depth comes down, and the call
+/// is flagged nested when it ran inside another layer's call (a runtime call inside hotpin's
+/// allocator, a driver call inside the runtime's).
+#[inline(always)]
+fn leave_layer(tid: u32, cookie: ProbeCookie, flags: &mut u16) {
+    let Some(depth) = DEPTH.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: the entry belongs to this thread, which is running this program.
+    let depth = unsafe { &mut *depth };
+    let layer = cookie.layer();
+    if layer == Layer::Allocator as u8 {
+        depth.allocator = depth.allocator.saturating_sub(1);
+    } else if layer == Layer::Runtime as u8 {
+        depth.runtime = depth.runtime.saturating_sub(1);
+        if depth.allocator > 0 {
+            *flags |= FLAG_NESTED;
+        }
+    } else if depth.runtime > 0 || depth.allocator > 0 {
+        *flags |= FLAG_NESTED;
+    }
+}
+
+/// The out-parameters the callee wrote, read now: a second one (a pitch) replaces its
+/// pointer among `args`; the first is returned (0 without one).
+#[inline(always)]
+fn read_out_params(args: &mut [u64; MAX_ARGS], cookie: ProbeCookie, flags: &mut u16) -> u64 {
+    if let Some(index) = cookie.second_out_arg()
+        && index < MAX_ARGS
+    {
+        let slot = &mut args[index];
+        if let Some(value) = read_out_param(*slot, flags) {
+            *slot = value;
+        }
+    }
+    cookie
+        .out_arg()
+        .and_then(|index| args.get(index).copied())
+        .and_then(|at| read_out_param(at, flags))
+        .unwrap_or(0)
+}
+
+/// The call site of the call returning now, with its user stack's id: the same stack gets
+/// the same id, so a loop allocating from one place costs one entry; a full map (or a hash
+/// collision) just leaves the stack out.
+#[inline(always)]
+fn site_with_stack(ctx: &RetProbeContext) -> CallSiteRaw {
+    let mut site = call_site(ctx);
+    if let Ok(id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK.into()) {
+        keep_stack_frames(ctx, id as u32);
+        site.stack = id as u32 + 1;
+    }
+    site
 }
 
 /// The value an out-parameter at `at` holds now that the callee wrote it; `None` for a null
