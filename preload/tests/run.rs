@@ -770,21 +770,16 @@ fn a_budget_short_of_the_working_set_settles_instead_of_trading_blocks() {
     assert!(c["learned_pins"].as_u64().expect("pins") <= 8, "{c}");
 }
 
-/// Auto mode in a Python program keys its recycled groups by the Python line too (#28): a
-/// result made fresh at every step and copied into, and a scratch block of the same size
-/// from the same C call site (a bytearray) never copied. Only the results are served pinned
-/// blocks from the cache; the scratch blocks stay pageable, and every result is right.
-#[test]
-fn auto_mode_tells_blocks_of_one_call_site_apart_by_their_python_line() {
-    let setup = setup_program("auto-groups", "online");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/groups.py");
-    let prefix = setup.dir.join("groups-report");
+/// `hotpin run ARGS --report PREFIX -- python3 SCRIPT LIBCUDART` (auto mode, no node arbiter)
+/// on the stand-in; asserts it succeeded and the program computed right.
+fn run_python(setup: &Setup, script: &Path, prefix: &Path, args: &[&std::ffi::OsStr]) {
     let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
         .args(["run", "--lease-socket", "off", "--report"])
-        .arg(&prefix)
+        .arg(prefix)
+        .args(args)
         .arg("--")
         .arg("python3")
-        .arg(&script)
+        .arg(script)
         .arg(&setup.standin.runtime)
         .env("LD_LIBRARY_PATH", &setup.standin.dir)
         .env("XDG_STATE_HOME", &setup.dir)
@@ -796,6 +791,18 @@ fn auto_mode_tells_blocks_of_one_call_site_apart_by_their_python_line() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_computed_right(&output);
+}
+
+/// Auto mode in a Python program keys its recycled groups by the Python line too (#28): a
+/// result made fresh at every step and copied into, and a scratch block of the same size
+/// from the same C call site (a bytearray) never copied. Only the results are served pinned
+/// blocks from the cache; the scratch blocks stay pageable, and every result is right.
+#[test]
+fn auto_mode_tells_blocks_of_one_call_site_apart_by_their_python_line() {
+    let setup = setup_program("auto-groups", "online");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/groups.py");
+    let prefix = setup.dir.join("groups-report");
+    run_python(&setup, &script, &prefix, &[]);
     // `python3` may be a launcher (pyenv's) whose processes write reports too: the
     // interpreter's is the one that judged the blocks.
     let dir = prefix.parent().expect("a folder");
@@ -837,25 +844,12 @@ fn auto_mode_names_the_python_lines_that_made_each_block() {
     };
     let history = setup.dir.join("python.hotpin");
     let prefix = setup.dir.join("python-report");
-    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
-        .args(["run", "--lease-socket", "off", "--history"])
-        .arg(&history)
-        .arg("--report")
-        .arg(&prefix)
-        .arg("--")
-        .arg("python3")
-        .arg(&script)
-        .arg(&setup.standin.runtime)
-        .env("LD_LIBRARY_PATH", &setup.standin.dir)
-        .env("XDG_STATE_HOME", &setup.dir)
-        .output()
-        .expect("run python3 under hotpin");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    run_python(
+        &setup,
+        &script,
+        &prefix,
+        &["--history".as_ref(), history.as_os_str()],
     );
-    assert_computed_right(&output);
     let learned = hotpin_history::dump::read(&history).expect("what it learned");
     let named = |allocation: &hotpin_history::history::Allocation| -> Vec<String> {
         learned

@@ -5,15 +5,8 @@ mismatches, and the line numbers that made each (for the test to compare).
 Usage: python3 frames.py LIBCUDART"""
 import ctypes
 import json
-import sys
 
-MIB = 1 << 20
-cudart = ctypes.CDLL(sys.argv[1])
-H2D, D2H = 1, 2
-
-
-def address(buffer):
-    return ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer))
+from standin import D2H, H2D, MIB, address, cudart
 
 
 def make_batch(size):

@@ -6,16 +6,10 @@ the end of the step. Prints one JSON line: checks, mismatches.
 Usage: python3 groups.py LIBCUDART"""
 import ctypes
 import json
-import sys
 
-MIB = 1 << 20
+from standin import D2H, H2D, MIB, address, cudart
+
 STEPS = 30
-cudart = ctypes.CDLL(sys.argv[1])
-H2D, D2H = 1, 2
-
-
-def address(buffer):
-    return ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer))
 
 
 def make_result(size):
