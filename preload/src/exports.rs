@@ -26,15 +26,15 @@ use crate::{
     state::{self, ACTIVE, Busy, ENABLED, FLOOR, PinnedRequest},
 };
 
-stub!(malloc(size: usize) -> *mut c_void, "rsi", malloc_at);
-stub!(calloc(count: usize, size: usize) -> *mut c_void, "rdx", calloc_at);
-stub!(realloc(ptr: *mut c_void, size: usize) -> *mut c_void, "rdx", realloc_at);
-stub!(posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int, "rcx", posix_memalign_at);
-stub!(aligned_alloc(align: usize, size: usize) -> *mut c_void, "rdx", aligned_alloc_at);
-stub!(memalign(align: usize, size: usize) -> *mut c_void, "rdx", memalign_at);
-stub!(cudaHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", host_alloc_at);
-stub!(cudaMallocHost(out: *mut *mut c_void, size: usize) -> c_int, "rdx", malloc_host_at);
-stub!(cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", host_register_at);
+stub!(malloc(size: usize) -> *mut c_void, "rsi", "x1", malloc_at);
+stub!(calloc(count: usize, size: usize) -> *mut c_void, "rdx", "x2", calloc_at);
+stub!(realloc(ptr: *mut c_void, size: usize) -> *mut c_void, "rdx", "x2", realloc_at);
+stub!(posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int, "rcx", "x3", posix_memalign_at);
+stub!(aligned_alloc(align: usize, size: usize) -> *mut c_void, "rdx", "x2", aligned_alloc_at);
+stub!(memalign(align: usize, size: usize) -> *mut c_void, "rdx", "x2", memalign_at);
+stub!(cudaHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", "x3", host_alloc_at);
+stub!(cudaMallocHost(out: *mut *mut c_void, size: usize) -> c_int, "rdx", "x2", malloc_host_at);
+stub!(cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", "x3", host_register_at);
 
 /// Whether a call of `size` bytes is below the floor (or the interposer is off): libc's.
 #[inline(always)]
@@ -297,9 +297,9 @@ pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
     unsafe { host_unregister(&cuda::HOST_UNREGISTER, ptr) }
 }
 
-stub!(cuMemHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", cu_host_alloc_at);
-stub!(cuMemAllocHost_v2(out: *mut *mut c_void, size: usize) -> c_int, "rdx", cu_alloc_host_at);
-stub!(cuMemHostRegister_v2(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", cu_host_register_at);
+stub!(cuMemHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", "x3", cu_host_alloc_at);
+stub!(cuMemAllocHost_v2(out: *mut *mut c_void, size: usize) -> c_int, "rdx", "x2", cu_alloc_host_at);
+stub!(cuMemHostRegister_v2(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", "x3", cu_host_register_at);
 
 /// # Safety
 /// As cuMemHostAlloc.
@@ -474,6 +474,26 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const std::ffi::c_cha
         "jmp rax",
         "2:",
         "jmp {hook}",
+        real = sym cuda::REAL_DLSYM,
+        hook = sym dlsym_hook,
+    )
+}
+
+/// `dlsym` on aarch64, as on x86-64: `RTLD_NEXT` goes to libc's by a tail branch, which keeps
+/// the caller's link register for libc to read; anything else to our hook.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const std::ffi::c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmn x0, #1",
+        "b.ne 2f",
+        "adrp x16, {real}",
+        "ldr x16, [x16, :lo12:{real}]",
+        "cbz x16, 2f",
+        "br x16",
+        "2:",
+        "b {hook}",
         real = sym cuda::REAL_DLSYM,
         hook = sym dlsym_hook,
     )

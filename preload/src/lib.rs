@@ -41,15 +41,23 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
-/// Defines an exported naked stub `$name` that passes the return address in `$reg` (the
-/// first free argument register) and jumps to `$at`.
+/// Defines an exported naked stub `$name` that passes the return address in the first free
+/// argument register (`$x86` on x86-64, where the return address is at the stack pointer;
+/// `$arm` on aarch64, where it is in the link register) and jumps to `$at`.
 macro_rules! stub {
-    ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $reg:literal, $at:ident) => {
+    ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $x86:literal, $arm:literal, $at:ident) => {
         #[cfg(target_arch = "x86_64")]
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            core::arch::naked_asm!(concat!("mov ", $reg, ", [rsp]"), "jmp {at}", at = sym $at)
+            core::arch::naked_asm!(concat!("mov ", $x86, ", [rsp]"), "jmp {at}", at = sym $at)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(concat!("mov ", $arm, ", x30"), "b {at}", at = sym $at)
         }
     };
 }

@@ -188,7 +188,7 @@ pub static RT_POINTER_GET_ATTRIBUTES: Real = Real::runtime(c"cudaPointerGetAttri
 pub static RT_HOST_GET_FLAGS: Real = Real::runtime(c"cudaHostGetFlags");
 pub static RT_HOST_GET_DEVICE_POINTER: Real = Real::runtime(c"cudaHostGetDevicePointer");
 
-stub!(cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: u64) -> c_int, "rcx", pointer_get_attribute_at);
+stub!(cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: u64) -> c_int, "rcx", "x3", pointer_get_attribute_at);
 
 /// # Safety
 /// As cuPointerGetAttribute.
@@ -213,7 +213,7 @@ unsafe extern "C" fn pointer_get_attribute_at(
     rc
 }
 
-stub!(cuPointerGetAttributes(count: c_uint, attributes: *mut c_int, data: *mut *mut c_void, ptr: u64) -> c_int, "r8", pointer_get_attributes_at);
+stub!(cuPointerGetAttributes(count: c_uint, attributes: *mut c_int, data: *mut *mut c_void, ptr: u64) -> c_int, "r8", "x4", pointer_get_attributes_at);
 
 /// # Safety
 /// As cuPointerGetAttributes.
@@ -246,8 +246,8 @@ unsafe extern "C" fn pointer_get_attributes_at(
     rc
 }
 
-stub!(cuMemHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int, "rdx", cu_host_get_flags_at);
-stub!(cudaHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int, "rdx", host_get_flags_at);
+stub!(cuMemHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int, "rdx", "x2", cu_host_get_flags_at);
+stub!(cudaHostGetFlags(flags: *mut c_uint, ptr: *mut c_void) -> c_int, "rdx", "x2", host_get_flags_at);
 
 /// # Safety
 /// As cuMemHostGetFlags.
@@ -311,8 +311,8 @@ unsafe fn host_get_flags(
     unsafe { real(flags, asked as *mut c_void) }
 }
 
-stub!(cuMemHostGetDevicePointer_v2(out: *mut usize, ptr: *mut c_void, flags: c_uint) -> c_int, "rcx", cu_host_get_device_pointer_at);
-stub!(cudaHostGetDevicePointer(out: *mut usize, ptr: *mut c_void, flags: c_uint) -> c_int, "rcx", host_get_device_pointer_at);
+stub!(cuMemHostGetDevicePointer_v2(out: *mut usize, ptr: *mut c_void, flags: c_uint) -> c_int, "rcx", "x3", cu_host_get_device_pointer_at);
+stub!(cudaHostGetDevicePointer(out: *mut usize, ptr: *mut c_void, flags: c_uint) -> c_int, "rcx", "x3", host_get_device_pointer_at);
 
 /// # Safety
 /// As cuMemHostGetDevicePointer_v2.
@@ -370,7 +370,7 @@ struct PointerAttributes {
     host_pointer: usize,
 }
 
-stub!(cudaPointerGetAttributes(attributes: *mut c_void, ptr: *const c_void) -> c_int, "rdx", rt_pointer_get_attributes_at);
+stub!(cudaPointerGetAttributes(attributes: *mut c_void, ptr: *const c_void) -> c_int, "rdx", "x2", rt_pointer_get_attributes_at);
 
 /// # Safety
 /// As cudaPointerGetAttributes.

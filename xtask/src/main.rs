@@ -1,5 +1,6 @@
 //! `cargo xtask`: orchestration only. Each command runs one function of a module here.
 
+mod aarch64;
 mod bench;
 mod demo;
 mod fuzz;
@@ -41,6 +42,9 @@ enum Task {
     /// Build the `hotpin` wheel with maturin (target/wheels), install it into a fresh
     /// virtualenv and run a stand-in program from it.
     Wheel,
+    /// Cross-build hotpin, its interposer and tracer for aarch64, run the interposer's checks
+    /// on the CUDA stand-in under qemu's user-mode emulation, and build the aarch64 wheel.
+    Aarch64,
     /// Boot Debian's kernels (6.1, 6.12) in QEMU and run the eBPF load, a subset of the
     /// integration tests and the kprobe check in each.
     VmTest(vm_test::VmTestArgs),
@@ -57,6 +61,7 @@ fn main() -> Result<()> {
         Task::Fuzz(args) => fuzz::run(args),
         Task::VmTest(args) => vm_test::run(args),
         Task::Wheel => wheel::build().and_then(|wheel| wheel::check(&wheel)),
+        Task::Aarch64 => aarch64::run(),
     }
 }
 

@@ -110,18 +110,24 @@ fn debian_packages(installed: &mut Vec<&'static str>) -> Result<()> {
         );
         packages.push("chromium");
     }
-    if !packages.is_empty() {
-        // Another apt run (unattended upgrades on a fresh machine) holds the lock for a while:
-        // wait for it rather than fail.
-        let lock = "DPkg::Lock::Timeout=300";
-        sh(Command::new("apt-get").args(["update", "-q", "-o", lock]))?;
-        sh(Command::new("apt-get")
-            .args(["install", "-y", "-q", "-o", lock])
-            .args(&packages)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-        installed.extend(packages);
-    }
+    apt_install(&packages)?;
+    installed.extend(packages);
     Ok(())
+}
+
+/// Installs Debian's `packages` (none: nothing is done).
+pub fn apt_install(packages: &[&str]) -> Result<()> {
+    if packages.is_empty() {
+        return Ok(());
+    }
+    // Another apt run (unattended upgrades on a fresh machine) holds the lock for a while:
+    // wait for it rather than fail.
+    let lock = "DPkg::Lock::Timeout=300";
+    sh(Command::new("apt-get").args(["update", "-q", "-o", lock]))?;
+    sh(Command::new("apt-get")
+        .args(["install", "-y", "-q", "-o", lock])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// Where `promtool` is unpacked when it is not on PATH.

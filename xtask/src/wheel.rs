@@ -1,8 +1,8 @@
 //! `cargo xtask wheel`: the `hotpin` wheel (`pip install hotpin`), built with maturin from
 //! `wheel/pyproject.toml`: `hotpin`, `tracer` (its eBPF object embedded) and the interposer
 //! `libhotpin_preload.so` beside them on PATH, and the `hotpin` Python package for
-//! `python -m hotpin`. No CUDA inside. One wheel for this machine's architecture
-//! (manylinux, x86_64 here: no cross toolchain for aarch64 on the build machine).
+//! `python -m hotpin`. No CUDA inside. One wheel for this machine's architecture (manylinux,
+//! x86_64); `cargo xtask aarch64` cross-builds the aarch64 one.
 //!
 //! `check` installs the wheel into a fresh virtualenv and runs a program on the CUDA stand-in
 //! (a test fixture, not CUDA) under `hotpin run` and `python -m hotpin run` from it; the
@@ -29,9 +29,11 @@ pub fn python_tools(packages: &[&str]) -> Result<PathBuf> {
     if !python.exists() {
         sh(Command::new("python3").args(["-m", "venv", TOOLS]))?;
     }
-    sh(Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet"])
-        .args(packages))?;
+    if !packages.is_empty() {
+        sh(Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet"])
+            .args(packages))?;
+    }
     Ok(python)
 }
 
