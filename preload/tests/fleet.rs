@@ -5,7 +5,9 @@
 //!
 //! Two "nodes" (two daemons with different host names) write histories of one program; a
 //! third `hotpin run` starts from the latest; a corrupt object is refused with its key named;
-//! a store that never answers holds the program's start for the bound at most.
+//! a store that never answers holds the program's start for the bound at most; a store
+//! stopped while a daemon puts to it and a program runs changes nothing the program
+//! computes.
 
 use std::{
     io::{Read as _, Write as _},
@@ -155,54 +157,17 @@ fn histories_are_shared_across_nodes_through_an_s3_store() {
 
     // Two nodes: each a daemon, with its own host name, tracing one run of the program.
     for node in ["node-a", "node-b"] {
-        let store = setup.dir.join(format!("store-{node}"));
-        let tracer = workspace().join("target/debug/tracer");
-        let mut daemon = Command::new(&tracer)
-            .args([
-                "daemon",
-                "--metrics",
-                "off",
-                "--lease-socket",
-                "off",
-                "--command",
-                "*online*",
-            ])
-            .arg("--store")
-            .arg(&store)
-            .args(["--fleet", &url, "--host-name", node])
-            .envs(aws(&moto.endpoint))
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tracer daemon");
-        // It says it is tracing once its probes are in.
-        let mut stderr = daemon.stderr.take().expect("stderr");
-        let mut seen = Vec::new();
-        let began = Instant::now();
-        while !String::from_utf8_lossy(&seen).contains("tracing") {
-            let mut byte = [0u8; 256];
-            let n = stderr.read(&mut byte).expect("the daemon's stderr");
-            assert!(
-                n > 0 && began.elapsed() < Duration::from_secs(60),
-                "the daemon did not start"
-            );
-            seen.extend_from_slice(&byte[..n]);
-        }
+        let daemon = FleetDaemon::start(&setup, &url, node, &moto.endpoint);
         let run = Command::new(&setup.program)
             .arg("shift")
             .env("LD_LIBRARY_PATH", &setup.standin.dir)
             .output()
             .expect("run the program");
         assert!(run.status.success(), "{run:?}");
-        std::thread::sleep(Duration::from_millis(600));
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-        let mut rest = String::new();
-        let _ = stderr.read_to_string(&mut rest);
-        assert!(daemon.wait().expect("the daemon").success(), "{rest}");
+        let said = daemon.stop();
         assert!(
-            rest.contains("1 histories put in the fleet's store"),
-            "{node}: {}{rest}",
-            String::from_utf8_lossy(&seen)
+            said.contains("1 histories put in the fleet's store"),
+            "{node}: {said}"
         );
     }
     let objects = fleet.list(&key).expect("list");
@@ -290,5 +255,79 @@ fn histories_are_shared_across_nodes_through_an_s3_store() {
         "{with_store:?} against {baseline:?} without the store"
     );
     drop(plain);
+
+    // The store stopped while a daemon puts to it and a program runs: the program computes
+    // what it computes, and the daemon says what it could not put and ends cleanly.
+    let stopping = Moto::start();
+    let daemon = FleetDaemon::start(&setup, &url, "node-s", &stopping.endpoint);
+    let run = Command::new(&setup.program)
+        .args(["steady", "8", "1500", "20"])
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the program");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stopping);
+    let run = run.wait_with_output().expect("the program");
+    assert!(run.status.success(), "{run:?}");
+    common::assert_computed_right(&run);
+    let said = daemon.stop();
+    assert!(
+        said.contains("0 histories put in the fleet's store") && said.contains("1 could not be"),
+        "{said}"
+    );
     let _ = std::fs::remove_dir_all(&setup.dir);
+}
+
+/// `tracer daemon` as one node of a fleet: its own store, the fleet's `url` at `endpoint`,
+/// its host name `node`, tracing the test's program.
+struct FleetDaemon {
+    child: Child,
+    stderr: std::process::ChildStderr,
+    /// What it said until it was tracing.
+    seen: Vec<u8>,
+}
+
+impl FleetDaemon {
+    /// Started, and tracing once its probes are in.
+    fn start(setup: &Setup, url: &str, node: &str, endpoint: &str) -> Self {
+        let mut child = Command::new(workspace().join("target/debug/tracer"))
+            .args(["daemon", "--metrics", "off", "--lease-socket", "off"])
+            .args(["--command", "*online*", "--store"])
+            .arg(setup.dir.join(format!("store-{node}")))
+            .args(["--fleet", url, "--host-name", node])
+            .envs(aws(endpoint))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tracer daemon");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let mut seen = Vec::new();
+        let began = Instant::now();
+        while !String::from_utf8_lossy(&seen).contains("tracing") {
+            let mut byte = [0u8; 256];
+            let n = stderr.read(&mut byte).expect("the daemon's stderr");
+            assert!(
+                n > 0 && began.elapsed() < Duration::from_secs(60),
+                "the daemon did not start"
+            );
+            seen.extend_from_slice(&byte[..n]);
+        }
+        Self {
+            child,
+            stderr,
+            seen,
+        }
+    }
+
+    /// Stopped (SIGTERM) once the run's history is written; it must end cleanly. All it said.
+    fn stop(mut self) -> String {
+        std::thread::sleep(Duration::from_millis(600));
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let mut rest = String::new();
+        let _ = self.stderr.read_to_string(&mut rest);
+        let said = format!("{}{rest}", String::from_utf8_lossy(&self.seen));
+        assert!(self.child.wait().expect("the daemon").success(), "{said}");
+        said
+    }
 }
