@@ -705,6 +705,26 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
     );
 }
 
+/// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
+/// for `name`: the program's data checked; hotpin's counters.
+fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {
+    let setup = setup_program(&format!("auto-{name}"), "online");
+    let prefix = setup.dir.join(format!("{name}-report"));
+    let args: Vec<&Path> = args.iter().map(Path::new).collect();
+    let output = hotpin_run_with(
+        &setup,
+        &[
+            "--budget",
+            budget,
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &args,
+    );
+    assert_computed_right(&output);
+    counters(&prefix)
+}
+
 /// Auto mode under a budget that holds the hot buffer and one result, in a loop that keeps two
 /// fresh results alive at once (#26): the result that finds no room to be pinned is served a
 /// warm block (a freed pageable one, its pages faulted in), so no step pays first-touch
@@ -712,20 +732,7 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
 /// read back is this step's (a warm block's old contents would be seen).
 #[test]
 fn a_result_that_finds_no_room_to_be_pinned_reuses_a_warm_block() {
-    let setup = setup_program("auto-warm", "online");
-    let prefix = setup.dir.join("warm-report");
-    let output = hotpin_run_with(
-        &setup,
-        &[
-            "--budget",
-            "16M",
-            "--report",
-            prefix.to_str().expect("UTF-8"),
-        ],
-        &[Path::new("fresh")],
-    );
-    assert_computed_right(&output);
-    let c = counters(&prefix);
+    let c = online_with_budget("warm", "16M", &["fresh"]);
     assert!(
         c["peak_pinned_bytes"].as_u64().expect("peak") <= 16 * MIB,
         "{c}"
@@ -748,20 +755,7 @@ fn a_result_that_finds_no_room_to_be_pinned_reuses_a_warm_block() {
 /// activation is right.
 #[test]
 fn a_budget_short_of_the_working_set_settles_instead_of_trading_blocks() {
-    let setup = setup_program("auto-offload", "online");
-    let prefix = setup.dir.join("offload-report");
-    let output = hotpin_run_with(
-        &setup,
-        &[
-            "--budget",
-            "56M",
-            "--report",
-            prefix.to_str().expect("UTF-8"),
-        ],
-        &[Path::new("offload"), Path::new("8")],
-    );
-    assert_computed_right(&output);
-    let c = counters(&prefix);
+    let c = online_with_budget("offload", "56M", &["offload", "8"]);
     assert!(
         c["peak_pinned_bytes"].as_u64().expect("peak") <= 56 * MIB,
         "{c}"
