@@ -125,11 +125,17 @@ class Exported:
         self.prefix = prefix.group(1)
         body = text.split("#[cfg(test)]")[0]
         # Each metric is written as its name, its help text, then its kind: in `add(...)`
-        # calls and in the table of the tracer's own numbers alike. Help texts may continue
+        # calls, in the table of the tracer's own numbers and in a running run's families. Help texts may continue
         # over lines with a backslash.
         string = r'"(?:[^"\\]|\\.)*"'
         found = re.findall(
             r'"([a-z][a-z0-9_]*)",\s*' + string + r",\s*(Counter|Gauge|Histogram)\b",
+            body,
+            re.S,
+        )
+        # A running run's families, written as `RunFamily { name: ..., help: ..., kind: ... }`.
+        found += re.findall(
+            r'name: "([a-z][a-z0-9_]*)",\s*help: ' + string + r",\s*kind: (Counter|Gauge)\b",
             body,
             re.S,
         )
@@ -150,9 +156,11 @@ class Exported:
                 self.names.update(full + s for s in ("_bucket", "_sum", "_count"))
             else:
                 self.names.add(full)
-        # Label keys: those added as `Some(("key", value))` and those in the `vec![("key",
-        # value), ...]` every labels closure starts from.
+        # Label keys: those added as `Some(("key", value))`, a running run's families'
+        # `label: "key"`, and those in the `vec![("key", value), ...]` every labels closure
+        # starts from.
         self.labels = set(re.findall(r'Some\(\("([a-z_]+)",', body))
+        self.labels.update(re.findall(r'\blabel: "([a-z_]+)"', body))
         for block in re.findall(r"vec!\[(.*?)\]", body, re.S):
             self.labels.update(re.findall(r'\("([a-z_]+)",', block))
         self.literals = set(re.findall(r'"([a-z0-9_]+)"', body))

@@ -203,100 +203,100 @@ fn push(
     });
 }
 
-/// A metric family of a running run: its name, help and kind, the label that tells its values
-/// apart ("" for one value), and its values by that label.
-type RunFamily = (
-    &'static str,
-    &'static str,
-    Kind,
-    &'static str,
-    Vec<(&'static str, u64)>,
-);
+/// A metric family of a running run: the label that tells its values apart ("" for one
+/// value), and its values by that label.
+struct RunFamily<'a> {
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    label: &'static str,
+    values: &'a [(&'static str, u64)],
+}
 
 /// A running run's copies, host and pinned memory, and device memory.
 fn run_samples(out: &mut Vec<Sample>, run: &RunningRun) {
     use Kind::{Counter, Gauge};
     let t = &run.traffic;
-    let families: [RunFamily; 7] = [
-        (
-            "transfers",
-            "Host<->device copies of a running process, by direction",
-            Counter,
-            "direction",
-            vec![("h2d", t.h2d_transfers), ("d2h", t.d2h_transfers)],
-        ),
-        (
-            "transfer_bytes",
-            "Bytes copied between host and device by a running process, by direction",
-            Counter,
-            "direction",
-            vec![("h2d", t.h2d_bytes), ("d2h", t.d2h_bytes)],
-        ),
-        (
-            "host_memory_bytes",
-            "Live host memory of a running process: pinned, pageable, and hot (the cost \
+    let families = [
+        RunFamily {
+            name: "transfers",
+            help: "Host<->device copies of a running process, by direction",
+            kind: Counter,
+            label: "direction",
+            values: &[("h2d", t.h2d_transfers), ("d2h", t.d2h_transfers)],
+        },
+        RunFamily {
+            name: "transfer_bytes",
+            help: "Bytes copied between host and device by a running process, by direction",
+            kind: Counter,
+            label: "direction",
+            values: &[("h2d", t.h2d_bytes), ("d2h", t.d2h_bytes)],
+        },
+        RunFamily {
+            name: "host_memory_bytes",
+            help: "Live host memory of a running process: pinned, pageable, and hot (the cost \
              model's judgement, a part of the other two)",
-            Gauge,
-            "memory",
-            vec![
+            kind: Gauge,
+            label: "memory",
+            values: &[
                 ("pinned", t.pinned_bytes),
                 ("pageable", t.pageable_bytes),
                 ("hot", t.hot_bytes),
             ],
-        ),
-        (
-            "pinned_bytes",
-            "Live pinned host memory of a running process, by who pinned it: hotpin in auto \
+        },
+        RunFamily {
+            name: "pinned_bytes",
+            help: "Live pinned host memory of a running process, by who pinned it: hotpin in auto \
              mode, under a lease from the node's arbiter, or the program (its own pins, and \
              any hotpin made without a lease)",
-            Gauge,
-            "by",
-            vec![
+            kind: Gauge,
+            label: "by",
+            values: &[
                 ("lease", run.leased_bytes),
                 ("program", t.pinned_bytes.saturating_sub(run.leased_bytes)),
             ],
-        ),
-        (
-            "pinned_copied_bytes",
-            "Live pinned host memory of a running process, by whether any copy used it \
+        },
+        RunFamily {
+            name: "pinned_copied_bytes",
+            help: "Live pinned host memory of a running process, by whether any copy used it \
              (never: pinned and wasted so far)",
-            Gauge,
-            "copied",
-            vec![
+            kind: Gauge,
+            label: "copied",
+            values: &[
                 ("yes", t.pinned_copied_bytes),
                 ("never", t.pinned_bytes - t.pinned_copied_bytes),
             ],
-        ),
-        (
-            "untracked_bytes",
-            "Bytes a running process copied from or to host memory in no known allocation",
-            Counter,
-            "",
-            vec![("", t.untracked_bytes)],
-        ),
-        (
-            "device_memory_bytes",
-            "Device memory of a running process: live and peak",
-            Gauge,
-            "memory",
-            vec![("live", t.device_live_bytes), ("peak", t.device_peak_bytes)],
-        ),
+        },
+        RunFamily {
+            name: "untracked_bytes",
+            help: "Bytes a running process copied from or to host memory in no known allocation",
+            kind: Counter,
+            label: "",
+            values: &[("", t.untracked_bytes)],
+        },
+        RunFamily {
+            name: "device_memory_bytes",
+            help: "Device memory of a running process: live and peak",
+            kind: Gauge,
+            label: "memory",
+            values: &[("live", t.device_live_bytes), ("peak", t.device_peak_bytes)],
+        },
     ];
-    push_families(out, run, families);
+    push_families(out, run, &families);
 }
 
 /// The samples of a running run's `families`, each labelled with the program and pid.
-fn push_families(out: &mut Vec<Sample>, run: &RunningRun, families: [RunFamily; 7]) {
-    for (name, help, kind, key, values) in families {
-        for (value_label, value) in values {
+fn push_families(out: &mut Vec<Sample>, run: &RunningRun, families: &[RunFamily]) {
+    for family in families {
+        for &(value_label, value) in family.values {
             let mut labels = vec![
                 ("program", run.program.clone()),
                 ("pid", run.pid.to_string()),
             ];
-            if !key.is_empty() {
-                labels.push((key, value_label.to_owned()));
+            if !family.label.is_empty() {
+                labels.push((family.label, value_label.to_owned()));
             }
-            push(out, name, help, kind, labels, value);
+            push(out, family.name, family.help, family.kind, labels, value);
         }
     }
 }
