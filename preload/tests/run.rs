@@ -760,8 +760,15 @@ fn a_budget_short_of_the_working_set_settles_instead_of_trading_blocks() {
         c["peak_pinned_bytes"].as_u64().expect("peak") <= 56 * MIB,
         "{c}"
     );
-    assert!(c["evictions"].as_u64().expect("evictions") <= 3, "{c}");
-    assert!(c["learned_pins"].as_u64().expect("pins") <= 8, "{c}");
+    // 7 blocks of 8 MiB fit; each pin past those follows an eviction, and evictions are few
+    // (37 of them, and 44 pins, when a fresh block was weighed by its own copies). How many
+    // of the few happen depends on timing: 1 alone, 2 beside other tests.
+    let evictions = c["evictions"].as_u64().expect("evictions");
+    assert!(evictions <= 3, "{c}");
+    assert!(
+        c["learned_pins"].as_u64().expect("pins") <= 7 + evictions,
+        "{c}"
+    );
 }
 
 /// `hotpin run ARGS --report PREFIX -- python3 SCRIPT LIBCUDART` (auto mode, no node arbiter)
