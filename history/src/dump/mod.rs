@@ -9,10 +9,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer, ser::SerializeStruct as _};
 
 use crate::files;
-use crate::history::{HistoryData, InvalidHistory, MemHistory};
+use crate::history::{HistoryData, InvalidHistory, MemHistory, PinnedAccount};
 
 /// First bytes of a binary dump.
 pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
@@ -85,7 +85,48 @@ struct JsonOut<'a> {
     schema_version: u32,
     verbose: bool,
     #[serde(flatten)]
+    data: Dumped<'a>,
+}
+
+/// A history's content as a dump holds it: its fields as they are, and `pinned`, the accounts
+/// computed from them as it is written ([`HistoryData::pinned_accounts`]). Serialized field by
+/// field in `HistoryData`'s order, which its derived `Deserialize` reads back, so that a
+/// history is not copied to be written (a verbose one is written in place). The round-trip
+/// tests (dump/tests.rs) hold the two to the same layout.
+struct Dumped<'a> {
     data: &'a HistoryData,
+    pinned: Vec<PinnedAccount>,
+}
+
+impl<'a> Dumped<'a> {
+    fn of(data: &'a HistoryData) -> Self {
+        Self {
+            data,
+            pinned: data.pinned_accounts(),
+        }
+    }
+}
+
+impl Serialize for Dumped<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The callers as a list of pairs, as `HistoryData` writes them.
+        struct Pairs<'a, K, V>(&'a std::collections::BTreeMap<K, V>);
+        impl<K: Serialize, V: Serialize> Serialize for Pairs<'_, K, V> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(self.0.iter())
+            }
+        }
+        let data = self.data;
+        let mut out = serializer.serialize_struct("HistoryData", 7)?;
+        out.serialize_field("meta", &data.meta)?;
+        out.serialize_field("call_sites", &data.call_sites)?;
+        out.serialize_field("allocations", &data.allocations)?;
+        out.serialize_field("stats", &data.stats)?;
+        out.serialize_field("callers", &Pairs(&data.callers))?;
+        out.serialize_field("compacted", &data.compacted)?;
+        out.serialize_field("pinned", &self.pinned)?;
+        out.end()
+    }
 }
 
 #[derive(Deserialize)]
@@ -147,12 +188,10 @@ fn write_marked(
         source,
     };
     let copy;
-    let pinned = history.pinned_accounts();
-    let data = if verbose && checkpoint_unix_s.is_none() && pinned == history.data().pinned {
+    let data = if verbose && checkpoint_unix_s.is_none() {
         history.data()
     } else {
         let mut data = history.data().clone();
-        data.pinned = pinned;
         if !verbose {
             for allocation in &mut data.allocations {
                 allocation.events = Vec::new();
@@ -240,7 +279,7 @@ fn directory_of(path: &Path) -> &Path {
     files::directory_of(path)
 }
 
-/// The bytes of a dump.
+/// The bytes of a dump, each process's pinned-memory account computed from `data` included.
 pub fn encode(data: &HistoryData, format: Format, verbose: bool) -> io::Result<Vec<u8>> {
     match format {
         Format::Json => {
@@ -248,14 +287,14 @@ pub fn encode(data: &HistoryData, format: Format, verbose: bool) -> io::Result<V
                 format: JSON_FORMAT,
                 schema_version: FORMAT_VERSION,
                 verbose,
-                data,
+                data: Dumped::of(data),
             };
             let mut bytes = serde_json::to_vec_pretty(&out).map_err(io::Error::other)?;
             bytes.push(b'\n');
             Ok(bytes)
         }
         Format::Binary => {
-            let body = bincode::serde::encode_to_vec(data, bincode::config::standard())
+            let body = bincode::serde::encode_to_vec(Dumped::of(data), bincode::config::standard())
                 .map_err(io::Error::other)?;
             let mut bytes = Vec::with_capacity(body.len() / 4 + 16);
             bytes.extend_from_slice(MAGIC);

@@ -188,10 +188,18 @@ pub struct HistoryData {
     #[serde(default)]
     pub compacted: Vec<SiteAggregate>,
     /// Each process's pinned memory ([`PinnedAccount`]): written from the allocations when
-    /// the history is dumped ([`MemHistory::pinned_accounts`]); of what is read, only the
-    /// leases are kept (the rest is computed again).
+    /// the history is dumped ([`HistoryData::pinned_accounts`]); in memory, and of what is
+    /// read, only the leases (the rest is computed again).
     #[serde(default)]
     pub pinned: Vec<PinnedAccount>,
+}
+
+impl HistoryData {
+    /// Each process's pinned host memory, from the allocations (folded ones too); the leases
+    /// as `pinned` holds them.
+    pub fn pinned_accounts(&self) -> Vec<PinnedAccount> {
+        pinned::accounts(self)
+    }
 }
 
 /// Why a history's content is inconsistent (a hand-edited or corrupted dump).
@@ -447,7 +455,7 @@ impl MemHistory {
     /// Each process's pinned host memory, by process id: from the allocations, and what the
     /// node's arbiter leased it where [`Self::set_leases`] said.
     pub fn pinned_accounts(&self) -> Vec<PinnedAccount> {
-        pinned::accounts(&self.data)
+        self.data.pinned_accounts()
     }
 
     /// What the node's arbiter did for the process `pid` (`tracer daemon`, before writing).
