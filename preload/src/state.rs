@@ -776,15 +776,6 @@ fn release_blocks(blocks: Vec<(usize, usize)>) {
     }
 }
 
-/// Frees warm blocks taken off their shelf (memory is short). Never called with the lock
-/// held, as [`release_blocks`].
-fn free_cooled(blocks: Vec<(usize, usize)>) {
-    for (ptr, _) in blocks {
-        // SAFETY: a libc block the program freed, which we kept until now.
-        unsafe { __libc_free(ptr as *mut c_void) };
-    }
-}
-
 /// Blocks taken off the shelves under the lock (memory short, the budget full, libc out of
 /// memory), given back to CUDA and libc once the lock is let go.
 #[derive(Default)]
@@ -805,7 +796,10 @@ impl Freed {
     /// Never called with the lock held (see [`release_blocks`]).
     fn release(self) {
         release_blocks(self.pinned);
-        free_cooled(self.warm);
+        for (ptr, _) in self.warm {
+            // SAFETY: a libc block the program freed, which we kept until now.
+            unsafe { __libc_free(ptr as *mut c_void) };
+        }
     }
 }
 

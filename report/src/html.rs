@@ -99,8 +99,6 @@ pub struct CopyRow {
     pub id: u64,
     /// Its name as the report has it (demangled, whole).
     pub name: String,
-    pub size: u64,
-    pub transfers: u64,
     /// Its copies in each of [`COPY_BINS`] equal intervals of the span; empty where its
     /// allocation is not in the history.
     pub bins: Vec<CopyBin>,
@@ -250,8 +248,6 @@ pub fn copy_rows(report: &Report, history: &MemHistory, span: Span) -> Vec<CopyR
         .map(|row| CopyRow {
             id: row.id,
             name: row.call_site.clone(),
-            size: row.size,
-            transfers: row.transfers,
             bins: history
                 .allocation(row.id)
                 .filter(|a| a.id == row.id && a.pid == row.pid)
