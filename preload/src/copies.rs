@@ -25,10 +25,11 @@
 use std::{
     cell::Cell,
     ffi::{CStr, c_int, c_void},
-    sync::atomic::Ordering,
+    sync::atomic::{AtomicU64, Ordering},
 };
 
 use crate::{
+    chunks,
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
     exports::judged,
     questions,
@@ -66,19 +67,31 @@ fn inside(call: impl FnOnce() -> c_int) -> c_int {
 
 /// Runs the program's copy `call`, queued on `stream`, touching `ranges`, with the semantics
 /// the program was promised for that memory; in auto mode, then counts it (which may pin
-/// what it touched).
-fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -> c_int) -> c_int {
+/// what it touched). `call` is given where the copy must be cut (`chunks`): only a copy made
+/// `in_pieces` can be cut, and one that cannot lets go the registrations it would cross.
+fn guarded(
+    ranges: &[Range],
+    stream: Stream,
+    layer: Layer,
+    in_pieces: bool,
+    call: impl FnOnce(&[usize]) -> c_int,
+) -> c_int {
     if state::forked() || IN_COPY.get() {
-        return call();
+        return call(&[]);
     }
     if !state::LEARNING.load(Ordering::Acquire) {
-        return keeping_promises(ranges, stream, layer, call).0;
+        return keeping_promises(ranges, stream, layer, || call(&[])).0;
     }
-    clear_parts(ranges, false);
+    // A copy being captured into a graph is not cut: the graph would hold pieces where the
+    // program made one copy. What it would cross is let go instead.
+    let in_pieces =
+        in_pieces && !(chunks::any() && Busy::enter().is_some_and(|_busy| cuda::capturing(stream)));
+    let (in_call, cuts) = cleared(ranges, false, in_pieces);
     let epoch = state::EPOCH.load(Ordering::Acquire);
     state::COPIES_IN_CALL.fetch_add(1, Ordering::AcqRel);
-    let (mut rc, settled) = keeping_promises(ranges, stream, layer, call);
+    let (mut rc, settled) = keeping_promises(ranges, stream, layer, || call(&cuts));
     state::COPIES_IN_CALL.fetch_sub(1, Ordering::AcqRel);
+    drop(in_call);
     if rc == 0 && !settled && state::EPOCH.load(Ordering::Acquire) != epoch {
         // A block it touches may have become registered, or stopped being, behind the
         // program's back while it was queued: waited for, as a pageable copy would have been.
@@ -94,14 +107,35 @@ fn guarded(ranges: &[Range], stream: Stream, layer: Layer, call: impl FnOnce() -
     rc
 }
 
-/// Auto mode: lets go the registered parts of blocks that the copy of `ranges` would cross
-/// the edge of (`all`: every part, for a copy whose host memory is not known), before it is
-/// made.
-fn clear_parts(ranges: &[Range], all: bool) {
-    if state::PARTS.load(Ordering::Acquire)
-        && let Some(_busy) = Busy::enter()
-    {
-        judged(|| state::unpin_straddled(ranges, all));
+/// Auto mode, before a copy of `ranges` is made: lets go the registrations it would cross
+/// the edge of (a part's; a chunk's too, where it cannot be made `in_pieces`; `all`: every
+/// part and every registration in chunks, for a copy whose host memory is not known). The
+/// copy is then counted in its generation (`chunks::enter`) until the returned guard is
+/// dropped; returned with it, where it must be cut.
+fn cleared(ranges: &[Range], all: bool, in_pieces: bool) -> (chunks::InCall, Vec<usize>) {
+    loop {
+        let in_call = chunks::enter();
+        let mut waiting = false;
+        if (state::PARTS.load(Ordering::Acquire) || chunks::any())
+            && let Some(_busy) = Busy::enter()
+        {
+            judged(|| waiting = state::unpin_straddled(ranges, all, !in_pieces));
+        }
+        if !waiting {
+            let cuts = if in_pieces {
+                chunks::cuts(ranges)
+            } else {
+                Vec::new()
+            };
+            if !cuts.is_empty() {
+                COPIES_CUT.fetch_add(1, Ordering::Relaxed);
+            }
+            return (in_call, cuts);
+        }
+        // A registration it crosses is being made by the pinner thread, which may wait for
+        // this copy's generation: not counted while it waits.
+        drop(in_call);
+        std::thread::yield_now();
     }
 }
 
@@ -112,13 +146,15 @@ fn count(ranges: &[Range]) {
     }
 }
 
-/// A synchronous copy (complete when it returns, pinned or not): only counted, in auto mode.
-fn counted(ranges: &[Range], call: impl FnOnce() -> c_int) -> c_int {
+/// A synchronous copy (complete when it returns, pinned or not): only counted, in auto mode
+/// (and cut, or what it crosses let go, as [`guarded`] does).
+fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize]) -> c_int) -> c_int {
     if state::forked() || IN_COPY.get() || !state::LEARNING.load(Ordering::Acquire) {
-        return call();
+        return call(&[]);
     }
-    clear_parts(ranges, false);
-    let rc = inside(call);
+    let (in_call, cuts) = cleared(ranges, false, in_pieces);
+    let rc = inside(|| call(&cuts));
+    drop(in_call);
     if rc == 0 {
         count(ranges);
     }
@@ -186,7 +222,9 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
     if state::forked() || IN_COPY.get() {
         return call();
     }
-    clear_parts(&[], true);
+    let _in_call = state::LEARNING
+        .load(Ordering::Acquire)
+        .then(|| cleared(&[], true, false));
     if !ACTIVE.load(Ordering::Acquire) {
         return call();
     }
@@ -202,6 +240,9 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
     let _busy = Busy::enter();
     cuda::synchronize(stream)
 }
+
+/// Copies cut at the edges of registrations made in chunks (the report's `copies_cut`).
+pub static COPIES_CUT: AtomicU64 = AtomicU64::new(0);
 
 /// What stream 0 means to a `_ptsz` entry point: the calling thread's default stream.
 fn per_thread(stream: Stream) -> Stream {
@@ -221,9 +262,10 @@ const fn cstr(text: &'static str) -> &'static CStr {
 
 /// Defines the exported copy `$name` (the real one behind it: `$real`, in the runtime or the
 /// driver), guarded on `$stream` over the host memory `$ranges` (an expression of the
-/// arguments), or `unknown`.
+/// arguments), or `unknown`. A copy of one contiguous range names how it is made in pieces:
+/// `pieces(|offset, length| the real function's arguments for that piece)`.
 macro_rules! copy {
-    ($real:ident = $layer:ident $name:ident ($($arg:ident: $ty:ty),*), $stream:expr, $guard:ident $(, $ranges:expr)?) => {
+    ($real:ident = $layer:ident $name:ident ($($arg:ident: $ty:ty),*), $stream:expr, $guard:ident $(, $ranges:expr $(, pieces(|$o:ident, $l:ident| $($piece:expr),*))?)?) => {
         pub static $real: Real = Real::$layer(cstr(concat!(stringify!($name), "\0")));
 
         /// # Safety
@@ -236,26 +278,34 @@ macro_rules! copy {
             else {
                 return cuda::ERROR_NO_RUNTIME;
             };
-            // SAFETY: the program's own call, passed on as it was made.
-            let call = || unsafe { real($($arg),*) };
-            copy!(@guard $guard, $stream, copy!(@layer $layer), call $(, $ranges)?)
+            copy!(@guard $guard, $stream, copy!(@layer $layer), real, ($($arg),*) $(, $ranges $(, ($o, $l, $($piece),*))?)?)
         }
     };
-    (@guard guarded, $stream:expr, $layer:expr, $call:ident, $ranges:expr) => {{
-        // SAFETY: the program's own arguments, read as CUDA reads them.
-        #[allow(unused_unsafe)]
-        let ranges = unsafe { $ranges };
-        guarded(&ranges, $stream, $layer, $call)
-    }};
-    (@guard guarded_unknown, $stream:expr, $layer:expr, $call:ident) => {
-        guarded_unknown($stream, $call)
+    (@guard guarded_unknown, $stream:expr, $layer:expr, $real:ident, ($($arg:ident),*)) => {
+        // SAFETY: the program's own call, passed on as it was made.
+        guarded_unknown($stream, || unsafe { $real($($arg),*) })
     };
-    (@guard counted, $stream:expr, $layer:expr, $call:ident, $ranges:expr) => {{
+    (@guard $guard:ident, $stream:expr, $layer:expr, $real:ident, ($($arg:ident),*), $ranges:expr) => {{
         // SAFETY: the program's own arguments, read as CUDA reads them.
         #[allow(unused_unsafe)]
         let ranges = unsafe { $ranges };
-        counted(&ranges, $call)
+        // SAFETY: the program's own call, passed on as it was made.
+        copy!(@call $guard, $stream, $layer, &ranges, false, |_: &[usize]| unsafe { $real($($arg),*) })
     }};
+    (@guard $guard:ident, $stream:expr, $layer:expr, $real:ident, ($($arg:ident),*), $ranges:expr, ($o:ident, $l:ident, $($piece:expr),*)) => {{
+        let ranges = $ranges;
+        let len = ranges.first().map_or(0, |range| range.1);
+        // SAFETY: the program's own call, or the same call for a piece of its bytes (each
+        // piece within them, in order, on the same stream).
+        let piece = |$o: usize, $l: usize| unsafe { $real($($piece),*) };
+        copy!(@call $guard, $stream, $layer, &ranges, true, |cuts: &[usize]| chunks::in_pieces(len, cuts, piece))
+    }};
+    (@call guarded, $stream:expr, $layer:expr, $ranges:expr, $in_pieces:expr, $call:expr) => {
+        guarded($ranges, $stream, $layer, $in_pieces, $call)
+    };
+    (@call counted, $stream:expr, $layer:expr, $ranges:expr, $in_pieces:expr, $call:expr) => {
+        counted($ranges, $in_pieces, $call)
+    };
     (@layer runtime) => { Layer::Runtime };
     (@layer driver) => { Layer::Driver };
 }
@@ -263,12 +313,12 @@ macro_rules! copy {
 type Dev = u64;
 
 // The driver.
-copy!(CU_HTOD = driver cuMemcpyHtoDAsync_v2(dst: Dev, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)]);
-copy!(CU_HTOD_PTSZ = driver cuMemcpyHtoDAsync_v2_ptsz(dst: Dev, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)]);
-copy!(CU_DTOH = driver cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)]);
-copy!(CU_DTOH_PTSZ = driver cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)]);
-copy!(CU_COPY = driver cuMemcpyAsync(dst: Dev, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
-copy!(CU_COPY_PTSZ = driver cuMemcpyAsync_ptsz(dst: Dev, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(CU_HTOD = driver cuMemcpyHtoDAsync_v2(dst: Dev, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l, s));
+copy!(CU_HTOD_PTSZ = driver cuMemcpyHtoDAsync_v2_ptsz(dst: Dev, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l, s));
+copy!(CU_DTOH = driver cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l, s));
+copy!(CU_DTOH_PTSZ = driver cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l, s));
+copy!(CU_COPY = driver cuMemcpyAsync(dst: Dev, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l, s));
+copy!(CU_COPY_PTSZ = driver cuMemcpyAsync_ptsz(dst: Dev, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l, s));
 copy!(CU_2D = driver cuMemcpy2DAsync_v2(c: *const Memcpy2D, s: Stream), s, guarded, Memcpy2D::ranges(c));
 copy!(CU_2D_PTSZ = driver cuMemcpy2DAsync_v2_ptsz(c: *const Memcpy2D, s: Stream), per_thread(s), guarded, Memcpy2D::ranges(c));
 copy!(CU_3D = driver cuMemcpy3DAsync_v2(c: *const Memcpy3D, s: Stream), s, guarded, Memcpy3D::ranges(c));
@@ -294,16 +344,16 @@ copy!(CU_3D_BATCH_V1_PTSZ = driver cuMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c
 type Kind = c_int;
 
 // Synchronous copies: complete when they return, pinned or not; counted in auto mode.
-copy!(CU_HTOD_SYNC = driver cuMemcpyHtoD_v2(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)]);
-copy!(CU_HTOD_SYNC_PTDS = driver cuMemcpyHtoD_v2_ptds(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)]);
-copy!(CU_DTOH_SYNC = driver cuMemcpyDtoH_v2(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)]);
-copy!(CU_DTOH_SYNC_PTDS = driver cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)]);
-copy!(CU_COPY_SYNC = driver cuMemcpy(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
-copy!(CU_COPY_SYNC_PTDS = driver cuMemcpy_ptds(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
-copy!(RT_COPY_SYNC = runtime cudaMemcpy(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
-copy!(RT_COPY_SYNC_PTDS = runtime cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
-copy!(RT_COPY = runtime cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
-copy!(RT_COPY_PTSZ = runtime cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)]);
+copy!(CU_HTOD_SYNC = driver cuMemcpyHtoD_v2(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l));
+copy!(CU_HTOD_SYNC_PTDS = driver cuMemcpyHtoD_v2_ptds(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l));
+copy!(CU_DTOH_SYNC = driver cuMemcpyDtoH_v2(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l));
+copy!(CU_DTOH_SYNC_PTDS = driver cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l));
+copy!(CU_COPY_SYNC = driver cuMemcpy(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l));
+copy!(CU_COPY_SYNC_PTDS = driver cuMemcpy_ptds(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l));
+copy!(RT_COPY_SYNC = runtime cudaMemcpy(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k));
+copy!(RT_COPY_SYNC_PTDS = runtime cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k));
+copy!(RT_COPY = runtime cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k, s));
+copy!(RT_COPY_PTSZ = runtime cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k, s));
 copy!(RT_2D = runtime cudaMemcpy2DAsync(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
 copy!(RT_2D_PTSZ = runtime cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
 copy!(RT_3D = runtime cudaMemcpy3DAsync(p: *const Memcpy3DParms, s: Stream), s, guarded, Memcpy3DParms::ranges(p));

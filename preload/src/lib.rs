@@ -62,6 +62,7 @@ macro_rules! stub {
     };
 }
 
+mod chunks;
 mod copies;
 mod cuda;
 mod exports;

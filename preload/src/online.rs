@@ -89,6 +89,9 @@ pub struct Block {
     /// To be pinned at birth, but the budget or the node's lease had no room: kept warm
     /// (`shelf`) when freed, for the next of its group.
     pub no_room: bool,
+    /// A copy that cannot be cut crossed its chunks (`chunks`): registered in one call from
+    /// then on.
+    pub one_call: bool,
 }
 
 impl Block {
@@ -147,6 +150,8 @@ pub struct BlockRef {
     pub asked_pinned: bool,
     /// A part of the block, not all of it.
     pub part: bool,
+    /// To be registered in one call, never in chunks.
+    pub one_call: bool,
     /// Its density when decided (what the node's arbiter weighs it by).
     pub score: f64,
 }
@@ -301,6 +306,7 @@ impl Learner {
                 copied_hi: 0,
                 part: None,
                 no_room: false,
+                one_call: false,
             },
         );
         if let Some(old) = replaced {
@@ -378,23 +384,41 @@ impl Learner {
     /// the block at `base`: the part is let go (returned, for the caller to unregister) and
     /// what the copies touched widened by this one, so that it is weighed again with it.
     pub fn let_part_go(&mut self, base: usize, start: usize, len: usize) -> Option<BlockRef> {
+        self.blocks.get(&base)?.part?;
+        self.let_crossed_go(base, start, len, false)
+    }
+
+    /// A copy of `[start, start + len)` is about to cross an edge of the registration of the
+    /// block at `base` (its part's edge; `chunks`: an edge between its chunks, the copy being
+    /// one that cannot be cut there): the registration is let go (returned, for the caller to
+    /// unregister), what the copies touched widened by this one, and the block weighed again
+    /// later (after `chunks`, to be registered in one call).
+    pub fn let_crossed_go(
+        &mut self,
+        base: usize,
+        start: usize,
+        len: usize,
+        chunks: bool,
+    ) -> Option<BlockRef> {
         let now = self.now_ns();
         let block = self.blocks.get_mut(&base)?;
-        let (part_start, part_len) = block.part?;
         if block.pin != Pin::Pinned {
             return None;
         }
+        let part = block.part.take();
+        let (at, size) = part.unwrap_or((base, block.size));
+        block.one_call |= chunks;
         block.touched(base, start, start.saturating_add(len));
-        block.part = None;
         block.pin = Pin::Pageable;
         block.set_aside(now);
-        self.budget.release(part_len as u64);
+        self.budget.release(size as u64);
         Some(BlockRef {
             block: base,
-            start: part_start,
-            len: part_len,
+            start: at,
+            len: size,
             asked_pinned: block.asked_pinned,
-            part: true,
+            part: part.is_some(),
+            one_call: block.one_call,
             score: 0.0,
         })
     }
@@ -440,6 +464,7 @@ impl Learner {
             len,
             asked_pinned: block.asked_pinned,
             part,
+            one_call: block.one_call,
             score: density,
         });
         for at in displaced {
@@ -451,6 +476,7 @@ impl Learner {
                     len,
                     asked_pinned: held.asked_pinned,
                     part: held.part.is_some(),
+                    one_call: held.one_call,
                     score: 0.0,
                 });
                 held.pin = Pin::Pageable;
@@ -516,6 +542,7 @@ impl Learner {
             len,
             asked_pinned: block.asked_pinned,
             part,
+            one_call: block.one_call,
             score: 0.0,
         })
     }

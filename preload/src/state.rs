@@ -28,7 +28,7 @@ use hotpin_policy::{
 use serde::Serialize;
 
 use crate::{
-    cuda,
+    chunks, cuda,
     online::{BlockRef, Decisions, GroupKey, Learner, Pin},
     real::__libc_free,
     shelf::Shelf,
@@ -169,8 +169,13 @@ pub struct Counters {
     /// are not waited for), in nanoseconds.
     pub longest_thread_wait_ns: u64,
     /// Blocks auto mode had the pinner thread register, being larger than
-    /// `HOTPIN_OFF_THREAD_ABOVE`.
+    /// `HOTPIN_OFF_THREAD_ABOVE`; of those, the ones registered in chunks (`chunks`), larger
+    /// than `HOTPIN_REGISTER_CHUNK`; copies cut at chunk edges; registrations in chunks let go
+    /// because a copy that cannot be cut would have crossed an edge.
     pub off_thread_pins: u64,
+    pub chunked_pins: u64,
+    pub copies_cut: u64,
+    pub chunked_let_go: u64,
     /// Auto mode in CPython: allocations given their Python frames, and the time reading
     /// them took in all (python.rs).
     pub python_stacks: u64,
@@ -313,6 +318,10 @@ pub fn init() {
                 ),
                 Ordering::Relaxed,
             );
+            chunks::set_chunk(size_setting(
+                "HOTPIN_REGISTER_CHUNK",
+                chunks::CHUNK.load(Ordering::Relaxed),
+            ));
             let learning = state.learner.is_some();
             *lock() = Some(state);
             if learning {
@@ -400,6 +409,7 @@ fn write_report(state: &State, path: &std::path::Path) {
     }
     let counters = Counters {
         copies_waited: COPIES_WAITED.load(Ordering::Relaxed),
+        copies_cut: crate::copies::COPIES_CUT.load(Ordering::Relaxed),
         captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
         questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
         budget_refusals: state.learner.as_ref().map_or(0, |l| l.refusals),
@@ -759,7 +769,7 @@ impl State {
 fn unregister(start: usize) {
     // A block CUDA did not unregister (at exit the runtime may be torn down already) stays
     // pinned: its lease ends with the process, not with a false release.
-    if cuda::unregister(start as *mut c_void) == Some(0) {
+    if chunks::unregister(start, cuda::unregister) == Some(0) {
         crate::lease::released(start);
     }
 }
@@ -1591,11 +1601,20 @@ fn pin_block(block: BlockRef, program_thread: bool) {
         EPOCH.fetch_add(1, Ordering::AcqRel);
     }
     let began = std::time::Instant::now();
-    let ptr = block.start as *mut c_void;
-    let rc = if block.asked_pinned {
-        cuda::register_with(ptr, block.len, 0)
+    let register = |ptr: *mut c_void, len: usize| {
+        if block.asked_pinned {
+            cuda::register_with(ptr, len, 0)
+        } else {
+            cuda::register(ptr, len)
+        }
+    };
+    let in_chunks = !program_thread && !block.one_call && chunks::chunked(block.len);
+    let (rc, longest_call) = if in_chunks {
+        let done = chunks::register(block.start, block.len, register, cuda::unregister);
+        (Some(done.rc), done.longest_call_ns)
     } else {
-        cuda::register(ptr, block.len)
+        let rc = register(block.start as *mut c_void, block.len);
+        (rc, began.elapsed().as_nanos() as u64)
     };
     let waited = began.elapsed().as_nanos() as u64;
     let ok = rc == Some(0);
@@ -1604,9 +1623,12 @@ fn pin_block(block: BlockRef, program_thread: bool) {
     if let Some(learner) = state.learner.as_mut() {
         learner.registered(&block, ok);
     }
-    state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
+    state.counters.longest_register_ns = state.counters.longest_register_ns.max(longest_call);
     if program_thread {
         state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
+    }
+    if ok && in_chunks {
+        state.counters.chunked_pins += 1;
     }
     if ok {
         state.counters.learned_pins += 1;
@@ -1667,64 +1689,72 @@ fn unpin_block(block: BlockRef) {
     }
 }
 
-/// Auto mode: lets go every registered part of a block that a copy of `ranges` would cross
-/// the edge of (CUDA refuses such a copy), before the copy is made; `all`: every part (a copy
-/// whose host memory is not known). The part is weighed again with that copy counted in.
-pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool) {
-    loop {
-        let mut let_go = Vec::new();
-        let mut registering = false;
-        {
-            let mut guard = lock();
-            let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
-                return;
+/// Auto mode: lets go every registration (a part of a block; with `chunk_edges`, a block
+/// registered in chunks) whose edge a copy of `ranges` would cross (CUDA refuses such a
+/// copy), before the copy is made; `all`: every part and every registration in chunks (a copy
+/// whose host memory is not known). What is let go is weighed again with that copy counted
+/// in; a block whose chunks were crossed is registered in one call next time. Returns
+/// whether such a registration is still being made by another thread: the caller lets go
+/// once it is, asking again.
+pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: bool) -> bool {
+    let mut let_go = Vec::new();
+    let mut registering = false;
+    {
+        let mut guard = lock();
+        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+            return false;
+        };
+        let mut crossed = Vec::new();
+        if all {
+            crossed.extend(
+                learner
+                    .blocks
+                    .iter()
+                    .map(|(&base, b)| (base, b, chunks::is_chunked(b.part.map_or(base, |p| p.0))))
+                    .filter(|(_, b, chunked)| b.part.is_some() || *chunked)
+                    .map(|(base, b, chunked)| (base, b.pin, base, b.size, chunked)),
+            );
+        }
+        for &(start, len, _) in ranges {
+            if start == 0 || all {
+                continue;
+            }
+            let end = start.saturating_add(len.max(1));
+            let Some((&base, block)) = learner.blocks.range(..end).next_back() else {
+                continue;
             };
-            let mut crossed = Vec::new();
-            if all {
-                crossed.extend(
-                    learner
-                        .blocks
-                        .iter()
-                        .filter(|(_, b)| b.part.is_some())
-                        .map(|(&base, b)| (base, b.pin, base, b.size)),
-                );
+            if base + block.size <= start || matches!(block.pin, Pin::Pageable | Pin::Failed) {
+                continue;
             }
-            for &(start, len, _) in ranges {
-                if start == 0 || all {
-                    continue;
-                }
-                let end = start.saturating_add(len.max(1));
-                let Some((&base, block)) = learner.blocks.range(..end).next_back() else {
-                    continue;
-                };
-                let Some((part, part_len)) = block.part else {
-                    continue;
-                };
-                let inside = start >= part && end <= part + part_len;
-                let apart = end <= part || start >= part + part_len;
-                if !inside && !apart && base + block.size > start {
-                    crossed.push((base, block.pin, start, len));
-                }
-            }
-            for (base, pin, start, len) in crossed {
-                match pin {
-                    Pin::Registering => registering = true,
-                    _ => let_go.extend(learner.let_part_go(base, start, len)),
-                }
+            let (at, size) = block.part.unwrap_or((base, block.size));
+            let inside = start >= at && end <= at + size;
+            let apart = end <= at || start >= at + size;
+            let across_part = block.part.is_some() && !inside && !apart;
+            let across_chunks = chunk_edges && chunks::crosses(at, start, end);
+            if across_part || across_chunks {
+                crossed.push((base, block.pin, start, len, across_chunks));
             }
         }
-        if !let_go.is_empty()
-            && let Some(state) = lock().as_mut()
-        {
-            state.counters.parts_let_go += let_go.len() as u64;
+        for (base, pin, start, len, across_chunks) in crossed {
+            match pin {
+                Pin::Registering => registering = true,
+                _ => let_go.extend(learner.let_crossed_go(base, start, len, across_chunks)),
+            }
         }
-        for part in let_go {
-            unpin_block(part);
-        }
-        if !registering {
-            return;
-        }
-        // Being registered by another thread: let go once that is done.
-        std::thread::yield_now();
     }
+    if !let_go.is_empty()
+        && let Some(state) = lock().as_mut()
+    {
+        for block in &let_go {
+            if block.part {
+                state.counters.parts_let_go += 1;
+            } else {
+                state.counters.chunked_let_go += 1;
+            }
+        }
+    }
+    for registration in let_go {
+        unpin_block(registration);
+    }
+    registering
 }

@@ -956,6 +956,46 @@ fn large_blocks_are_registered_off_the_programs_thread() {
     assert!(on["longest_thread_wait_ns"].as_u64() > Some(0), "{on}");
 }
 
+/// A block the pinner thread registers that is larger than `HOTPIN_REGISTER_CHUNK` is
+/// registered in chunks, and the program's copies of it (asynchronous and synchronous) are
+/// cut at the chunks' edges, which CUDA (and the stand-in) would refuse a copy to cross, while
+/// it is being registered and after. A copy that cannot be cut (a 2D copy) lets the chunks go
+/// first, and the block is registered again in one call. Every copy's data is checked.
+#[test]
+fn large_blocks_are_registered_in_chunks_and_copies_cut_at_their_edges() {
+    let setup = setup_program("auto-chunks", "online");
+    let prefix = setup.dir.join("chunks-report");
+    let history = setup.dir.join("chunks.hotpin");
+    let output = hotpin_run_env(
+        &setup,
+        &[
+            "--lease-socket",
+            "off",
+            "--history",
+            history.to_str().expect("UTF-8"),
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &[Path::new("chunks"), Path::new("24")],
+        &[
+            ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
+            ("HOTPIN_REGISTER_CHUNK", Path::new("1M")),
+        ],
+    );
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    eprintln!("{c}");
+    assert_eq!(c["register_failures"], 0, "{c}");
+    assert!(c["chunked_pins"].as_u64() >= Some(1), "{c}");
+    assert!(c["copies_cut"].as_u64() >= Some(10), "{c}");
+    assert!(c["chunked_let_go"].as_u64() >= Some(1), "{c}");
+    assert!(
+        c["learned_pins"].as_u64() > c["chunked_pins"].as_u64(),
+        "pinned again in one call after the 2D copy: {c}"
+    );
+    assert!(c["longest_register_ns"].as_u64() > Some(0), "{c}");
+}
+
 /// Auto mode pins what its copies repay, and of a large block only the part its copies
 /// touch: of a 160 MiB block (and of a 96 MiB pinned request, served pageable) of which one
 /// 8 MiB slice is copied, that slice alone; a pinned request nothing is known of is served

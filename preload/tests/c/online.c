@@ -25,6 +25,9 @@
  *          buffers of MIB MiB, each copied there and back (async) every PERIOD_MS ms (default
  *          20) for MS ms (default 2000): a steady hot set
  *          whose density the period sets (for the node's leases: two such programs at once).
+ *   chunks [MIB]: one malloc'd buffer of MIB MiB copied whole there and back at every step
+ *          (30): asynchronously and synchronously in turn, and at every 6th step to the
+ *          device by one 2D copy (rows of MIB/8 MiB) instead.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details. */
 #include <string.h>
@@ -118,6 +121,22 @@ int main(int argc, char **argv) {
             }
         }
         for (int i = 0; i < 5; i++) free(kept[i]);
+    } else if (strcmp(which, "chunks") == 0) {
+        char *block = (char *)malloc(size);
+        size_t row = size / 8;
+        for (unsigned step = 0; step < 30; step++) {
+            if (step % 6 != 5) {
+                round_trip(&t, block, size, step, 1, (int)(step % 2));
+                continue;
+            }
+            fill(block, size, step, 2);
+            CUDA_OK(cudaMemcpy2DAsync(device, row, block, row, row, 8, cudaMemcpyHostToDevice,
+                                      stream));
+            CUDA_OK(cudaMemcpyAsync(result, device, size, cudaMemcpyDeviceToHost, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            tally_check(&t, step, count_wrong(result, size, step, 2));
+        }
+        free(block);
     } else if (strcmp(which, "steady") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
         if (argc > 5) usleep((useconds_t)(atof(argv[5]) * 1000));

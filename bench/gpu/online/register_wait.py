@@ -1,0 +1,73 @@
+"""Online decisions, the registration a program waits for: a 16 GiB pinned request copied
+whole, and the program's own small copies timed meanwhile. No hotpin code.
+
+The program asks for GIB GiB pinned (torch.empty(..., pin_memory=True): one cudaHostAlloc),
+fills it, and copies it whole to the GPU COPIES times (copy_ non_blocking, then a stream
+synchronise). After each big copy it spends WINDOW seconds on small round trips (64 KiB to
+the GPU and back, each checked), as a training loop's metrics and batches keep calling CUDA,
+and times each one. hotpin serves the request pageable and, once its copies repay it,
+registers it (on its pinner thread, in chunks): a registration holds CUDA's lock, so the
+longest small round trip is the longest the program's thread waited for it.
+
+Prints one JSON line: `seconds` (everything but the check), `longest_round_trip_ms` (over all
+windows) and per window, its own ground truth, checks and mismatches. Check: the GPU's copy
+against the buffer, on every 4096th byte and on the first 64 MiB in full, and every small round
+trip. Usage: python3 register_wait.py [GIB] [COPIES] [WINDOW]   (16, 4, 1.5)"""
+import json
+import sys
+import time
+
+import torch
+
+GIB = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+COPIES = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+WINDOW = float(sys.argv[3]) if len(sys.argv) > 3 else 1.5
+BIG = GIB << 30
+HEAD = 64 << 20
+dev = torch.device("cuda")
+torch.zeros(1, device=dev)
+torch.cuda.synchronize()
+
+small = torch.arange(16384, dtype=torch.int32)  # 64 KiB, pageable
+small_dev = torch.empty_like(small, device=dev)
+h2d = h2d_bytes = d2h = d2h_bytes = checks = mismatches = 0
+start = time.perf_counter()
+big = torch.empty(BIG, dtype=torch.uint8, pin_memory=True)
+alloc_seconds = time.perf_counter() - start
+big.fill_(7)
+big[::4096] = torch.arange(BIG // 4096, dtype=torch.int64).remainder_(251).to(torch.uint8)
+big[:HEAD] = torch.arange(HEAD, dtype=torch.int32).remainder_(253).to(torch.uint8)
+target = torch.empty(BIG, dtype=torch.uint8, device=dev)
+windows = []
+for i in range(COPIES):
+    target.copy_(big, non_blocking=True)
+    torch.cuda.current_stream().synchronize()
+    h2d += 1
+    h2d_bytes += BIG
+    longest = 0.0
+    trips = 0
+    until = time.perf_counter() + WINDOW
+    while time.perf_counter() < until:
+        began = time.perf_counter()
+        small_dev.copy_(small)
+        back = small_dev.cpu()
+        longest = max(longest, time.perf_counter() - began)
+        trips += 1
+        checks += 1
+        mismatches += int(not torch.equal(back, small))
+        small.add_(1)
+    h2d += trips
+    h2d_bytes += trips * small.numel() * 4
+    d2h += trips
+    d2h_bytes += trips * small.numel() * 4
+    windows.append({"longest_ms": longest * 1e3, "round_trips": trips})
+seconds = time.perf_counter() - start
+checks += 2
+mismatches += int(not torch.equal(target[::4096].cpu(), big[::4096]))
+mismatches += int(not torch.equal(target[:HEAD].cpu(), big[:HEAD]))
+print(json.dumps({"program": "register_wait", "gib": GIB, "copies": COPIES,
+                  "alloc_seconds": alloc_seconds, "seconds": seconds,
+                  "longest_round_trip_ms": max(w["longest_ms"] for w in windows),
+                  "windows": windows, "h2d": h2d, "h2d_bytes": h2d_bytes, "d2h": d2h,
+                  "d2h_bytes": d2h_bytes, "checks": checks, "mismatches": mismatches,
+                  "pinned_by_hand_bytes": 0, "pinned_requested_bytes": BIG}))

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The registration a program waits for (#26): register_wait.py (a GIB GiB pinned request
+# copied whole, small round trips timed after each copy) as written, and under `hotpin run`
+# with the request registered by the pinner thread in 64 MiB chunks (the default), in 1 GiB
+# chunks (the largest the setting allows), and by the program's own thread in one call
+# (HOTPIN_OFF_THREAD_ABOVE=1T). Interleaved, ROUNDS rounds. Each run appends the program's
+# JSON line, the config and the interposer's counters to $OUT/register-wait.jsonl.
+# Usage: BIN=dir OUT=dir bash bench/gpu/online/register_wait.sh ROUNDS [GIB]
+set -u
+BIN=$(cd "${BIN:-target/release}" && pwd)
+OUT=${OUT:-/tmp/hotpin-register-wait}
+ROUNDS=${1:-3}
+GIB=${2:-16}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+: > "$OUT/register-wait.jsonl"
+for r in $(seq 1 "$ROUNDS"); do
+  for config in as-written chunks-64M chunks-1G program-thread; do
+    prefix="$OUT/$config.$r"
+    case $config in
+      as-written) cmd=(python3 "$HERE/register_wait.py" "$GIB") ;;
+      *)
+        chunk=64M above=128M
+        [ "$config" = chunks-1G ] && chunk=1G
+        [ "$config" = program-thread ] && above=1T
+        cmd=(env HOTPIN_REGISTER_CHUNK=$chunk HOTPIN_OFF_THREAD_ABOVE=$above "$BIN/hotpin" run
+             --lease-socket off --history "$prefix.hotpin" --report "$prefix" --
+             python3 "$HERE/register_wait.py" "$GIB") ;;
+    esac
+    timeout 300 "${cmd[@]}" > "$prefix.out" 2> "$prefix.err"
+    python3 - "$prefix" "$config" "$r" >> "$OUT/register-wait.jsonl" <<'PY'
+import glob, json, sys
+prefix, config, round_ = sys.argv[1:]
+try:
+    line = json.loads(open(prefix + ".out").read().strip().splitlines()[-1])
+except Exception as e:
+    line = {"error": repr(e), "stderr": open(prefix + ".err").read()[-2000:]}
+line.update(config=config, round=int(round_))
+for path in glob.glob(prefix + ".*.json"):
+    c = json.load(open(path))["counters"]
+    for key in ["longest_register_ns", "longest_thread_wait_ns", "off_thread_pins",
+                "chunked_pins", "copies_cut", "learned_pins", "learned_pin_bytes", "demoted",
+                "register_failures"]:
+        line[key] = c.get(key)
+print(json.dumps(line))
+PY
+  done
+done
+python3 - "$OUT/register-wait.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("| config | seconds | longest round trip ms | longest registration call ms | hotpin's own longest wait ms | chunked pins | copies cut | mismatches |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for config in ["as-written", "chunks-64M", "chunks-1G", "program-thread"]:
+    sel = [r for r in rows if r["config"] == config and "seconds" in r]
+    med = lambda k, scale=1: f"{statistics.median([(r.get(k) or 0) * scale for r in sel]):.3g}" if sel else "-"
+    bad = sum(r.get("mismatches", 1) for r in rows if r["config"] == config)
+    print(f"| {config} | {med('seconds')} | {med('longest_round_trip_ms')} | {med('longest_register_ns', 1e-6)} | "
+          f"{med('longest_thread_wait_ns', 1e-6)} | {med('chunked_pins')} | {med('copies_cut')} | {bad} |")
+PY

@@ -1,0 +1,315 @@
+//! Large registrations made in chunks, and the program's copies cut at the chunks' edges.
+//!
+//! While CUDA registers host memory it holds a lock that every other CUDA call of the process
+//! waits for: on the H100, a 16 GiB `cuMemHostRegister` on one thread held another thread's
+//! 64 KiB copies for 0.65-0.85 s, and its unregistration for 0.3 s more (docs/benchmarks.md,
+//! "What a large registration costs the program's other threads"). So auto mode's pinner
+//! thread registers a block larger than [`CHUNK`] as consecutive registrations of at most
+//! that many bytes, on page boundaries, pausing between them so that a waiting thread gets
+//! in; and unregisters it the same way.
+//!
+//! CUDA refuses a copy whose host range crosses a registration's edge, so each chunk edge is
+//! an edge a copy must not cross. The edges of a block are fixed (its grid) before its first
+//! chunk is registered, so a copy cut on the grid is valid whatever has been registered so
+//! far:
+//! - a copy of one contiguous range (a 1D copy, asynchronous or not) is made as one copy per
+//!   chunk it touches, in order, on the same stream, so that the program sees one copy;
+//! - any other copy that would cross an edge (2D, 3D, batches) lets the block go first, and
+//!   the block is registered in one call when it is pinned again (`state::unpin_straddled`).
+//!
+//! A copy that looked for edges before a grid was published must not be made after the
+//! block's first chunk is registered: every guarded copy is counted in the current
+//! generation while it is looked up and made ([`enter`]), and the pinner thread waits for
+//! the copies of the generation before its own to end ([`grace`]) before it registers.
+
+use std::{
+    collections::BTreeMap,
+    ffi::{c_int, c_void},
+    sync::{
+        Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+/// The most bytes registered (or unregistered) in one call by the pinner thread
+/// (`HOTPIN_REGISTER_CHUNK`, at most 1 GiB; default 64 MiB, about 3 ms of registration on the
+/// H100 once its pages are in).
+pub static CHUNK: AtomicUsize = AtomicUsize::new(64 << 20);
+/// The largest chunk the setting may ask for.
+pub const LARGEST_CHUNK: usize = 1 << 30;
+/// Chunk edges fall on pages of this size (or of a multiple of it), so no page is in two
+/// registrations.
+const PAGE: usize = 4096;
+/// How long the pinner thread pauses after each chunk: a thread waiting for CUDA's lock
+/// takes it meanwhile (without a pause the pinner took it again first: 1 GiB chunks held
+/// a copy for 0.3-0.4 s).
+const PAUSE: Duration = Duration::from_micros(100);
+
+/// Registrations made in chunks: start -> length. Their grids follow from these two and the
+/// chunk size, which is set once at start.
+static GRIDS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Whether any grid was ever published (copies look for edges only then).
+static ANY: AtomicBool = AtomicBool::new(false);
+/// The current generation, and the guarded copies being looked up or made in each of the
+/// last two.
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
+static IN_CALL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+/// One grace period at a time.
+static GRACE: Mutex<()> = Mutex::new(());
+
+fn grids() -> MutexGuard<'static, BTreeMap<usize, usize>> {
+    GRIDS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The chunk size, set from `HOTPIN_REGISTER_CHUNK` (rounded down to pages, between one page
+/// and [`LARGEST_CHUNK`]).
+pub fn set_chunk(bytes: usize) {
+    CHUNK.store(
+        (bytes / PAGE * PAGE).clamp(PAGE, LARGEST_CHUNK),
+        Ordering::Relaxed,
+    );
+}
+
+/// The inner edges of a registration of `[start, start + len)` in chunks: page-aligned, at
+/// most a chunk apart.
+fn edges(start: usize, len: usize) -> impl Iterator<Item = usize> {
+    let chunk = CHUNK.load(Ordering::Relaxed);
+    let page = start / PAGE * PAGE;
+    let end = start.saturating_add(len);
+    (1..)
+        .map(move |k: usize| page.saturating_add(k.saturating_mul(chunk)))
+        .take_while(move |&edge| edge < end)
+}
+
+/// The chunks of a registration of `[start, start + len)`: (start, length) each.
+fn pieces_of(start: usize, len: usize) -> Vec<(usize, usize)> {
+    let end = start.saturating_add(len);
+    let mut at = start;
+    let mut out = Vec::new();
+    for edge in edges(start, len).chain([end]) {
+        out.push((at, edge - at));
+        at = edge;
+    }
+    out
+}
+
+/// Whether any registration was ever made in chunks.
+pub fn any() -> bool {
+    ANY.load(Ordering::Acquire)
+}
+
+/// Whether the registration at `start` was made in chunks.
+pub fn is_chunked(start: usize) -> bool {
+    ANY.load(Ordering::Acquire) && grids().contains_key(&start)
+}
+
+/// Whether a registration of `len` bytes made by the pinner thread is made in chunks.
+pub fn chunked(len: usize) -> bool {
+    len > CHUNK.load(Ordering::Relaxed)
+}
+
+/// A guarded copy being looked up or made, counted in its generation until dropped.
+pub struct InCall(usize);
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        if let Some(count) = IN_CALL.get(self.0) {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Counts a guarded copy in the current generation, before it looks for edges.
+pub fn enter() -> InCall {
+    loop {
+        let generation = GENERATION.load(Ordering::Acquire);
+        let slot = generation % 2;
+        if let Some(count) = IN_CALL.get(slot) {
+            count.fetch_add(1, Ordering::AcqRel);
+        }
+        if GENERATION.load(Ordering::Acquire) == generation {
+            return InCall(slot);
+        }
+        // The generation turned meanwhile: counted in the new one instead.
+        drop(InCall(slot));
+    }
+}
+
+/// Waits until every copy counted before now has ended (on the pinner thread only: it may
+/// wait as long as the longest copy in flight).
+fn grace() {
+    let _one = GRACE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let generation = GENERATION.fetch_add(1, Ordering::AcqRel);
+    let Some(count) = IN_CALL.get(generation % 2) else {
+        return;
+    };
+    while count.load(Ordering::Acquire) > 0 {
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+/// Where a copy of `ranges` (each the copy's bytes in order, as a 1D copy's source and
+/// destination are) must be cut: offsets into the copy, ascending, strictly inside it, at
+/// the chunk edges of the registrations it touches. Empty for nearly every copy.
+pub fn cuts(ranges: &[(usize, usize, bool)]) -> Vec<usize> {
+    if !ANY.load(Ordering::Acquire) {
+        return Vec::new();
+    }
+    let grids = grids();
+    let mut cuts = Vec::new();
+    for &(start, len, _) in ranges {
+        let end = start.saturating_add(len);
+        for (&at, &size) in grids.range(..end) {
+            if at.saturating_add(size) <= start {
+                continue;
+            }
+            cuts.extend(
+                edges(at, size)
+                    .filter(|&edge| edge > start && edge < end)
+                    .map(|edge| edge - start),
+            );
+        }
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
+}
+
+/// Whether `[start, end)` crosses an edge between two chunks of the registration at
+/// `registration`, if it was made in chunks.
+pub fn crosses(registration: usize, start: usize, end: usize) -> bool {
+    if !ANY.load(Ordering::Acquire) {
+        return false;
+    }
+    let Some(&len) = grids().get(&registration) else {
+        return false;
+    };
+    edges(registration, len).any(|edge| edge > start && edge < end)
+}
+
+/// Makes a copy of `len` bytes as one copy per piece between `cuts` (`copy(offset, length)`),
+/// in order; the first failure is the answer, and nothing after it is made.
+pub fn in_pieces(len: usize, cuts: &[usize], copy: impl Fn(usize, usize) -> c_int) -> c_int {
+    let mut at = 0;
+    for &cut in cuts.iter().chain([&len]) {
+        if cut > at {
+            let rc = copy(at, cut - at);
+            if rc != 0 {
+                return rc;
+            }
+            at = cut;
+        }
+    }
+    if len == 0 { copy(0, 0) } else { 0 }
+}
+
+/// What registering a block in chunks did: CUDA's status (0: every chunk is registered; else
+/// none is), and its longest single call.
+pub struct Registered {
+    pub rc: c_int,
+    pub longest_call_ns: u64,
+}
+
+/// Registers `[start, start + len)` in chunks with `register` (on the pinner thread),
+/// publishing its grid first and waiting for the copies that may not have seen it. A chunk
+/// CUDA refuses undoes the chunks before it.
+pub fn register(
+    start: usize,
+    len: usize,
+    register: impl Fn(*mut c_void, usize) -> Option<c_int>,
+    unregister: impl Fn(*mut c_void) -> Option<c_int>,
+) -> Registered {
+    grids().insert(start, len);
+    ANY.store(true, Ordering::Release);
+    grace();
+    let mut done = Vec::new();
+    let mut longest = 0;
+    let mut rc = 0;
+    for (at, size) in pieces_of(start, len) {
+        let began = std::time::Instant::now();
+        rc = register(at as *mut c_void, size).unwrap_or(crate::cuda::ERROR_NO_RUNTIME);
+        longest = longest.max(began.elapsed().as_nanos() as u64);
+        if rc != 0 {
+            break;
+        }
+        done.push(at);
+        std::thread::sleep(PAUSE);
+    }
+    if rc != 0 {
+        for at in done {
+            unregister(at as *mut c_void);
+            std::thread::sleep(PAUSE);
+        }
+        grids().remove(&start);
+    }
+    Registered {
+        rc,
+        longest_call_ns: longest,
+    }
+}
+
+/// Unregisters the registration at `start` with `unregister`: chunk by chunk if it was made
+/// in chunks, else in one call. `Some(0)` only if every call succeeded.
+pub fn unregister(
+    start: usize,
+    unregister: impl Fn(*mut c_void) -> Option<c_int>,
+) -> Option<c_int> {
+    let Some(len) = grids().remove(&start) else {
+        return unregister(start as *mut c_void);
+    };
+    let mut answer = Some(0);
+    for (at, _) in pieces_of(start, len) {
+        let rc = unregister(at as *mut c_void);
+        if rc != Some(0) {
+            answer = rc;
+        }
+        std::thread::sleep(PAUSE);
+    }
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grid_falls_on_pages_at_most_a_chunk_apart() {
+        set_chunk(1 << 20);
+        let start = 0x1000_0010;
+        let len = (3 << 20) + 100;
+        let pieces = pieces_of(start, len);
+        assert_eq!(pieces.len(), 4);
+        assert_eq!(pieces[0].0, start);
+        assert_eq!(pieces.iter().map(|p| p.1).sum::<usize>(), len);
+        for (at, size) in &pieces[1..] {
+            assert_eq!(at % PAGE, 0);
+            assert!(*size <= 1 << 20);
+        }
+        assert!(pieces[0].1 <= 1 << 20);
+    }
+
+    #[test]
+    fn a_copy_is_made_in_order_in_pieces_between_its_cuts() {
+        let made = std::cell::RefCell::new(Vec::new());
+        let rc = in_pieces(100, &[10, 60], |at, len| {
+            made.borrow_mut().push((at, len));
+            0
+        });
+        assert_eq!(rc, 0);
+        assert_eq!(*made.borrow(), vec![(0, 10), (10, 50), (60, 40)]);
+        made.borrow_mut().clear();
+        assert_eq!(
+            in_pieces(100, &[10, 60], |at, len| {
+                made.borrow_mut().push((at, len));
+                if at == 10 { 1 } else { 0 }
+            }),
+            1
+        );
+        assert_eq!(*made.borrow(), vec![(0, 10), (10, 50)]);
+    }
+}
