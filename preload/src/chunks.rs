@@ -254,12 +254,14 @@ pub fn register(
 }
 
 /// Unregisters the registration at `start` with `unregister`: chunk by chunk if it was made
-/// in chunks, else in one call. `Some(0)` only if every call succeeded.
+/// in chunks, else in one call. `Some(0)` only if every call succeeded. The grid stays
+/// published until every chunk is unregistered: a copy cut on it is valid whatever is still
+/// registered, and one not cut could cross two chunks still registered.
 pub fn unregister(
     start: usize,
     unregister: impl Fn(*mut c_void) -> Option<c_int>,
 ) -> Option<c_int> {
-    let Some(len) = grids().remove(&start) else {
+    let Some(len) = grids().get(&start).copied() else {
         return unregister(start as *mut c_void);
     };
     let mut answer = Some(0);
@@ -270,6 +272,7 @@ pub fn unregister(
         }
         std::thread::sleep(PAUSE);
     }
+    grids().remove(&start);
     answer
 }
 
