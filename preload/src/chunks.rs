@@ -1,12 +1,12 @@
 //! Large registrations made in chunks, and the program's copies cut at the chunks' edges.
 //!
 //! While CUDA registers host memory it holds a lock that every other CUDA call of the process
-//! waits for: on the H100, a 16 GiB `cuMemHostRegister` on one thread held another thread's
-//! 64 KiB copies for 0.65-0.85 s, and its unregistration for 0.3 s more (docs/benchmarks.md,
+//! waits for: on the H100, a 16 GiB `cuMemHostRegister` on one thread (0.84 s) held another
+//! thread's 64 KiB copies throughout, and its unregistration (0.34 s) too (docs/benchmarks.md,
 //! "What a large registration costs the program's other threads"). So auto mode's pinner
 //! thread registers a block larger than [`CHUNK`] as consecutive registrations of at most
 //! that many bytes, on page boundaries, pausing between them so that a waiting thread gets
-//! in; and unregisters it the same way.
+//! in; and the block is unregistered the same way.
 //!
 //! CUDA refuses a copy whose host range crosses a registration's edge, so each chunk edge is
 //! an edge a copy must not cross. The edges of a block are fixed (its grid) before its first
@@ -19,8 +19,15 @@
 //!
 //! A copy that looked for edges before a grid was published must not be made after the
 //! block's first chunk is registered: every guarded copy is counted in the current
-//! generation while it is looked up and made ([`enter`]), and the pinner thread waits for
-//! the copies of the generation before its own to end ([`grace`]) before it registers.
+//! generation while it is looked up and queued ([`enter`]), and the pinner thread waits for
+//! the copies of the generation before its own to be queued ([`grace`]) before it
+//! registers. If that takes longer than [`GRACE_LIMIT`] it registers nothing this time, so
+//! that no copy that waits on the program's other threads can hold it forever.
+//!
+//! A grid stays published while any of its chunks may be registered: from before the first
+//! is registered until after the last is unregistered ([`GridState`]). A copy that cannot be
+//! cut waits while a grid it crosses is being registered or unregistered
+//! (`state::unpin_straddled`), and a new grid waits until no grid overlaps it.
 
 use std::{
     collections::BTreeMap,
@@ -47,19 +54,34 @@ const PAGE: usize = 4096;
 /// a copy for 0.3-0.4 s).
 const PAUSE: Duration = Duration::from_micros(100);
 
-/// Registrations made in chunks: start -> length. Their grids follow from these two and the
-/// chunk size, which is set once at start.
-static GRIDS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Where a registration in chunks stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GridState {
+    /// Its chunks are being registered (some may be already).
+    Registering,
+    /// Every chunk is registered.
+    Registered,
+    /// Its chunks are being unregistered (some may be still registered).
+    Unregistering,
+}
+
+/// Registrations made in chunks: start -> (length, state). Their grids follow from the start,
+/// the length and the chunk size, which is set once at start.
+static GRIDS: Mutex<BTreeMap<usize, (usize, GridState)>> = Mutex::new(BTreeMap::new());
 /// Whether any grid was ever published (copies look for edges only then).
 static ANY: AtomicBool = AtomicBool::new(false);
-/// The current generation, and the guarded copies being looked up or made in each of the
-/// last two.
+/// The current generation, and the guarded copies being looked up or queued in each of the
+/// last two. Both sides read what the other wrote (a store-buffer pattern): sequentially
+/// consistent, so that neither can miss the other.
 static GENERATION: AtomicUsize = AtomicUsize::new(0);
 static IN_CALL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 /// One grace period at a time.
 static GRACE: Mutex<()> = Mutex::new(());
+/// The longest the pinner thread waits for earlier copies to be queued before it gives a
+/// registration up (the block stays pageable, to be weighed again later).
+pub const GRACE_LIMIT: Duration = Duration::from_secs(2);
 
-fn grids() -> MutexGuard<'static, BTreeMap<usize, usize>> {
+fn grids() -> MutexGuard<'static, BTreeMap<usize, (usize, GridState)>> {
     GRIDS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -99,12 +121,12 @@ fn pieces_of(start: usize, len: usize) -> Vec<(usize, usize)> {
 
 /// Whether any registration was ever made in chunks.
 pub fn any() -> bool {
-    ANY.load(Ordering::Acquire)
+    ANY.load(Ordering::SeqCst)
 }
 
 /// Whether the registration at `start` was made in chunks.
-pub fn is_chunked(start: usize) -> bool {
-    ANY.load(Ordering::Acquire) && grids().contains_key(&start)
+pub fn chunked_at(start: usize) -> bool {
+    ANY.load(Ordering::SeqCst) && grids().contains_key(&start)
 }
 
 /// Whether a registration of `len` bytes made by the pinner thread is made in chunks.
@@ -118,20 +140,21 @@ pub struct InCall(usize);
 impl Drop for InCall {
     fn drop(&mut self) {
         if let Some(count) = IN_CALL.get(self.0) {
-            count.fetch_sub(1, Ordering::AcqRel);
+            count.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
 
-/// Counts a guarded copy in the current generation, before it looks for edges.
+/// Counts a guarded copy in the current generation, before it looks for edges; dropped once
+/// the copy is queued.
 pub fn enter() -> InCall {
     loop {
-        let generation = GENERATION.load(Ordering::Acquire);
+        let generation = GENERATION.load(Ordering::SeqCst);
         let slot = generation % 2;
         if let Some(count) = IN_CALL.get(slot) {
-            count.fetch_add(1, Ordering::AcqRel);
+            count.fetch_add(1, Ordering::SeqCst);
         }
-        if GENERATION.load(Ordering::Acquire) == generation {
+        if GENERATION.load(Ordering::SeqCst) == generation {
             return InCall(slot);
         }
         // The generation turned meanwhile: counted in the new one instead.
@@ -139,33 +162,38 @@ pub fn enter() -> InCall {
     }
 }
 
-/// Waits until every copy counted before now has ended (on the pinner thread only: it may
-/// wait as long as the longest copy in flight).
-fn grace() {
+/// Waits until every copy counted before now has been queued (on the pinner thread only);
+/// false if that took longer than [`GRACE_LIMIT`].
+fn grace() -> bool {
     let _one = GRACE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let generation = GENERATION.fetch_add(1, Ordering::AcqRel);
+    let generation = GENERATION.fetch_add(1, Ordering::SeqCst);
     let Some(count) = IN_CALL.get(generation % 2) else {
-        return;
+        return true;
     };
-    while count.load(Ordering::Acquire) > 0 {
+    let began = std::time::Instant::now();
+    while count.load(Ordering::SeqCst) > 0 {
+        if began.elapsed() > GRACE_LIMIT {
+            return false;
+        }
         std::thread::sleep(Duration::from_micros(20));
     }
+    true
 }
 
 /// Where a copy of `ranges` (each the copy's bytes in order, as a 1D copy's source and
 /// destination are) must be cut: offsets into the copy, ascending, strictly inside it, at
 /// the chunk edges of the registrations it touches. Empty for nearly every copy.
 pub fn cuts(ranges: &[(usize, usize, bool)]) -> Vec<usize> {
-    if !ANY.load(Ordering::Acquire) {
+    if !ANY.load(Ordering::SeqCst) {
         return Vec::new();
     }
     let grids = grids();
     let mut cuts = Vec::new();
     for &(start, len, _) in ranges {
         let end = start.saturating_add(len);
-        for (&at, &size) in grids.range(..end) {
+        for (&at, &(size, _)) in grids.range(..end) {
             if at.saturating_add(size) <= start {
                 continue;
             }
@@ -181,26 +209,49 @@ pub fn cuts(ranges: &[(usize, usize, bool)]) -> Vec<usize> {
     cuts
 }
 
-/// Whether `[start, end)` crosses an edge between two chunks of the registration at
-/// `registration`, if it was made in chunks.
-pub fn crosses(registration: usize, start: usize, end: usize) -> bool {
-    if !ANY.load(Ordering::Acquire) {
-        return false;
+/// The registrations in chunks whose inner edges `[start, end)` crosses: (start, state) each.
+pub fn crossed(start: usize, end: usize) -> Vec<(usize, GridState)> {
+    if !ANY.load(Ordering::SeqCst) {
+        return Vec::new();
     }
-    let Some(&len) = grids().get(&registration) else {
-        return false;
-    };
-    edges(registration, len).any(|edge| edge > start && edge < end)
+    grids()
+        .range(..end)
+        .filter(|&(&at, &(size, _))| {
+            at.saturating_add(size) > start && edges(at, size).any(|e| e > start && e < end)
+        })
+        .map(|(&at, &(_, state))| (at, state))
+        .collect()
+}
+
+/// Every registration in chunks: (start, state) each.
+pub fn all() -> Vec<(usize, GridState)> {
+    if !ANY.load(Ordering::SeqCst) {
+        return Vec::new();
+    }
+    grids()
+        .iter()
+        .map(|(&at, &(_, state))| (at, state))
+        .collect()
 }
 
 /// Makes a copy of `len` bytes as one copy per piece between `cuts` (`copy(offset, length)`),
-/// in order; the first failure is the answer, and nothing after it is made.
-pub fn in_pieces(len: usize, cuts: &[usize], copy: impl Fn(usize, usize) -> c_int) -> c_int {
+/// in order; the first failure is the answer, and nothing after it is made. A failure after
+/// some pieces were queued calls `settle` (which waits for them), so that none is left in
+/// flight behind an error.
+pub fn in_pieces(
+    len: usize,
+    cuts: &[usize],
+    copy: impl Fn(usize, usize) -> c_int,
+    settle: impl FnOnce(),
+) -> c_int {
     let mut at = 0;
     for &cut in cuts.iter().chain([&len]) {
         if cut > at {
             let rc = copy(at, cut - at);
             if rc != 0 {
+                if at > 0 {
+                    settle();
+                }
                 return rc;
             }
             at = cut;
@@ -210,24 +261,47 @@ pub fn in_pieces(len: usize, cuts: &[usize], copy: impl Fn(usize, usize) -> c_in
 }
 
 /// What registering a block in chunks did: CUDA's status (0: every chunk is registered; else
-/// none is), and its longest single call.
+/// none is), its longest single call, and whether it was given up before any call (earlier
+/// copies took longer than [`GRACE_LIMIT`] to be queued).
 pub struct Registered {
     pub rc: c_int,
     pub longest_call_ns: u64,
+    pub gave_up: bool,
 }
 
-/// Registers `[start, start + len)` in chunks with `register` (on the pinner thread),
-/// publishing its grid first and waiting for the copies that may not have seen it. A chunk
-/// CUDA refuses undoes the chunks before it.
+/// Registers `[start, start + len)` in chunks with `register` (on the pinner thread): once
+/// no grid overlaps it (one being unregistered elsewhere), its grid is published and the
+/// copies that may not have seen it are waited for. A chunk CUDA refuses undoes the chunks
+/// before it.
 pub fn register(
     start: usize,
     len: usize,
     register: impl Fn(*mut c_void, usize) -> Option<c_int>,
     unregister: impl Fn(*mut c_void) -> Option<c_int>,
 ) -> Registered {
-    grids().insert(start, len);
-    ANY.store(true, Ordering::Release);
-    grace();
+    let end = start.saturating_add(len);
+    loop {
+        let mut grids = grids();
+        let overlapped = grids
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&at, &(size, _))| at.saturating_add(size) > start);
+        if !overlapped {
+            grids.insert(start, (len, GridState::Registering));
+            break;
+        }
+        drop(grids);
+        std::thread::sleep(PAUSE);
+    }
+    ANY.store(true, Ordering::SeqCst);
+    if !grace() {
+        grids().remove(&start);
+        return Registered {
+            rc: 0,
+            longest_call_ns: 0,
+            gave_up: true,
+        };
+    }
     let mut done = Vec::new();
     let mut longest = 0;
     let mut rc = 0;
@@ -241,7 +315,10 @@ pub fn register(
         done.push(at);
         std::thread::sleep(PAUSE);
     }
-    if rc != 0 {
+    if rc == 0 {
+        set_state(start, GridState::Registered);
+    } else {
+        set_state(start, GridState::Unregistering);
         for at in done {
             unregister(at as *mut c_void);
             std::thread::sleep(PAUSE);
@@ -251,19 +328,32 @@ pub fn register(
     Registered {
         rc,
         longest_call_ns: longest,
+        gave_up: false,
+    }
+}
+
+fn set_state(start: usize, state: GridState) {
+    if let Some(grid) = grids().get_mut(&start) {
+        grid.1 = state;
     }
 }
 
 /// Unregisters the registration at `start` with `unregister`: chunk by chunk if it was made
 /// in chunks, else in one call. `Some(0)` only if every call succeeded. The grid stays
 /// published until every chunk is unregistered: a copy cut on it is valid whatever is still
-/// registered, and one not cut could cross two chunks still registered.
+/// registered, and one that cannot be cut waits.
 pub fn unregister(
     start: usize,
     unregister: impl Fn(*mut c_void) -> Option<c_int>,
 ) -> Option<c_int> {
-    let Some(len) = grids().get(&start).copied() else {
-        return unregister(start as *mut c_void);
+    let len = {
+        let mut grids = grids();
+        let Some(grid) = grids.get_mut(&start) else {
+            drop(grids);
+            return unregister(start as *mut c_void);
+        };
+        grid.1 = GridState::Unregistering;
+        grid.0
     };
     let mut answer = Some(0);
     for (at, _) in pieces_of(start, len) {
@@ -300,20 +390,32 @@ mod tests {
     #[test]
     fn a_copy_is_made_in_order_in_pieces_between_its_cuts() {
         let made = std::cell::RefCell::new(Vec::new());
-        let rc = in_pieces(100, &[10, 60], |at, len| {
-            made.borrow_mut().push((at, len));
-            0
-        });
+        let rc = in_pieces(
+            100,
+            &[10, 60],
+            |at, len| {
+                made.borrow_mut().push((at, len));
+                0
+            },
+            || panic!("nothing failed"),
+        );
         assert_eq!(rc, 0);
         assert_eq!(*made.borrow(), vec![(0, 10), (10, 50), (60, 40)]);
         made.borrow_mut().clear();
+        let settled = std::cell::Cell::new(false);
         assert_eq!(
-            in_pieces(100, &[10, 60], |at, len| {
-                made.borrow_mut().push((at, len));
-                if at == 10 { 1 } else { 0 }
-            }),
+            in_pieces(
+                100,
+                &[10, 60],
+                |at, len| {
+                    made.borrow_mut().push((at, len));
+                    if at == 10 { 1 } else { 0 }
+                },
+                || settled.set(true),
+            ),
             1
         );
         assert_eq!(*made.borrow(), vec![(0, 10), (10, 50)]);
+        assert!(settled.get(), "the first piece was waited for");
     }
 }

@@ -20,7 +20,8 @@
 //!
 //! A copy touching no block hotpin changed costs an atomic load, or while blocks are
 //! promoted, one lookup under a lock (docs/benchmarks.md measures it). Synchronous copies are
-//! not hooked: CUDA makes them synchronous to the host for pinned memory as for pageable.
+//! synchronous to the host for pinned memory as for pageable: in auto mode they are only
+//! counted, and cut at chunk edges or made to let go what they cross (`chunks`).
 
 use std::{
     cell::Cell,
@@ -82,16 +83,16 @@ fn guarded(
     if !state::LEARNING.load(Ordering::Acquire) {
         return keeping_promises(ranges, stream, layer, || call(&[])).0;
     }
-    // A copy being captured into a graph is not cut: the graph would hold pieces where the
-    // program made one copy. What it would cross is let go instead.
-    let in_pieces =
-        in_pieces && !(chunks::any() && Busy::enter().is_some_and(|_busy| cuda::capturing(stream)));
-    let (in_call, cuts) = cleared(ranges, false, in_pieces);
+    let (in_call, cuts) = cleared(ranges, false, in_pieces.then_some(stream));
     let epoch = state::EPOCH.load(Ordering::Acquire);
     state::COPIES_IN_CALL.fetch_add(1, Ordering::AcqRel);
-    let (mut rc, settled) = keeping_promises(ranges, stream, layer, || call(&cuts));
+    let (mut rc, settled) = keeping_promises(ranges, stream, layer, || {
+        let rc = call(&cuts);
+        // Queued: the pinner thread need not wait for it any longer.
+        drop(in_call);
+        rc
+    });
     state::COPIES_IN_CALL.fetch_sub(1, Ordering::AcqRel);
-    drop(in_call);
     if rc == 0 && !settled && state::EPOCH.load(Ordering::Acquire) != epoch {
         // A block it touches may have become registered, or stopped being, behind the
         // program's back while it was queued: waited for, as a pageable copy would have been.
@@ -108,11 +109,15 @@ fn guarded(
 }
 
 /// Auto mode, before a copy of `ranges` is made: lets go the registrations it would cross
-/// the edge of (a part's; a chunk's too, where it cannot be made `in_pieces`; `all`: every
-/// part and every registration in chunks, for a copy whose host memory is not known). The
-/// copy is then counted in its generation (`chunks::enter`) until the returned guard is
-/// dropped; returned with it, where it must be cut.
-fn cleared(ranges: &[Range], all: bool, in_pieces: bool) -> (chunks::InCall, Vec<usize>) {
+/// the edge of (a part's; a chunk's too, where it cannot be cut; `all`: every part and every
+/// registration in chunks, for a copy whose host memory is not known), waiting for those
+/// being made or unmade elsewhere. The copy is then counted in its generation
+/// (`chunks::enter`) until the returned guard is dropped; returned with it, where it must be
+/// cut. `cut_on`: the copy can be cut, queued on this stream (null: a synchronous copy); one
+/// being captured into a graph is not cut (the graph would hold pieces where the program
+/// made one copy): what it crosses is let go instead.
+fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCall, Vec<usize>) {
+    let mut in_pieces = cut_on.is_some();
     loop {
         let in_call = chunks::enter();
         let mut waiting = false;
@@ -127,13 +132,20 @@ fn cleared(ranges: &[Range], all: bool, in_pieces: bool) -> (chunks::InCall, Vec
             } else {
                 Vec::new()
             };
+            let captured = |stream: Stream| {
+                !stream.is_null() && Busy::enter().is_some_and(|_busy| cuda::capturing(stream))
+            };
+            if !cuts.is_empty() && cut_on.is_some_and(captured) {
+                in_pieces = false;
+                continue;
+            }
             if !cuts.is_empty() {
                 COPIES_CUT.fetch_add(1, Ordering::Relaxed);
             }
             return (in_call, cuts);
         }
-        // A registration it crosses is being made by the pinner thread, which may wait for
-        // this copy's generation: not counted while it waits.
+        // What it crosses is being registered or unregistered by another thread, which may
+        // wait for this copy's generation: not counted while it waits.
         drop(in_call);
         std::thread::yield_now();
     }
@@ -152,7 +164,8 @@ fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize]) -> c_i
     if state::forked() || IN_COPY.get() || !state::LEARNING.load(Ordering::Acquire) {
         return call(&[]);
     }
-    let (in_call, cuts) = cleared(ranges, false, in_pieces);
+    let cut_on = in_pieces.then_some(std::ptr::null_mut());
+    let (in_call, cuts) = cleared(ranges, false, cut_on);
     let rc = inside(|| call(&cuts));
     drop(in_call);
     if rc == 0 {
@@ -224,7 +237,7 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
     }
     let _in_call = state::LEARNING
         .load(Ordering::Acquire)
-        .then(|| cleared(&[], true, false));
+        .then(|| cleared(&[], true, None));
     if !ACTIVE.load(Ordering::Acquire) {
         return call();
     }
@@ -298,7 +311,12 @@ macro_rules! copy {
         // SAFETY: the program's own call, or the same call for a piece of its bytes (each
         // piece within them, in order, on the same stream).
         let piece = |$o: usize, $l: usize| unsafe { $real($($piece),*) };
-        copy!(@call $guard, $stream, $layer, &ranges, true, |cuts: &[usize]| chunks::in_pieces(len, cuts, piece))
+        // A piece that fails after others were queued: those are waited for.
+        let settle = || {
+            let _busy = Busy::enter();
+            cuda::synchronize($stream);
+        };
+        copy!(@call $guard, $stream, $layer, &ranges, true, |cuts: &[usize]| chunks::in_pieces(len, cuts, piece, settle))
     }};
     (@call guarded, $stream:expr, $layer:expr, $ranges:expr, $in_pieces:expr, $call:expr) => {
         guarded($ranges, $stream, $layer, $in_pieces, $call)
@@ -313,20 +331,20 @@ macro_rules! copy {
 type Dev = u64;
 
 // The driver.
-copy!(CU_HTOD = driver cuMemcpyHtoDAsync_v2(dst: Dev, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l, s));
-copy!(CU_HTOD_PTSZ = driver cuMemcpyHtoDAsync_v2_ptsz(dst: Dev, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l, s));
-copy!(CU_DTOH = driver cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l, s));
-copy!(CU_DTOH_PTSZ = driver cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l, s));
-copy!(CU_COPY = driver cuMemcpyAsync(dst: Dev, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l, s));
-copy!(CU_COPY_PTSZ = driver cuMemcpyAsync_ptsz(dst: Dev, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l, s));
+copy!(CU_HTOD = driver cuMemcpyHtoDAsync_v2(dst: Dev, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_byte_add(o), l, s));
+copy!(CU_HTOD_PTSZ = driver cuMemcpyHtoDAsync_v2_ptsz(dst: Dev, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_byte_add(o), l, s));
+copy!(CU_DTOH = driver cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_add(o as Dev), l, s));
+copy!(CU_DTOH_PTSZ = driver cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_add(o as Dev), l, s));
+copy!(CU_COPY = driver cuMemcpyAsync(dst: Dev, src: Dev, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_add(o as Dev), l, s));
+copy!(CU_COPY_PTSZ = driver cuMemcpyAsync_ptsz(dst: Dev, src: Dev, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_add(o as Dev), l, s));
 copy!(CU_2D = driver cuMemcpy2DAsync_v2(c: *const Memcpy2D, s: Stream), s, guarded, Memcpy2D::ranges(c));
 copy!(CU_2D_PTSZ = driver cuMemcpy2DAsync_v2_ptsz(c: *const Memcpy2D, s: Stream), per_thread(s), guarded, Memcpy2D::ranges(c));
 copy!(CU_3D = driver cuMemcpy3DAsync_v2(c: *const Memcpy3D, s: Stream), s, guarded, Memcpy3D::ranges(c));
 copy!(CU_3D_PTSZ = driver cuMemcpy3DAsync_v2_ptsz(c: *const Memcpy3D, s: Stream), per_thread(s), guarded, Memcpy3D::ranges(c));
-copy!(CU_HTOA = driver cuMemcpyHtoAAsync_v2(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)]);
-copy!(CU_HTOA_PTSZ = driver cuMemcpyHtoAAsync_v2_ptsz(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)]);
-copy!(CU_ATOH = driver cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)]);
-copy!(CU_ATOH_PTSZ = driver cuMemcpyAtoHAsync_v2_ptsz(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)]);
+copy!(CU_HTOA = driver cuMemcpyHtoAAsync_v2(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), s, guarded, [(src as usize, n, READ)], pieces(|at, l| a, o + at, src.wrapping_byte_add(at), l, s));
+copy!(CU_HTOA_PTSZ = driver cuMemcpyHtoAAsync_v2_ptsz(a: *mut c_void, o: usize, src: *const c_void, n: usize, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)], pieces(|at, l| a, o + at, src.wrapping_byte_add(at), l, s));
+copy!(CU_ATOH = driver cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), s, guarded, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), a, o + at, l, s));
+copy!(CU_ATOH_PTSZ = driver cuMemcpyAtoHAsync_v2_ptsz(dst: *mut c_void, a: *mut c_void, o: usize, n: usize, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), a, o + at, l, s));
 copy!(CU_BATCH = driver cuMemcpyBatchAsync_v2(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), s, guarded, batch(d, r, z, n));
 copy!(CU_BATCH_PTSZ = driver cuMemcpyBatchAsync_v2_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
 copy!(CU_BATCH_V1 = driver cuMemcpyBatchAsync(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, f: *mut usize, s: Stream), s, guarded, batch(d, r, z, n));
@@ -344,14 +362,36 @@ copy!(CU_3D_BATCH_V1_PTSZ = driver cuMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c
 type Kind = c_int;
 
 // Synchronous copies: complete when they return, pinned or not; counted in auto mode.
-copy!(CU_HTOD_SYNC = driver cuMemcpyHtoD_v2(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l));
-copy!(CU_HTOD_SYNC_PTDS = driver cuMemcpyHtoD_v2_ptds(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src.wrapping_byte_add(o), l));
-copy!(CU_DTOH_SYNC = driver cuMemcpyDtoH_v2(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l));
-copy!(CU_DTOH_SYNC_PTDS = driver cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src + o as Dev, l));
-copy!(CU_COPY_SYNC = driver cuMemcpy(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l));
-copy!(CU_COPY_SYNC_PTDS = driver cuMemcpy_ptds(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst + o as Dev, src + o as Dev, l));
+copy!(CU_HTOD_SYNC = driver cuMemcpyHtoD_v2(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_byte_add(o), l));
+copy!(CU_HTOD_SYNC_PTDS = driver cuMemcpyHtoD_v2_ptds(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_byte_add(o), l));
+copy!(CU_DTOH_SYNC = driver cuMemcpyDtoH_v2(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_add(o as Dev), l));
+copy!(CU_DTOH_SYNC_PTDS = driver cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_add(o as Dev), l));
+copy!(CU_COPY_SYNC = driver cuMemcpy(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_add(o as Dev), l));
+copy!(CU_COPY_SYNC_PTDS = driver cuMemcpy_ptds(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_add(o as Dev), l));
+copy!(CU_2D_SYNC = driver cuMemcpy2D_v2(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
+copy!(CU_2D_SYNC_PTDS = driver cuMemcpy2D_v2_ptds(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
+copy!(CU_2D_UNALIGNED = driver cuMemcpy2DUnaligned_v2(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
+copy!(CU_2D_UNALIGNED_PTDS = driver cuMemcpy2DUnaligned_v2_ptds(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
+copy!(CU_3D_SYNC = driver cuMemcpy3D_v2(c: *const Memcpy3D), std::ptr::null_mut(), counted, Memcpy3D::ranges(c));
+copy!(CU_3D_SYNC_PTDS = driver cuMemcpy3D_v2_ptds(c: *const Memcpy3D), std::ptr::null_mut(), counted, Memcpy3D::ranges(c));
+copy!(CU_HTOA_SYNC = driver cuMemcpyHtoA_v2(a: *mut c_void, o: usize, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| a, o + at, src.wrapping_byte_add(at), l));
+copy!(CU_HTOA_SYNC_PTDS = driver cuMemcpyHtoA_v2_ptds(a: *mut c_void, o: usize, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| a, o + at, src.wrapping_byte_add(at), l));
+copy!(CU_ATOH_SYNC = driver cuMemcpyAtoH_v2(dst: *mut c_void, a: *mut c_void, o: usize, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), a, o + at, l));
+copy!(CU_ATOH_SYNC_PTDS = driver cuMemcpyAtoH_v2_ptds(dst: *mut c_void, a: *mut c_void, o: usize, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), a, o + at, l));
 copy!(RT_COPY_SYNC = runtime cudaMemcpy(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k));
 copy!(RT_COPY_SYNC_PTDS = runtime cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k));
+copy!(RT_2D_SYNC = runtime cudaMemcpy2D(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_2D_SYNC_PTDS = runtime cudaMemcpy2D_ptds(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_3D_SYNC = runtime cudaMemcpy3D(p: *const Memcpy3DParms), std::ptr::null_mut(), counted, Memcpy3DParms::ranges(p));
+copy!(RT_3D_SYNC_PTDS = runtime cudaMemcpy3D_ptds(p: *const Memcpy3DParms), std::ptr::null_mut(), counted, Memcpy3DParms::ranges(p));
+copy!(RT_TO_ARRAY_SYNC = runtime cudaMemcpy2DToArray(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_TO_ARRAY_SYNC_PTDS = runtime cudaMemcpy2DToArray_ptds(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_FROM_ARRAY_SYNC = runtime cudaMemcpy2DFromArray(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE)]);
+copy!(RT_FROM_ARRAY_SYNC_PTDS = runtime cudaMemcpy2DFromArray_ptds(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE)]);
+copy!(RT_TO_SYMBOL_SYNC = runtime cudaMemcpyToSymbol(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| sym, src.wrapping_byte_add(at), l, o + at, k));
+copy!(RT_TO_SYMBOL_SYNC_PTDS = runtime cudaMemcpyToSymbol_ptds(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| sym, src.wrapping_byte_add(at), l, o + at, k));
+copy!(RT_FROM_SYMBOL_SYNC = runtime cudaMemcpyFromSymbol(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), sym, l, o + at, k));
+copy!(RT_FROM_SYMBOL_SYNC_PTDS = runtime cudaMemcpyFromSymbol_ptds(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), sym, l, o + at, k));
 copy!(RT_COPY = runtime cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k, s));
 copy!(RT_COPY_PTSZ = runtime cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k, s));
 copy!(RT_2D = runtime cudaMemcpy2DAsync(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
@@ -360,10 +400,10 @@ copy!(RT_3D = runtime cudaMemcpy3DAsync(p: *const Memcpy3DParms, s: Stream), s, 
 copy!(RT_3D_PTSZ = runtime cudaMemcpy3DAsync_ptsz(p: *const Memcpy3DParms, s: Stream), per_thread(s), guarded, Memcpy3DParms::ranges(p));
 copy!(RT_BATCH = runtime cudaMemcpyBatchAsync(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), s, guarded, batch(d, r, z, n));
 copy!(RT_BATCH_PTSZ = runtime cudaMemcpyBatchAsync_ptsz(d: *const Dev, r: *const Dev, z: *const usize, n: usize, a: *mut c_void, i: *mut usize, k: usize, s: Stream), per_thread(s), guarded, batch(d, r, z, n));
-copy!(RT_TO_SYMBOL = runtime cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(src as usize, n, READ)]);
-copy!(RT_TO_SYMBOL_PTSZ = runtime cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)]);
-copy!(RT_FROM_SYMBOL = runtime cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE)]);
-copy!(RT_FROM_SYMBOL_PTSZ = runtime cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)]);
+copy!(RT_TO_SYMBOL = runtime cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(src as usize, n, READ)], pieces(|at, l| sym, src.wrapping_byte_add(at), l, o + at, k, s));
+copy!(RT_TO_SYMBOL_PTSZ = runtime cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(src as usize, n, READ)], pieces(|at, l| sym, src.wrapping_byte_add(at), l, o + at, k, s));
+copy!(RT_FROM_SYMBOL = runtime cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), sym, l, o + at, k, s));
+copy!(RT_FROM_SYMBOL_PTSZ = runtime cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), sym, l, o + at, k, s));
 copy!(RT_TO_ARRAY = runtime cudaMemcpy2DToArrayAsync(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(src as usize, sp, w, h, READ)]);
 copy!(RT_TO_ARRAY_PTSZ = runtime cudaMemcpy2DToArrayAsync_ptsz(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), per_thread(s), guarded, [pitched(src as usize, sp, w, h, READ)]);
 copy!(RT_FROM_ARRAY = runtime cudaMemcpy2DFromArrayAsync(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h, WRITE)]);
@@ -377,7 +417,7 @@ copy!(RT_3D_BATCH_PTSZ = runtime cudaMemcpy3DBatchAsync_ptsz(n: usize, o: *mut c
 /// The driver answers a base name with the version and stream flavour the caller asked for:
 /// ours is given only for the very function it wraps. One line per entry (not reflowed).
 #[rustfmt::skip]
-pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 30] {
+pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 40] {
     macro_rules! entry {
         ($base:literal, $real:ident, $ours:ident) => {
             ($base, &$real, $ours as *const () as usize)
@@ -390,6 +430,16 @@ pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 30] {
         entry!(c"cuMemcpyDtoH", CU_DTOH_SYNC_PTDS, cuMemcpyDtoH_v2_ptds),
         entry!(c"cuMemcpy", CU_COPY_SYNC, cuMemcpy),
         entry!(c"cuMemcpy", CU_COPY_SYNC_PTDS, cuMemcpy_ptds),
+        entry!(c"cuMemcpy2D", CU_2D_SYNC, cuMemcpy2D_v2),
+        entry!(c"cuMemcpy2D", CU_2D_SYNC_PTDS, cuMemcpy2D_v2_ptds),
+        entry!(c"cuMemcpy2DUnaligned", CU_2D_UNALIGNED, cuMemcpy2DUnaligned_v2),
+        entry!(c"cuMemcpy2DUnaligned", CU_2D_UNALIGNED_PTDS, cuMemcpy2DUnaligned_v2_ptds),
+        entry!(c"cuMemcpy3D", CU_3D_SYNC, cuMemcpy3D_v2),
+        entry!(c"cuMemcpy3D", CU_3D_SYNC_PTDS, cuMemcpy3D_v2_ptds),
+        entry!(c"cuMemcpyHtoA", CU_HTOA_SYNC, cuMemcpyHtoA_v2),
+        entry!(c"cuMemcpyHtoA", CU_HTOA_SYNC_PTDS, cuMemcpyHtoA_v2_ptds),
+        entry!(c"cuMemcpyAtoH", CU_ATOH_SYNC, cuMemcpyAtoH_v2),
+        entry!(c"cuMemcpyAtoH", CU_ATOH_SYNC_PTDS, cuMemcpyAtoH_v2_ptds),
         entry!(c"cuMemcpyHtoDAsync", CU_HTOD, cuMemcpyHtoDAsync_v2),
         entry!(c"cuMemcpyHtoDAsync", CU_HTOD_PTSZ, cuMemcpyHtoDAsync_v2_ptsz),
         entry!(c"cuMemcpyDtoHAsync", CU_DTOH, cuMemcpyDtoHAsync_v2),
@@ -418,7 +468,7 @@ pub fn driver_copies() -> [(&'static CStr, &'static Real, usize); 30] {
 }
 
 /// The runtime's copies: (the real function, ours), for `dlsym`.
-pub fn runtime_copies() -> [(&'static Real, usize); 22] {
+pub fn runtime_copies() -> [(&'static Real, usize); 34] {
     macro_rules! entry {
         ($real:ident, $ours:ident) => {
             (&$real, $ours as *const () as usize)
@@ -427,6 +477,18 @@ pub fn runtime_copies() -> [(&'static Real, usize); 22] {
     [
         entry!(RT_COPY_SYNC, cudaMemcpy),
         entry!(RT_COPY_SYNC_PTDS, cudaMemcpy_ptds),
+        entry!(RT_2D_SYNC, cudaMemcpy2D),
+        entry!(RT_2D_SYNC_PTDS, cudaMemcpy2D_ptds),
+        entry!(RT_3D_SYNC, cudaMemcpy3D),
+        entry!(RT_3D_SYNC_PTDS, cudaMemcpy3D_ptds),
+        entry!(RT_TO_ARRAY_SYNC, cudaMemcpy2DToArray),
+        entry!(RT_TO_ARRAY_SYNC_PTDS, cudaMemcpy2DToArray_ptds),
+        entry!(RT_FROM_ARRAY_SYNC, cudaMemcpy2DFromArray),
+        entry!(RT_FROM_ARRAY_SYNC_PTDS, cudaMemcpy2DFromArray_ptds),
+        entry!(RT_TO_SYMBOL_SYNC, cudaMemcpyToSymbol),
+        entry!(RT_TO_SYMBOL_SYNC_PTDS, cudaMemcpyToSymbol_ptds),
+        entry!(RT_FROM_SYMBOL_SYNC, cudaMemcpyFromSymbol),
+        entry!(RT_FROM_SYMBOL_SYNC_PTDS, cudaMemcpyFromSymbol_ptds),
         entry!(RT_COPY, cudaMemcpyAsync),
         entry!(RT_COPY_PTSZ, cudaMemcpyAsync_ptsz),
         entry!(RT_2D, cudaMemcpy2DAsync),

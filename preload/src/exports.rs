@@ -199,9 +199,15 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
         && let Some(_busy) = Busy::enter()
     {
         let mut cached = false;
-        judged(|| cached = matches!(state::releasing(ptr, true), state::Release::Cached));
+        judged(|| {
+            cached = matches!(
+                state::releasing(ptr, true),
+                state::Release::Cached | state::Release::HandedOn
+            );
+        });
         if cached {
-            // Kept registered for the next allocation that fits.
+            // Kept registered for the next allocation that fits, or freed by the pinner
+            // thread once unregistered.
             return;
         }
     }

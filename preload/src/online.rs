@@ -512,9 +512,10 @@ impl Learner {
         }
     }
 
-    /// The node's arbiter did not lease a block decided by [`Self::copied`]: pageable again,
-    /// weighed again after a few more copies or a while.
-    pub fn refused_by_node(&mut self, block: &BlockRef) {
+    /// A block decided by [`Self::copied`] is not pinned now (the node's arbiter did not
+    /// lease it, or the pinner thread put it off): pageable again, weighed again after a few
+    /// more copies or a while.
+    pub fn put_off(&mut self, block: &BlockRef) {
         let now = self.now_ns();
         self.budget.release(block.len as u64);
         if let Some(b) = self.blocks.get_mut(&block.block)
@@ -545,6 +546,14 @@ impl Learner {
             one_call: block.one_call,
             score: 0.0,
         })
+    }
+
+    /// The block whose registration (whole, or its part) starts at `start`, whatever its
+    /// state: its base and its state.
+    pub fn registered_at(&self, start: usize) -> Option<(usize, Pin)> {
+        let (&base, block) = self.blocks.range(..=start).next_back()?;
+        let (at, _) = block.part.unwrap_or((base, block.size));
+        (at == start).then_some((base, block.pin))
     }
 
     /// The block whose pinned registration (whole, or its part) starts at `start`: its base

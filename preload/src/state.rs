@@ -174,8 +174,13 @@ pub struct Counters {
     /// because a copy that cannot be cut would have crossed an edge.
     pub off_thread_pins: u64,
     pub chunked_pins: u64,
+    /// Freed blocks registered in chunks that the pinner thread unregistered and freed.
+    pub off_thread_releases: u64,
     pub copies_cut: u64,
     pub chunked_let_go: u64,
+    /// Registrations in chunks given up before any call, the copies before them having
+    /// taken longer than `chunks::GRACE_LIMIT` to be queued (the block weighed again later).
+    pub registrations_put_off: u64,
     /// Auto mode in CPython: allocations given their Python frames, and the time reading
     /// them took in all (python.rs).
     pub python_stacks: u64,
@@ -1072,6 +1077,8 @@ pub enum Release {
     Unregistered,
     /// Kept registered in the cache for the next allocation that fits: not to be freed.
     Cached,
+    /// Handed to the pinner thread, which unregisters it, then frees it: not to be freed.
+    HandedOn,
 }
 
 /// Before a libc block at `ptr` is freed (`keep`: it may go to the cache) or moved by
@@ -1105,6 +1112,12 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
         }
         state.forget_registered(start);
         drop(guard);
+        // A registration in chunks takes a while to undo (0.48 s for 16 GiB on the H100):
+        // the pinner thread undoes it, then frees the block.
+        let block = ptr as usize;
+        if keep && chunks::chunked_at(start) && hand_to_pinner(Job::Free { start, block }) {
+            return Release::HandedOn;
+        }
         unregister(start);
         return Release::Unregistered;
     }
@@ -1444,7 +1457,9 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
     }
     for block in decisions.pin {
         if pays {
-            if block.len <= OFF_THREAD_ABOVE.load(Ordering::Relaxed) || !hand_to_pinner(block) {
+            if block.len <= OFF_THREAD_ABOVE.load(Ordering::Relaxed)
+                || !hand_to_pinner(Job::Pin(block))
+            {
                 pin_block(block, true);
             }
         } else if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
@@ -1500,24 +1515,46 @@ pub fn lease_scores(starts: &[u64]) -> Vec<(u64, f64)> {
 /// about 7 ms of registration on the H100): the program's thread does not wait, and the block
 /// is copied as pageable memory (its copies waited for) until the registration is done.
 pub static OFF_THREAD_ABOVE: AtomicUsize = AtomicUsize::new(128 << 20);
-/// The pinner thread's queue, once started.
-static PINNER: Mutex<Option<std::sync::mpsc::Sender<BlockRef>>> = Mutex::new(None);
+/// What the pinner thread is handed.
+enum Job {
+    /// A block auto mode decided to pin.
+    Pin(BlockRef),
+    /// A block the program freed whose registration at `start` is in chunks: unregistered
+    /// here, then `block` is freed to libc.
+    Free { start: usize, block: usize },
+}
 
-/// Hands `block` to the pinner thread (started at the first); false if it cannot be started.
-fn hand_to_pinner(block: BlockRef) -> bool {
+/// The pinner thread's queue, once started.
+static PINNER: Mutex<Option<std::sync::mpsc::Sender<Job>>> = Mutex::new(None);
+
+/// Hands `job` to the pinner thread (started at the first); false if it cannot be started.
+fn hand_to_pinner(job: Job) -> bool {
     let mut pinner = PINNER
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if pinner.is_none() {
-        let (queue, blocks) = std::sync::mpsc::channel::<BlockRef>();
+        let (queue, jobs) = std::sync::mpsc::channel::<Job>();
         let started = std::thread::Builder::new()
             .name("hotpin-pinner".into())
             .spawn(move || {
                 let _busy = Busy::enter();
-                for block in blocks {
-                    pin_block(block, false);
-                    if let Some(state) = lock().as_mut() {
-                        state.counters.off_thread_pins += 1;
+                for job in jobs {
+                    match job {
+                        Job::Pin(block) => {
+                            pin_block(block, false);
+                            if let Some(state) = lock().as_mut() {
+                                state.counters.off_thread_pins += 1;
+                            }
+                        }
+                        Job::Free { start, block } => {
+                            unregister(start);
+                            // SAFETY: a libc block the program freed, which we kept until
+                            // its registration ended.
+                            unsafe { __libc_free(block as *mut c_void) };
+                            if let Some(state) = lock().as_mut() {
+                                state.counters.off_thread_releases += 1;
+                            }
+                        }
                     }
                 }
             });
@@ -1526,9 +1563,7 @@ fn hand_to_pinner(block: BlockRef) -> bool {
         }
         *pinner = Some(queue);
     }
-    pinner
-        .as_ref()
-        .is_some_and(|queue| queue.send(block).is_ok())
+    pinner.as_ref().is_some_and(|queue| queue.send(job).is_ok())
 }
 
 /// The calling thread's Python frames, in auto mode (what it learns names the Python line
@@ -1587,7 +1622,7 @@ fn pin_block(block: BlockRef, program_thread: bool) {
         if let Some(state) = lock().as_mut() {
             state.counters.node_refusals += 1;
             if let Some(learner) = state.learner.as_mut() {
-                learner.refused_by_node(&block);
+                learner.put_off(&block);
             }
         }
         return;
@@ -1611,6 +1646,10 @@ fn pin_block(block: BlockRef, program_thread: bool) {
     let in_chunks = !program_thread && !block.one_call && chunks::chunked(block.len);
     let (rc, longest_call) = if in_chunks {
         let done = chunks::register(block.start, block.len, register, cuda::unregister);
+        if done.gave_up {
+            put_off(&block);
+            return;
+        }
         (Some(done.rc), done.longest_call_ns)
     } else {
         let rc = register(block.start as *mut c_void, block.len);
@@ -1651,6 +1690,28 @@ fn pin_block(block: BlockRef, program_thread: bool) {
         }
     }
     drop(guard);
+    if !ok {
+        crate::lease::released(block.start);
+    }
+    if !block.asked_pinned {
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A block the pinner thread gave up registering in chunks before any call (the copies
+/// before it took too long to be queued): its lease ends, and it is pageable again, weighed
+/// again later.
+fn put_off(block: &BlockRef) {
+    crate::lease::released(block.start);
+    if let Some(state) = lock().as_mut() {
+        state.counters.registrations_put_off += 1;
+        if !block.asked_pinned {
+            state.forget_registered(block.start);
+        }
+        if let Some(learner) = state.learner.as_mut() {
+            learner.put_off(block);
+        }
+    }
     if !block.asked_pinned {
         EPOCH.fetch_add(1, Ordering::AcqRel);
     }
@@ -1689,56 +1750,74 @@ fn unpin_block(block: BlockRef) {
     }
 }
 
-/// Auto mode: lets go every registration (a part of a block; with `chunk_edges`, a block
-/// registered in chunks) whose edge a copy of `ranges` would cross (CUDA refuses such a
-/// copy), before the copy is made; `all`: every part and every registration in chunks (a copy
-/// whose host memory is not known). What is let go is weighed again with that copy counted
-/// in; a block whose chunks were crossed is registered in one call next time. Returns
-/// whether such a registration is still being made by another thread: the caller lets go
-/// once it is, asking again.
+/// Auto mode: lets go every registration whose edge a copy of `ranges` would cross (CUDA
+/// refuses such a copy), before the copy is made: a part of a block whose edge it crosses;
+/// with `chunk_edges` (a copy that cannot be cut), a registration in chunks whose inner edge
+/// it crosses; with `all` (a copy whose host memory is not known), every part and every
+/// registration in chunks. What is let go is weighed again with that copy counted in; a
+/// block whose chunks were crossed is registered in one call next time. Returns whether
+/// such a registration is being made or unmade by another thread: the caller waits and asks
+/// again.
 pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: bool) -> bool {
     let mut let_go = Vec::new();
-    let mut registering = false;
+    let mut waiting = false;
     {
         let mut guard = lock();
-        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+        let Some(state) = guard.as_mut() else {
             return false;
         };
+        let cache = &state.cache;
+        let Some(learner) = state.learner.as_mut() else {
+            return false;
+        };
+        // (block, start of the copy, its length, whether chunk edges were crossed)
         let mut crossed = Vec::new();
+        let parts = learner.blocks.iter().filter(|(_, b)| b.part.is_some());
         if all {
-            crossed.extend(
-                learner
-                    .blocks
-                    .iter()
-                    .map(|(&base, b)| (base, b, chunks::is_chunked(b.part.map_or(base, |p| p.0))))
-                    .filter(|(_, b, chunked)| b.part.is_some() || *chunked)
-                    .map(|(base, b, chunked)| (base, b.pin, base, b.size, chunked)),
-            );
+            crossed.extend(parts.map(|(&base, b)| (base, base, b.size, false)));
         }
-        for &(start, len, _) in ranges {
-            if start == 0 || all {
-                continue;
-            }
+        for &(start, len, _) in ranges.iter().filter(|r| r.0 != 0 && !all) {
             let end = start.saturating_add(len.max(1));
             let Some((&base, block)) = learner.blocks.range(..end).next_back() else {
                 continue;
             };
-            if base + block.size <= start || matches!(block.pin, Pin::Pageable | Pin::Failed) {
+            let Some((at, size)) = block.part.filter(|_| base + block.size > start) else {
                 continue;
-            }
-            let (at, size) = block.part.unwrap_or((base, block.size));
+            };
             let inside = start >= at && end <= at + size;
             let apart = end <= at || start >= at + size;
-            let across_part = block.part.is_some() && !inside && !apart;
-            let across_chunks = chunk_edges && chunks::crosses(at, start, end);
-            if across_part || across_chunks {
-                crossed.push((base, block.pin, start, len, across_chunks));
+            if !inside && !apart {
+                crossed.push((base, start, len, false));
             }
         }
-        for (base, pin, start, len, across_chunks) in crossed {
-            match pin {
-                Pin::Registering => registering = true,
-                _ => let_go.extend(learner.let_crossed_go(base, start, len, across_chunks)),
+        // Registrations in chunks, found by address whatever their block's state.
+        let grids = if all {
+            chunks::all()
+        } else if chunk_edges {
+            ranges
+                .iter()
+                .filter(|r| r.0 != 0)
+                .flat_map(|&(start, len, _)| chunks::crossed(start, start.saturating_add(len)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (at, grid) in grids {
+            match (grid, learner.registered_at(at)) {
+                (chunks::GridState::Registered, Some((base, Pin::Pinned))) => {
+                    let (start, len) = ranges.first().map_or((base, 0), |r| (r.0, r.1));
+                    crossed.push((base, start, len, true));
+                }
+                // A freed block kept registered: no copy may touch it.
+                (chunks::GridState::Registered, None) if cache.holds(at) => {}
+                // Being registered or unregistered (or about to be) by another thread.
+                _ => waiting = true,
+            }
+        }
+        for (base, start, len, chunks) in crossed {
+            match learner.blocks.get(&base).map(|b| b.pin) {
+                Some(Pin::Registering) => waiting = true,
+                _ => let_go.extend(learner.let_crossed_go(base, start, len, chunks)),
             }
         }
     }
@@ -1756,5 +1835,5 @@ pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: 
     for registration in let_go {
         unpin_block(registration);
     }
-    registering
+    waiting
 }

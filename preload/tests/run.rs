@@ -959,8 +959,10 @@ fn large_blocks_are_registered_off_the_programs_thread() {
 /// A block the pinner thread registers that is larger than `HOTPIN_REGISTER_CHUNK` is
 /// registered in chunks, and the program's copies of it (asynchronous and synchronous) are
 /// cut at the chunks' edges, which CUDA (and the stand-in) would refuse a copy to cross, while
-/// it is being registered and after. A copy that cannot be cut (a 2D copy) lets the chunks go
-/// first, and the block is registered again in one call. Every copy's data is checked.
+/// it is being registered and after. A copy that cannot be cut (a 2D copy, asynchronous or
+/// synchronous) lets the chunks go first, and the block is registered again in one call. A
+/// block freed while registered in chunks is unregistered, then freed, by the pinner thread.
+/// Every copy's data is checked.
 #[test]
 fn large_blocks_are_registered_in_chunks_and_copies_cut_at_their_edges() {
     let setup = setup_program("auto-chunks", "online");
@@ -980,20 +982,61 @@ fn large_blocks_are_registered_in_chunks_and_copies_cut_at_their_edges() {
         &[
             ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
             ("HOTPIN_REGISTER_CHUNK", Path::new("1M")),
+            // No cache of freed pinned blocks: a freed block is unregistered.
+            ("HOTPIN_CACHE", Path::new("0")),
         ],
     );
     assert_computed_right(&output);
     let c = counters(&prefix);
-    eprintln!("{c}");
     assert_eq!(c["register_failures"], 0, "{c}");
     assert!(c["chunked_pins"].as_u64() >= Some(1), "{c}");
     assert!(c["copies_cut"].as_u64() >= Some(10), "{c}");
-    assert!(c["chunked_let_go"].as_u64() >= Some(1), "{c}");
+    assert!(
+        c["chunked_let_go"].as_u64() >= Some(2),
+        "each block let go by its 2D copy: {c}"
+    );
+    assert!(
+        c["off_thread_releases"].as_u64() >= Some(1),
+        "the third block, freed in chunks, unregistered by the pinner thread: {c}"
+    );
     assert!(
         c["learned_pins"].as_u64() > c["chunked_pins"].as_u64(),
         "pinned again in one call after the 2D copy: {c}"
     );
     assert!(c["longest_register_ns"].as_u64() > Some(0), "{c}");
+}
+
+/// Two threads copy one large block at once, cut and uncut (2D) copies mixed, while the
+/// pinner thread registers it in chunks and the 2D copies let it go and it is pinned again:
+/// no copy crosses an edge between two registered chunks (the stand-in would refuse it and
+/// the program stop), and every copy's data is right.
+#[test]
+fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
+    let setup = setup_program("auto-shared", "online");
+    for round in 0..3 {
+        let prefix = setup.dir.join(format!("shared-report-{round}"));
+        let history = setup.dir.join(format!("shared-{round}.hotpin"));
+        let output = hotpin_run_env(
+            &setup,
+            &[
+                "--lease-socket",
+                "off",
+                "--history",
+                history.to_str().expect("UTF-8"),
+                "--report",
+                prefix.to_str().expect("UTF-8"),
+            ],
+            &[Path::new("shared"), Path::new("24")],
+            &[
+                ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
+                ("HOTPIN_REGISTER_CHUNK", Path::new("256K")),
+            ],
+        );
+        assert_computed_right(&output);
+        let c = counters(&prefix);
+        assert_eq!(c["register_failures"], 0, "{c}");
+        assert!(c["chunked_pins"].as_u64() >= Some(1), "{c}");
+    }
 }
 
 /// Auto mode pins what its copies repay, and of a large block only the part its copies

@@ -52,7 +52,7 @@ python3 - "$OUT/register-wait.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 configs = list(dict.fromkeys(r["config"] for r in rows))
-print("| config | seconds | longest round trip ms | longest registration call ms | hotpin's own longest wait ms | chunked pins | copies cut | mismatches |")
+print("| config | seconds | longest round trip ms | longest registration call ms | longest registration on a program thread ms | chunked pins | copies cut | mismatches |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for config in configs:
     sel = [r for r in rows if r["config"] == config and "seconds" in r]

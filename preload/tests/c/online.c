@@ -20,16 +20,23 @@
  *          even ones land in 5 long-lived malloc'd buffers taken in turn (a caching host
  *          allocator's blocks), the odd ones in 4 fresh malloc'd blocks made every step and
  *          freed at its end. Each activation reloaded is checked.
+ *   shared [MIB]: one malloc'd buffer of MIB MiB, filled once, copied whole to the device and
+ *          back by two threads at once (60 times each, on streams, device memory and results
+ *          of their own): asynchronously and synchronously in turn, and every 5th time to the
+ *          device by one 2D copy (asynchronous in one thread, synchronous in the other).
  *   steady [MIB] [MS] [PERIOD_MS] [WAIT_MS]: after WAIT_MS ms (default 0; time for a tracer
  *          to attach, once the CUDA libraries are loaded and a context made), two malloc'd
  *          buffers of MIB MiB, each copied there and back (async) every PERIOD_MS ms (default
  *          20) for MS ms (default 2000): a steady hot set
  *          whose density the period sets (for the node's leases: two such programs at once).
- *   chunks [MIB]: one malloc'd buffer of MIB MiB copied whole there and back at every step
- *          (30): asynchronously and synchronously in turn, and at every 6th step to the
- *          device by one 2D copy (rows of MIB/8 MiB) instead.
+ *   chunks [MIB]: two malloc'd buffers of MIB MiB, each copied whole there and back at every
+ *          step (30): asynchronously and synchronously in turn, and at every 6th step to the
+ *          device by one 2D copy (rows of MIB/8 MiB) instead: asynchronous for the first,
+ *          synchronous for the second. A third buffer is copied there and back every step,
+ *          never by a 2D copy, then freed.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details. */
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +68,46 @@ static void round_trip(struct tally *t, char *host, size_t size, unsigned step, 
         CUDA_OK(cudaMemcpy(result, device, size, cudaMemcpyDeviceToHost));
     }
     tally_check(t, step, count_wrong(result, size, step, tag));
+}
+
+/* `shared`: one thread's copies of the shared buffer. */
+struct sharer {
+    const char *host;
+    size_t size;
+    int sync_2d;
+    struct tally t;
+};
+static pthread_mutex_t tally_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *share(void *arg) {
+    struct sharer *me = (struct sharer *)arg;
+    size_t size = me->size, row = size / 8;
+    cudaStream_t s;
+    void *dev;
+    char *back = (char *)malloc(size);
+    CUDA_OK(cudaStreamCreate(&s));
+    CUDA_OK(cudaMalloc(&dev, size));
+    for (unsigned i = 0; i < 60; i++) {
+        if (i % 5 == 4 && me->sync_2d) {
+            CUDA_OK(cudaMemcpy2D(dev, row, me->host, row, row, 8, cudaMemcpyHostToDevice));
+        } else if (i % 5 == 4) {
+            CUDA_OK(cudaMemcpy2DAsync(dev, row, me->host, row, row, 8, cudaMemcpyHostToDevice,
+                                      s));
+        } else if (i % 2) {
+            CUDA_OK(cudaMemcpyAsync(dev, me->host, size, cudaMemcpyHostToDevice, s));
+        } else {
+            CUDA_OK(cudaMemcpy(dev, me->host, size, cudaMemcpyHostToDevice));
+        }
+        CUDA_OK(cudaMemcpyAsync(back, dev, size, cudaMemcpyDeviceToHost, s));
+        CUDA_OK(cudaStreamSynchronize(s));
+        size_t wrong = count_wrong(back, size, 0, 7);
+        pthread_mutex_lock(&tally_lock);
+        tally_check(&me->t, i, wrong);
+        pthread_mutex_unlock(&tally_lock);
+    }
+    CUDA_OK(cudaFree(dev));
+    free(back);
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -122,21 +169,45 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < 5; i++) free(kept[i]);
     } else if (strcmp(which, "chunks") == 0) {
-        char *block = (char *)malloc(size);
+        char *blocks[2] = {(char *)malloc(size), (char *)malloc(size)};
+        char *plain = (char *)malloc(size);
         size_t row = size / 8;
         for (unsigned step = 0; step < 30; step++) {
-            if (step % 6 != 5) {
-                round_trip(&t, block, size, step, 1, (int)(step % 2));
-                continue;
+            round_trip(&t, plain, size, step, 5, (int)(step % 2));
+            for (unsigned i = 0; i < 2; i++) {
+                if (step % 6 != 5) {
+                    round_trip(&t, blocks[i], size, step, 1 + i, (int)(step % 2));
+                    continue;
+                }
+                fill(blocks[i], size, step, 3 + i);
+                if (i == 0) {
+                    CUDA_OK(cudaMemcpy2DAsync(device, row, blocks[i], row, row, 8,
+                                              cudaMemcpyHostToDevice, stream));
+                } else {
+                    CUDA_OK(cudaMemcpy2D(device, row, blocks[i], row, row, 8,
+                                         cudaMemcpyHostToDevice));
+                }
+                CUDA_OK(cudaMemcpyAsync(result, device, size, cudaMemcpyDeviceToHost, stream));
+                CUDA_OK(cudaStreamSynchronize(stream));
+                tally_check(&t, step, count_wrong(result, size, step, 3 + i));
             }
-            fill(block, size, step, 2);
-            CUDA_OK(cudaMemcpy2DAsync(device, row, block, row, row, 8, cudaMemcpyHostToDevice,
-                                      stream));
-            CUDA_OK(cudaMemcpyAsync(result, device, size, cudaMemcpyDeviceToHost, stream));
-            CUDA_OK(cudaStreamSynchronize(stream));
-            tally_check(&t, step, count_wrong(result, size, step, 2));
         }
-        free(block);
+        free(blocks[0]);
+        free(blocks[1]);
+        free(plain);
+        usleep(300 * 1000); /* time for a registration undone off the thread to end */
+    } else if (strcmp(which, "shared") == 0) {
+        char *host = (char *)malloc(size);
+        fill(host, size, 0, 7);
+        struct sharer sharers[2] = {{host, size, 0, {0}}, {host, size, 1, {0}}};
+        pthread_t threads[2];
+        tally_init(&sharers[0].t, "shared-async-2d");
+        tally_init(&sharers[1].t, "shared-sync-2d");
+        for (int i = 0; i < 2; i++) pthread_create(&threads[i], NULL, share, &sharers[i]);
+        for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+        tally_detail(&sharers[0].t);
+        tally_detail(&sharers[1].t);
+        free(host);
     } else if (strcmp(which, "steady") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
         if (argc > 5) usleep((useconds_t)(atof(argv[5]) * 1000));
