@@ -1717,10 +1717,11 @@ fn put_off(block: &BlockRef) {
     }
 }
 
-/// Unpins a block the budget let go. One hidden from the program stops being looked up as
-/// registered first, and is unregistered once no guarded copy is inside CUDA (at most 20 ms
-/// later; a copy that saw the change is waited for after it). One the program believes
-/// pinned may have copies in flight: the context is synchronized first.
+/// Unpins a block the budget let go. One hidden from the program stays looked up as
+/// registered until it is unregistered, so that every copy of it meanwhile is waited for, as
+/// a copy of pageable memory is: it is unregistered once no guarded copy is inside CUDA (at
+/// most 20 ms later), then forgotten (a copy that saw the change is waited for after it). One
+/// the program believes pinned may have copies in flight: the context is synchronized first.
 fn unpin_block(block: BlockRef) {
     if block.asked_pinned {
         cuda::context_synchronize();
@@ -1732,10 +1733,6 @@ fn unpin_block(block: BlockRef) {
             demoted.pinned_on_demand = false;
         }
     } else {
-        if let Some(state) = lock().as_mut() {
-            state.forget_registered(block.start);
-        }
-        EPOCH.fetch_add(1, Ordering::AcqRel);
         let began = std::time::Instant::now();
         while COPIES_IN_CALL.load(Ordering::Acquire) > 0
             && began.elapsed() < std::time::Duration::from_millis(20)
@@ -1744,6 +1741,11 @@ fn unpin_block(block: BlockRef) {
         }
     }
     unregister(block.start);
+    if !block.asked_pinned
+        && let Some(state) = lock().as_mut()
+    {
+        state.forget_registered(block.start);
+    }
     EPOCH.fetch_add(1, Ordering::AcqRel);
     if let Some(state) = lock().as_mut() {
         state.counters.evictions += 1;

@@ -1039,6 +1039,41 @@ fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
     }
 }
 
+/// A block hidden from the program that the budget lets go while another thread copies it
+/// keeps the promise of pageable memory until it is unregistered: each copy of it has read
+/// it when the call returns, so the program may overwrite it at once. The block is
+/// registered and unregistered in chunks, so that unregistering takes a while.
+#[test]
+fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() {
+    let setup = setup_program("auto-evict", "online");
+    let mut evictions = 0;
+    for round in 0..3 {
+        let prefix = setup.dir.join(format!("evict-report-{round}"));
+        let output = hotpin_run_env(
+            &setup,
+            &[
+                "--lease-socket",
+                "off",
+                "--budget",
+                "24M",
+                "--report",
+                prefix.to_str().expect("UTF-8"),
+            ],
+            &[Path::new("evict"), Path::new("24")],
+            &[
+                ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
+                ("HOTPIN_REGISTER_CHUNK", Path::new("256K")),
+            ],
+        );
+        assert_computed_right(&output);
+        evictions += counters(&prefix)["evictions"].as_u64().unwrap_or(0);
+    }
+    assert!(
+        evictions >= 1,
+        "a block was let go while copied: {evictions}"
+    );
+}
+
 /// Auto mode pins what its copies repay, and of a large block only the part its copies
 /// touch: of a 160 MiB block (and of a 96 MiB pinned request, served pageable) of which one
 /// 8 MiB slice is copied, that slice alone; a pinned request nothing is known of is served

@@ -24,6 +24,12 @@
  *          back by two threads at once (60 times each, on streams, device memory and results
  *          of their own): asynchronously and synchronously in turn, and every 5th time to the
  *          device by one 2D copy (asynchronous in one thread, synchronous in the other).
+ *   evict [MIB]: two malloc'd buffers of MIB MiB, under a budget that holds one. One thread
+ *          copies the first to the device 80 times, 10 ms apart, overwriting it as soon as
+ *          each copy returns (allowed for pageable memory) and checking the device's copy of
+ *          its first and last 64 KiB; after 200 ms another thread copies the second 300 times
+ *          without pause, so that it displaces the first from the budget while the first is
+ *          being copied.
  *   steady [MIB] [MS] [PERIOD_MS] [WAIT_MS]: after WAIT_MS ms (default 0; time for a tracer
  *          to attach, once the CUDA libraries are loaded and a context made), two malloc'd
  *          buffers of MIB MiB, each copied there and back (async) every PERIOD_MS ms (default
@@ -107,6 +113,53 @@ static void *share(void *arg) {
     }
     CUDA_OK(cudaFree(dev));
     free(back);
+    return NULL;
+}
+
+/* `evict`: the buffer overwritten as soon as each copy of it returns, and the one that
+ * displaces it. */
+static char *evicted, *displacer;
+static size_t evict_size;
+static struct tally evict_tally;
+static char evict_back[2][64 * 1024];
+
+static void *copy_and_overwrite(void *unused) {
+    (void)unused;
+    cudaStream_t s;
+    void *dev;
+    CUDA_OK(cudaStreamCreate(&s));
+    CUDA_OK(cudaMalloc(&dev, evict_size));
+    size_t edge = sizeof evict_back[0];
+    for (unsigned i = 0; i < 80; i++) {
+        fill(evicted, evict_size, i, 8);
+        STALL(s);
+        CUDA_OK(cudaMemcpyAsync(dev, evicted, evict_size, cudaMemcpyHostToDevice, s));
+        fill(evicted, evict_size, i, 9); /* pageable: its copy has the old data already */
+        CUDA_OK(cudaMemcpyAsync(evict_back[0], dev, edge, cudaMemcpyDeviceToHost, s));
+        CUDA_OK(cudaMemcpyAsync(evict_back[1], (char *)dev + evict_size - edge, edge,
+                                cudaMemcpyDeviceToHost, s));
+        CUDA_OK(cudaStreamSynchronize(s));
+        size_t wrong = count_wrong(evict_back[0], edge, i, 8);
+        for (size_t w = 0; w < edge / 8; w++)
+            wrong += ((uint64_t *)evict_back[1])[w] !=
+                     pattern_word((evict_size - edge) / 8 + w, i, 8);
+        pthread_mutex_lock(&tally_lock);
+        tally_check(&evict_tally, i, wrong);
+        pthread_mutex_unlock(&tally_lock);
+        usleep(10 * 1000);
+    }
+    CUDA_OK(cudaFree(dev));
+    return NULL;
+}
+
+static void *displace(void *unused) {
+    (void)unused;
+    void *dev;
+    CUDA_OK(cudaMalloc(&dev, evict_size));
+    usleep(200 * 1000);
+    for (unsigned i = 0; i < 300; i++)
+        CUDA_OK(cudaMemcpy(dev, displacer, evict_size, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaFree(dev));
     return NULL;
 }
 
@@ -208,6 +261,19 @@ int main(int argc, char **argv) {
         tally_detail(&sharers[0].t);
         tally_detail(&sharers[1].t);
         free(host);
+    } else if (strcmp(which, "evict") == 0) {
+        evict_size = size;
+        evicted = (char *)malloc(size);
+        displacer = (char *)malloc(size);
+        memset(displacer, 1, size);
+        tally_init(&evict_tally, "overwritten-at-once");
+        pthread_t threads[2];
+        pthread_create(&threads[0], NULL, copy_and_overwrite, NULL);
+        pthread_create(&threads[1], NULL, displace, NULL);
+        for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+        tally_detail(&evict_tally);
+        free(evicted);
+        free(displacer);
     } else if (strcmp(which, "steady") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
         if (argc > 5) usleep((useconds_t)(atof(argv[5]) * 1000));
