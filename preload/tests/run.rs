@@ -966,28 +966,9 @@ fn large_blocks_are_registered_off_the_programs_thread() {
 #[test]
 fn large_blocks_are_registered_in_chunks_and_copies_cut_at_their_edges() {
     let setup = setup_program("auto-chunks", "online");
-    let prefix = setup.dir.join("chunks-report");
-    let history = setup.dir.join("chunks.hotpin");
-    let output = hotpin_run_env(
-        &setup,
-        &[
-            "--lease-socket",
-            "off",
-            "--history",
-            history.to_str().expect("UTF-8"),
-            "--report",
-            prefix.to_str().expect("UTF-8"),
-        ],
-        &[Path::new("chunks"), Path::new("24")],
-        &[
-            ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
-            ("HOTPIN_REGISTER_CHUNK", Path::new("1M")),
-            // No cache of freed pinned blocks: a freed block is unregistered.
-            ("HOTPIN_CACHE", Path::new("0")),
-        ],
-    );
-    assert_computed_right(&output);
-    let c = counters(&prefix);
+    // No cache of freed pinned blocks: a freed block is unregistered.
+    let no_cache = [("HOTPIN_CACHE", Path::new("0"))];
+    let c = in_chunks(&setup, "chunks", "1M", &[], &no_cache);
     assert_eq!(c["register_failures"], 0, "{c}");
     assert!(c["chunked_pins"].as_u64() >= Some(1), "{c}");
     assert!(c["copies_cut"].as_u64() >= Some(10), "{c}");
@@ -1013,27 +994,8 @@ fn large_blocks_are_registered_in_chunks_and_copies_cut_at_their_edges() {
 #[test]
 fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
     let setup = setup_program("auto-shared", "online");
-    for round in 0..3 {
-        let prefix = setup.dir.join(format!("shared-report-{round}"));
-        let history = setup.dir.join(format!("shared-{round}.hotpin"));
-        let output = hotpin_run_env(
-            &setup,
-            &[
-                "--lease-socket",
-                "off",
-                "--history",
-                history.to_str().expect("UTF-8"),
-                "--report",
-                prefix.to_str().expect("UTF-8"),
-            ],
-            &[Path::new("shared"), Path::new("24")],
-            &[
-                ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
-                ("HOTPIN_REGISTER_CHUNK", Path::new("256K")),
-            ],
-        );
-        assert_computed_right(&output);
-        let c = counters(&prefix);
+    for _ in 0..3 {
+        let c = in_chunks(&setup, "shared", "256K", &[], &[]);
         assert_eq!(c["register_failures"], 0, "{c}");
         assert!(c["chunked_pins"].as_u64() >= Some(1), "{c}");
     }
@@ -1046,32 +1008,55 @@ fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
 #[test]
 fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() {
     let setup = setup_program("auto-evict", "online");
-    let mut evictions = 0;
-    for round in 0..3 {
-        let prefix = setup.dir.join(format!("evict-report-{round}"));
-        let output = hotpin_run_env(
-            &setup,
-            &[
-                "--lease-socket",
-                "off",
-                "--budget",
-                "24M",
-                "--report",
-                prefix.to_str().expect("UTF-8"),
-            ],
-            &[Path::new("evict"), Path::new("24")],
-            &[
-                ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
-                ("HOTPIN_REGISTER_CHUNK", Path::new("256K")),
-            ],
-        );
-        assert_computed_right(&output);
-        evictions += counters(&prefix)["evictions"].as_u64().unwrap_or(0);
-    }
+    let evictions: u64 = (0..3)
+        .map(|_| {
+            in_chunks(&setup, "evict", "256K", &["--budget", "24M"], &[])["evictions"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
     assert!(
         evictions >= 1,
         "a block was let go while copied: {evictions}"
     );
+}
+
+/// `hotpin run ARGS -- online MODE 24` (auto mode, a first run, no node arbiter) on the
+/// stand-in, blocks over 8 MiB registered by the pinner thread in chunks of `chunk`, with
+/// `env` added: its counters, once it computed right.
+fn in_chunks(
+    setup: &Setup,
+    mode: &str,
+    chunk: &str,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> Value {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let prefix = setup.dir.join(format!("{mode}-report-{run}"));
+    let history = setup.dir.join(format!("{mode}-{run}.hotpin"));
+    let mut all_args = vec![
+        "--lease-socket",
+        "off",
+        "--history",
+        history.to_str().expect("UTF-8"),
+        "--report",
+        prefix.to_str().expect("UTF-8"),
+    ];
+    all_args.extend_from_slice(args);
+    let mut all_env = vec![
+        ("HOTPIN_OFF_THREAD_ABOVE", Path::new("8M")),
+        ("HOTPIN_REGISTER_CHUNK", Path::new(chunk)),
+    ];
+    all_env.extend_from_slice(env);
+    let output = hotpin_run_env(
+        setup,
+        &all_args,
+        &[Path::new(mode), Path::new("24")],
+        &all_env,
+    );
+    assert_computed_right(&output);
+    counters(&prefix)
 }
 
 /// Auto mode pins what its copies repay, and of a large block only the part its copies

@@ -31,21 +31,10 @@ for r in $(seq 1 "$ROUNDS"); do
     esac
     "${merge[@]}" "$BIN/hotpin" run --lease-socket off --budget 128M --history "$prefix.hotpin" \
       --report "$prefix" -- python3 "$HERE/varying.py" train > "$prefix.out" 2> "$prefix.err"
-    python3 - "$prefix" "$config" "$r" >> "$OUT/merge.jsonl" <<'PY'
-import glob, json, sys
-prefix, config, round_ = sys.argv[1:]
-try:
-    line = json.loads(open(prefix + ".out").read().strip().splitlines()[-1])
-except Exception as e:
-    line = {"error": repr(e), "stderr": open(prefix + ".err").read()[-2000:]}
-line.update(config=config, round=int(round_))
-for path in glob.glob(prefix + ".*.json"):
-    c = json.load(open(path))["counters"]
-    for key in ["promoted", "promoted_bytes", "learned_pins", "evictions", "budget_refusals",
-                "peak_promoted_bytes"]:
-        line[key] = c.get(key)
-print(json.dumps(line))
-PY
+    python3 "$HERE/collect.py" "$prefix" "$config" "$r" \
+      promoted promoted_bytes learned_pins evictions budget_refusals \
+      peak_promoted_bytes \
+      >> "$OUT/merge.jsonl"
   done
 done
 python3 - "$OUT/merge.jsonl" <<'PY'

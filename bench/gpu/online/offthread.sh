@@ -23,21 +23,10 @@ for r in $(seq 1 "$ROUNDS"); do
     HOTPIN_OFF_THREAD_ABOVE=$above timeout 300 "$BIN/hotpin" run --lease-socket off \
       --history "$prefix.hotpin" --report "$prefix" -- \
       python3 "$HERE/big_pin.py" "$COPIES" "$GIB" "$((GIB * 1024))" > "$prefix.out" 2> "$prefix.err"
-    python3 - "$prefix" "$config" "$r" >> "$OUT/offthread.jsonl" <<'PY'
-import glob, json, sys
-prefix, config, round_ = sys.argv[1:]
-try:
-    line = json.loads(open(prefix + ".out").read().strip().splitlines()[-1])
-except Exception as e:
-    line = {"error": repr(e), "stderr": open(prefix + ".err").read()[-2000:]}
-line.update(config=config, round=int(round_))
-for path in glob.glob(prefix + ".*.json"):
-    c = json.load(open(path))["counters"]
-    for key in ["longest_register_ns", "longest_thread_wait_ns", "off_thread_pins",
-                "learned_pins", "learned_pin_bytes", "demoted", "register_failures"]:
-        line[key] = c.get(key)
-print(json.dumps(line))
-PY
+    python3 "$HERE/collect.py" "$prefix" "$config" "$r" \
+      longest_register_ns longest_thread_wait_ns off_thread_pins learned_pins \
+      learned_pin_bytes demoted register_failures \
+      >> "$OUT/offthread.jsonl"
   done
 done
 python3 - "$OUT/offthread.jsonl" <<'PY'
