@@ -75,8 +75,9 @@ static ANY: AtomicBool = AtomicBool::new(false);
 /// consistent, so that neither can miss the other.
 static GENERATION: AtomicUsize = AtomicUsize::new(0);
 static IN_CALL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-/// One grace period at a time.
+/// One grace period at a time; whether the last one gave up on copies still counted.
 static GRACE: Mutex<()> = Mutex::new(());
+static LAGGING: AtomicBool = AtomicBool::new(false);
 /// The longest the pinner thread waits for earlier copies to be queued before it gives a
 /// registration up (the block stays pageable, to be weighed again later).
 pub const GRACE_LIMIT: Duration = Duration::from_secs(2);
@@ -162,23 +163,33 @@ pub fn enter() -> InCall {
     }
 }
 
-/// Waits until every copy counted before now has been queued (on the pinner thread only);
-/// false if that took longer than [`GRACE_LIMIT`].
-fn grace() -> bool {
+/// Waits until every copy counted before now has been queued (on a thread that holds no
+/// copy's count); false if that took longer than [`GRACE_LIMIT`]. Made before a registration
+/// that copies may not have looked for: a grid's chunks, or a part of a block. After one that
+/// gave up, the next waits for the copies it gave up on too.
+pub fn grace() -> bool {
     let _one = GRACE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let generation = GENERATION.fetch_add(1, Ordering::SeqCst);
-    let Some(count) = IN_CALL.get(generation % 2) else {
-        return true;
-    };
-    let began = std::time::Instant::now();
-    while count.load(Ordering::SeqCst) > 0 {
-        if began.elapsed() > GRACE_LIMIT {
-            return false;
-        }
-        std::thread::sleep(Duration::from_micros(20));
+    let mut slots = vec![generation % 2];
+    if LAGGING.load(Ordering::SeqCst) {
+        slots.push((generation + 1) % 2);
     }
+    let began = std::time::Instant::now();
+    for slot in slots {
+        let Some(count) = IN_CALL.get(slot) else {
+            continue;
+        };
+        while count.load(Ordering::SeqCst) > 0 {
+            if began.elapsed() > GRACE_LIMIT {
+                LAGGING.store(true, Ordering::SeqCst);
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    LAGGING.store(false, Ordering::SeqCst);
     true
 }
 

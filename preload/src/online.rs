@@ -44,6 +44,10 @@ pub enum Pin {
     /// Reserved in the budget, being registered by the thread that decided it.
     Registering,
     Pinned,
+    /// Let go (the budget, the node's arbiter, a copy crossing its edge), being unregistered
+    /// by the thread that let it go: neither weighed again nor freed until it is, then
+    /// pageable.
+    Unpinning,
     /// CUDA refused it: never tried again.
     Failed,
 }
@@ -409,7 +413,7 @@ impl Learner {
         let (at, size) = part.unwrap_or((base, block.size));
         block.one_call |= chunks;
         block.touched(base, start, start.saturating_add(len));
-        block.pin = Pin::Pageable;
+        block.pin = Pin::Unpinning;
         block.set_aside(now);
         self.budget.release(size as u64);
         Some(BlockRef {
@@ -479,7 +483,7 @@ impl Learner {
                     one_call: held.one_call,
                     score: 0.0,
                 });
-                held.pin = Pin::Pageable;
+                held.pin = Pin::Unpinning;
                 held.part = None;
                 held.set_aside(now);
             }
@@ -494,6 +498,15 @@ impl Learner {
         {
             block.pin = Pin::Pinned;
             self.budget.used += block.size as u64;
+        }
+    }
+
+    /// The block at `base`, let go, is unregistered: pageable, to be weighed again.
+    pub fn unpinned(&mut self, base: usize) {
+        if let Some(block) = self.blocks.get_mut(&base)
+            && block.pin == Pin::Unpinning
+        {
+            block.pin = Pin::Pageable;
         }
     }
 
@@ -534,7 +547,7 @@ impl Learner {
         let (base, len) = self.pinned_at(start)?;
         let block = self.blocks.get_mut(&base)?;
         let part = block.part.take().is_some();
-        block.pin = Pin::Pageable;
+        block.pin = Pin::Unpinning;
         block.set_aside(now);
         self.budget.release(len as u64);
         Some(BlockRef {

@@ -779,6 +779,17 @@ fn unregister(start: usize) {
     }
 }
 
+/// A pinned block (or part) of auto mode at `start`, `len` bytes, that the program freed: no
+/// longer looked up as registered, and its bytes let go from the budget.
+fn forget_pinned(start: usize, len: usize) {
+    if let Some(state) = lock().as_mut() {
+        if let Some(learner) = state.learner.as_mut() {
+            learner.budget.release(len as u64);
+        }
+        state.forget_registered(start);
+    }
+}
+
 /// Unregisters and frees blocks [`State::take_cache`] took. Never called with the lock held:
 /// no CUDA call is made under it, because CUDA calls back into the interposer (its own
 /// allocations, the driver functions the runtime takes from us) while holding locks of its
@@ -1107,17 +1118,15 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
         if keep && block.part.is_none() && state.try_cache(ptr as usize, len) {
             return Release::Cached;
         }
-        if let Some(learner) = state.learner.as_mut() {
-            learner.budget.release(len as u64);
-        }
-        state.forget_registered(start);
         drop(guard);
         // A registration in chunks takes a while to undo (0.48 s for 16 GiB on the H100):
-        // the pinner thread undoes it, then frees the block.
+        // the pinner thread undoes it, then frees the block. Its bytes stay in the budget
+        // until then.
         let block = ptr as usize;
-        if keep && chunks::chunked_at(start) && hand_to_pinner(Job::Free { start, block }) {
+        if keep && chunks::chunked_at(start) && hand_to_pinner(Job::Free { start, len, block }) {
             return Release::HandedOn;
         }
+        forget_pinned(start, len);
         unregister(start);
         return Release::Unregistered;
     }
@@ -1235,7 +1244,7 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
 /// carried out (cold, or a block we registered already).
 pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -> bool {
     let python = python_frames();
-    let mut guard = lock();
+    let mut guard = lock_settled(ptr as usize);
     let Some(state) = guard.as_mut() else {
         return false;
     };
@@ -1413,9 +1422,9 @@ pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
 
-/// The state's lock, once the block at `ptr` is not being registered by another
-/// thread (which holds no lock while CUDA registers it): a block is never freed under a
-/// registration.
+/// The state's lock, once the block at `ptr` is not being registered or unregistered by
+/// another thread (which holds no lock while CUDA does it): a block is never freed, nor
+/// registered by the program, under one.
 fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
     loop {
         let guard = lock();
@@ -1423,7 +1432,7 @@ fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
             .as_ref()
             .and_then(|state| state.learner.as_ref())
             .and_then(|learner| learner.blocks.get(&ptr))
-            .is_some_and(|block| block.pin == Pin::Registering);
+            .is_some_and(|block| matches!(block.pin, Pin::Registering | Pin::Unpinning));
         if !registering {
             return guard;
         }
@@ -1519,9 +1528,13 @@ pub static OFF_THREAD_ABOVE: AtomicUsize = AtomicUsize::new(128 << 20);
 enum Job {
     /// A block auto mode decided to pin.
     Pin(BlockRef),
-    /// A block the program freed whose registration at `start` is in chunks: unregistered
-    /// here, then `block` is freed to libc.
-    Free { start: usize, block: usize },
+    /// A block the program freed whose registration at `start` (`len` bytes) is in chunks:
+    /// unregistered here, its bytes let go from the budget, then `block` is freed to libc.
+    Free {
+        start: usize,
+        len: usize,
+        block: usize,
+    },
 }
 
 /// The pinner thread's queue, once started.
@@ -1540,14 +1553,10 @@ fn hand_to_pinner(job: Job) -> bool {
                 let _busy = Busy::enter();
                 for job in jobs {
                     match job {
-                        Job::Pin(block) => {
-                            pin_block(block, false);
-                            if let Some(state) = lock().as_mut() {
-                                state.counters.off_thread_pins += 1;
-                            }
-                        }
-                        Job::Free { start, block } => {
+                        Job::Pin(block) => pin_block(block, false),
+                        Job::Free { start, len, block } => {
                             unregister(start);
+                            forget_pinned(start, len);
                             // SAFETY: a libc block the program freed, which we kept until
                             // its registration ended.
                             unsafe { __libc_free(block as *mut c_void) };
@@ -1644,6 +1653,11 @@ fn pin_block(block: BlockRef, program_thread: bool) {
         }
     };
     let in_chunks = !program_thread && !block.one_call && chunks::chunked(block.len);
+    // A copy that looked before this part existed must not be queued across its edge.
+    if block.part && !in_chunks && !chunks::grace() {
+        put_off(&block);
+        return;
+    }
     let (rc, longest_call) = if in_chunks {
         let done = chunks::register(block.start, block.len, register, cuda::unregister);
         if done.gave_up {
@@ -1665,6 +1679,9 @@ fn pin_block(block: BlockRef, program_thread: bool) {
     state.counters.longest_register_ns = state.counters.longest_register_ns.max(longest_call);
     if program_thread {
         state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
+    }
+    if ok && !program_thread {
+        state.counters.off_thread_pins += 1;
     }
     if ok && in_chunks {
         state.counters.chunked_pins += 1;
@@ -1741,15 +1758,16 @@ fn unpin_block(block: BlockRef) {
         }
     }
     unregister(block.start);
-    if !block.asked_pinned
-        && let Some(state) = lock().as_mut()
-    {
-        state.forget_registered(block.start);
-    }
-    EPOCH.fetch_add(1, Ordering::AcqRel);
     if let Some(state) = lock().as_mut() {
+        if !block.asked_pinned {
+            state.forget_registered(block.start);
+        }
+        if let Some(learner) = state.learner.as_mut() {
+            learner.unpinned(block.block);
+        }
         state.counters.evictions += 1;
     }
+    EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Auto mode: lets go every registration whose edge a copy of `ranges` would cross (CUDA
@@ -1818,7 +1836,7 @@ pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: 
         }
         for (base, start, len, chunks) in crossed {
             match learner.blocks.get(&base).map(|b| b.pin) {
-                Some(Pin::Registering) => waiting = true,
+                Some(Pin::Registering | Pin::Unpinning) => waiting = true,
                 _ => let_go.extend(learner.let_crossed_go(base, start, len, chunks)),
             }
         }
