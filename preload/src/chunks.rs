@@ -193,6 +193,23 @@ pub fn grace() -> bool {
     true
 }
 
+/// The inner edges of the registrations in chunks that `[start, end)` crosses: (the
+/// registration's start, its state, the edge) each, by registration in address order.
+fn crossed_edges(
+    grids: &BTreeMap<usize, (usize, GridState)>,
+    start: usize,
+    end: usize,
+) -> impl Iterator<Item = (usize, GridState, usize)> + '_ {
+    grids
+        .range(..end)
+        .filter(move |&(&at, &(size, _))| at.saturating_add(size) > start)
+        .flat_map(move |(&at, &(size, state))| {
+            edges(at, size)
+                .filter(move |&edge| edge > start && edge < end)
+                .map(move |edge| (at, state, edge))
+        })
+}
+
 /// Where a copy of `ranges` (each the copy's bytes in order, as a 1D copy's source and
 /// destination are) must be cut: offsets into the copy, ascending, strictly inside it, at
 /// the chunk edges of the registrations it touches. Empty for nearly every copy.
@@ -201,20 +218,12 @@ pub fn cuts(ranges: &[(usize, usize, bool)]) -> Vec<usize> {
         return Vec::new();
     }
     let grids = grids();
-    let mut cuts = Vec::new();
-    for &(start, len, _) in ranges {
-        let end = start.saturating_add(len);
-        for (&at, &(size, _)) in grids.range(..end) {
-            if at.saturating_add(size) <= start {
-                continue;
-            }
-            cuts.extend(
-                edges(at, size)
-                    .filter(|&edge| edge > start && edge < end)
-                    .map(|edge| edge - start),
-            );
-        }
-    }
+    let mut cuts: Vec<usize> = ranges
+        .iter()
+        .flat_map(|&(start, len, _)| {
+            crossed_edges(&grids, start, start.saturating_add(len)).map(move |(_, _, e)| e - start)
+        })
+        .collect();
     cuts.sort_unstable();
     cuts.dedup();
     cuts
@@ -225,13 +234,11 @@ pub fn crossed(start: usize, end: usize) -> Vec<(usize, GridState)> {
     if !ANY.load(Ordering::SeqCst) {
         return Vec::new();
     }
-    grids()
-        .range(..end)
-        .filter(|&(&at, &(size, _))| {
-            at.saturating_add(size) > start && edges(at, size).any(|e| e > start && e < end)
-        })
-        .map(|(&at, &(_, state))| (at, state))
-        .collect()
+    let mut crossed: Vec<_> = crossed_edges(&grids(), start, end)
+        .map(|(at, state, _)| (at, state))
+        .collect();
+    crossed.dedup_by_key(|grid| grid.0);
+    crossed
 }
 
 /// Every registration in chunks: (start, state) each.
@@ -290,14 +297,9 @@ pub fn register(
     register: impl Fn(*mut c_void, usize) -> Option<c_int>,
     unregister: impl Fn(*mut c_void) -> Option<c_int>,
 ) -> Registered {
-    let end = start.saturating_add(len);
     loop {
         let mut grids = grids();
-        let overlapped = grids
-            .range(..end)
-            .next_back()
-            .is_some_and(|(&at, &(size, _))| at.saturating_add(size) > start);
-        if !overlapped {
+        if crate::state::overlapping(&grids, |grid| grid.0, start, len).is_none() {
             grids.insert(start, (len, GridState::Registering));
             break;
         }

@@ -235,7 +235,7 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
     if state::forked() || IN_COPY.get() {
         return call();
     }
-    let _in_call = state::LEARNING
+    let in_call = state::LEARNING
         .load(Ordering::Acquire)
         .then(|| cleared(&[], true, None));
     if !ACTIVE.load(Ordering::Acquire) {
@@ -246,6 +246,8 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
         cuda::capturing(stream)
     };
     let queued = inside(call);
+    // Queued: the pinner thread need not wait for it any longer.
+    drop(in_call);
     if queued != 0 || capturing {
         return queued;
     }

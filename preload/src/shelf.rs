@@ -49,12 +49,12 @@ impl Shelf {
         Some(ptr)
     }
 
-    /// The block at `ptr`, taken off the shelf: its size.
     /// Whether it holds the block at `ptr`.
     pub fn holds(&self, ptr: usize) -> bool {
         self.blocks.iter().any(|&(start, _)| start == ptr)
     }
 
+    /// The block at `ptr`, taken off the shelf: its size.
     pub fn take_at(&mut self, ptr: usize) -> Option<usize> {
         let at = self.blocks.iter().position(|&(start, _)| start == ptr)?;
         let (_, size) = self.blocks.swap_remove(at);

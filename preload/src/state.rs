@@ -174,10 +174,10 @@ pub struct Counters {
     /// because a copy that cannot be cut would have crossed an edge.
     pub off_thread_pins: u64,
     pub chunked_pins: u64,
-    /// Freed blocks registered in chunks that the pinner thread unregistered and freed.
-    pub off_thread_releases: u64,
     pub copies_cut: u64,
     pub chunked_let_go: u64,
+    /// Freed blocks registered in chunks that the pinner thread unregistered and freed.
+    pub off_thread_releases: u64,
     /// Registrations in chunks given up before any call, the copies before them having
     /// taken longer than `chunks::GRACE_LIMIT` to be queued (the block weighed again later).
     pub registrations_put_off: u64,
@@ -200,7 +200,7 @@ struct Demoted {
 
 /// The block of `map` (start -> size; blocks do not overlap) that overlaps `[start, start +
 /// len)`, if any: only the last block starting before the range's end can.
-fn overlapping<V>(
+pub(crate) fn overlapping<V>(
     map: &BTreeMap<usize, V>,
     size: impl Fn(&V) -> usize,
     start: usize,
@@ -1810,22 +1810,29 @@ pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: 
                 crossed.push((base, start, len, false));
             }
         }
-        // Registrations in chunks, found by address whatever their block's state.
-        let grids = if all {
+        // Registrations in chunks, found by address whatever their block's state, with the
+        // copy's range that crosses them (none for a copy whose host memory is not known).
+        let grids: Vec<_> = if all {
             chunks::all()
+                .into_iter()
+                .map(|(at, grid)| (at, grid, at, 0))
+                .collect()
         } else if chunk_edges {
             ranges
                 .iter()
                 .filter(|r| r.0 != 0)
-                .flat_map(|&(start, len, _)| chunks::crossed(start, start.saturating_add(len)))
+                .flat_map(|&(start, len, _)| {
+                    chunks::crossed(start, start.saturating_add(len))
+                        .into_iter()
+                        .map(move |(at, grid)| (at, grid, start, len))
+                })
                 .collect()
         } else {
             Vec::new()
         };
-        for (at, grid) in grids {
+        for (at, grid, start, len) in grids {
             match (grid, learner.registered_at(at)) {
                 (chunks::GridState::Registered, Some((base, Pin::Pinned))) => {
-                    let (start, len) = ranges.first().map_or((base, 0), |r| (r.0, r.1));
                     crossed.push((base, start, len, true));
                 }
                 // A freed block kept registered: no copy may touch it.
