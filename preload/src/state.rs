@@ -178,6 +178,12 @@ pub struct Counters {
     pub chunked_let_go: u64,
     /// Freed blocks registered in chunks that the pinner thread unregistered and freed.
     pub off_thread_releases: u64,
+    /// Blocks let go (by the budget, the node's arbiter) that were unregistered off the
+    /// program's threads: the budget's, when registered in chunks, by the pinner thread.
+    pub off_thread_unpins: u64,
+    /// The longest a program thread spent letting a block go (its copies waited for, then
+    /// unregistered), in nanoseconds.
+    pub longest_thread_unpin_ns: u64,
     /// Registrations in chunks given up before any call, the copies before them having
     /// taken longer than `chunks::GRACE_LIMIT` to be queued (the block weighed again later).
     pub registrations_put_off: u64,
@@ -1374,7 +1380,7 @@ pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
                 .and_then(|s| s.learner.as_mut())
                 .and_then(|l| l.let_part_go(block, block, size));
             if let Some(part) = part {
-                unpin_block(part);
+                unpin_block(part, true);
             }
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);
@@ -1461,14 +1467,22 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
         return;
     }
     let pays = pinning_pays();
+    // Letting a registration in chunks go takes about as long as making it (0.34 s for 16 GiB
+    // on the H100): the pinner thread does it, and the pins decided with it follow it there,
+    // in order, so that they never hold more than the budget.
+    let to_pinner = decisions
+        .unpin
+        .iter()
+        .any(|block| chunks::chunked_at(block.start));
     for block in decisions.unpin {
-        unpin_block(block);
+        if !(to_pinner && hand_to_pinner(Job::Unpin(block))) {
+            unpin_block(block, true);
+        }
     }
     for block in decisions.pin {
         if pays {
-            if block.len <= OFF_THREAD_ABOVE.load(Ordering::Relaxed)
-                || !hand_to_pinner(Job::Pin(block))
-            {
+            let off_thread = to_pinner || block.len > OFF_THREAD_ABOVE.load(Ordering::Relaxed);
+            if !(off_thread && hand_to_pinner(Job::Pin(block))) {
                 pin_block(block, true);
             }
         } else if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
@@ -1503,8 +1517,9 @@ pub fn give_back(starts: &[u64]) -> usize {
         state.counters.node_reclaims += (blocks.len() + cached.len()) as u64;
     }
     let given = blocks.len() + cached.len();
+    // On the thread that reads the node arbiter's replies, not a program thread.
     for block in blocks {
-        unpin_block(block);
+        unpin_block(block, false);
     }
     release_blocks(cached);
     given
@@ -1528,6 +1543,8 @@ pub static OFF_THREAD_ABOVE: AtomicUsize = AtomicUsize::new(128 << 20);
 enum Job {
     /// A block auto mode decided to pin.
     Pin(BlockRef),
+    /// A block the budget let go whose registration is in chunks.
+    Unpin(BlockRef),
     /// A block the program freed whose registration at `start` (`len` bytes) is in chunks:
     /// unregistered here, its bytes let go from the budget, then `block` is freed to libc.
     Free {
@@ -1554,6 +1571,7 @@ fn hand_to_pinner(job: Job) -> bool {
                 for job in jobs {
                     match job {
                         Job::Pin(block) => pin_block(block, false),
+                        Job::Unpin(block) => unpin_block(block, false),
                         Job::Free { start, len, block } => {
                             unregister(start);
                             forget_pinned(start, len);
@@ -1739,7 +1757,10 @@ fn put_off(block: &BlockRef) {
 /// a copy of pageable memory is: it is unregistered once no guarded copy is inside CUDA (at
 /// most 20 ms later), then forgotten (a copy that saw the change is waited for after it). One
 /// the program believes pinned may have copies in flight: the context is synchronized first.
-fn unpin_block(block: BlockRef) {
+/// `program_thread`: made on a thread of the program, which waits (the report's
+/// `longest_thread_unpin_ns`); else on the pinner thread (`off_thread_unpins`).
+fn unpin_block(block: BlockRef, program_thread: bool) {
+    let began = std::time::Instant::now();
     if block.asked_pinned {
         cuda::context_synchronize();
         if !block.part
@@ -1750,7 +1771,6 @@ fn unpin_block(block: BlockRef) {
             demoted.pinned_on_demand = false;
         }
     } else {
-        let began = std::time::Instant::now();
         while COPIES_IN_CALL.load(Ordering::Acquire) > 0
             && began.elapsed() < std::time::Duration::from_millis(20)
         {
@@ -1758,6 +1778,7 @@ fn unpin_block(block: BlockRef) {
         }
     }
     unregister(block.start);
+    let took = began.elapsed().as_nanos() as u64;
     if let Some(state) = lock().as_mut() {
         if !block.asked_pinned {
             state.forget_registered(block.start);
@@ -1766,6 +1787,12 @@ fn unpin_block(block: BlockRef) {
             learner.unpinned(block.block);
         }
         state.counters.evictions += 1;
+        if program_thread {
+            state.counters.longest_thread_unpin_ns =
+                state.counters.longest_thread_unpin_ns.max(took);
+        } else {
+            state.counters.off_thread_unpins += 1;
+        }
     }
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }
@@ -1859,8 +1886,9 @@ pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: 
             }
         }
     }
+    // The copy waits: CUDA would refuse it across a registration's edge.
     for registration in let_go {
-        unpin_block(registration);
+        unpin_block(registration, true);
     }
     waiting
 }

@@ -1004,20 +1004,28 @@ fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
 /// A block hidden from the program that the budget lets go while another thread copies it
 /// keeps the promise of pageable memory until it is unregistered: each copy of it has read
 /// it when the call returns, so the program may overwrite it at once. The block is
-/// registered and unregistered in chunks, so that unregistering takes a while.
+/// registered and unregistered in chunks, so that unregistering takes a while: the pinner
+/// thread unregisters it, and no program thread waits for that.
 #[test]
 fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() {
     let setup = setup_program("auto-evict", "online");
-    let evictions: u64 = (0..3)
-        .map(|_| {
-            in_chunks(&setup, "evict", "256K", &["--budget", "24M"], &[])["evictions"]
-                .as_u64()
-                .unwrap_or(0)
-        })
-        .sum();
+    let runs: Vec<Value> = (0..3)
+        .map(|_| in_chunks(&setup, "evict", "256K", &["--budget", "24M"], &[]))
+        .collect();
+    let sum = |key: &str| -> u64 { runs.iter().map(|c| c[key].as_u64().unwrap_or(0)).sum() };
     assert!(
-        evictions >= 1,
-        "a block was let go while copied: {evictions}"
+        sum("evictions") >= 1,
+        "a block was let go while copied: {runs:?}"
+    );
+    assert_eq!(
+        sum("off_thread_unpins"),
+        sum("evictions"),
+        "every block let go was unregistered by the pinner thread: {runs:?}"
+    );
+    assert_eq!(
+        sum("longest_thread_unpin_ns"),
+        0,
+        "no program thread unregistered one: {runs:?}"
     );
 }
 

@@ -9,10 +9,18 @@ and times each one. hotpin serves the request pageable and, once its copies repa
 registers it (on its pinner thread, in chunks): a registration holds CUDA's lock, so the
 longest small round trip is the longest the program's thread waited for it.
 
+With HOT_MIB > 0, a last phase follows: a fresh pageable tensor of HOT_MIB MiB is copied to
+the GPU again and again for 3 WINDOWs, each copy followed by 8 small round trips, and every
+call is timed. Under a budget that holds the big block alone (`--budget GIB G`), this hot
+tensor is denser and displaces the big block, whose registration is then undone: the longest
+hot copy and the longest round trip of this phase are the longest the program waited for it.
+
 Prints one JSON line: `seconds` (everything but the check), `longest_round_trip_ms` (over all
-windows) and per window, its own ground truth, checks and mismatches. Check: the GPU's copy
-against the buffer, on every 4096th byte and on the first 64 MiB in full, and every small round
-trip. Usage: python3 register_wait.py [GIB] [COPIES] [WINDOW]   (16, 4, 1.5)"""
+windows) and per window; with HOT_MIB, `hot_copies`, `longest_hot_copy_ms`,
+`median_hot_copy_ms` and `longest_evict_round_trip_ms`; its own ground truth, checks and
+mismatches. Check: the GPU's copy against the buffer, on every 4096th byte and on the first
+64 MiB in full, every small round trip, and each hot copy's first and last 64 KiB.
+Usage: python3 register_wait.py [GIB] [COPIES] [WINDOW] [HOT_MIB]   (16, 4, 1.5, 0)"""
 import json
 import sys
 import time
@@ -22,6 +30,7 @@ import torch
 GIB = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 COPIES = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 WINDOW = float(sys.argv[3]) if len(sys.argv) > 3 else 1.5
+HOT_MIB = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 BIG = GIB << 30
 HEAD = 64 << 20
 dev = torch.device("cuda")
@@ -61,6 +70,47 @@ for i in range(COPIES):
     d2h += trips
     d2h_bytes += trips * small.numel() * 4
     windows.append({"longest_ms": longest * 1e3, "round_trips": trips})
+
+
+def round_trip():
+    """One small round trip, checked; its seconds."""
+    global h2d, h2d_bytes, d2h, d2h_bytes, checks, mismatches
+    began = time.perf_counter()
+    small_dev.copy_(small)
+    back = small_dev.cpu()
+    took = time.perf_counter() - began
+    h2d += 1
+    d2h += 1
+    h2d_bytes += small.numel() * 4
+    d2h_bytes += small.numel() * 4
+    checks += 1
+    mismatches += int(not torch.equal(back, small))
+    small.add_(1)
+    return took
+
+
+hot_times, evict_trips = [], []
+if HOT_MIB:
+    hot = torch.empty(HOT_MIB << 18, dtype=torch.int32)  # pageable
+    hot_dev = torch.empty_like(hot, device=dev)
+    edge = 16384  # 64 KiB of int32
+    until = time.perf_counter() + 3 * WINDOW
+    n = 0
+    while time.perf_counter() < until:
+        hot[:edge].fill_(n)
+        hot[-edge:].fill_(n)
+        began = time.perf_counter()
+        hot_dev.copy_(hot)  # synchronous: from pageable memory
+        hot_times.append(time.perf_counter() - began)
+        h2d += 1
+        h2d_bytes += hot.numel() * 4
+        checks += 1
+        mismatches += int(not (torch.equal(hot_dev[:edge].cpu(), hot[:edge])
+                               and torch.equal(hot_dev[-edge:].cpu(), hot[-edge:])))
+        d2h += 2
+        d2h_bytes += 2 * edge * 4
+        evict_trips.extend(round_trip() for _ in range(8))
+        n += 1
 seconds = time.perf_counter() - start
 checks += 2
 mismatches += int(not torch.equal(target[::4096].cpu(), big[::4096]))
@@ -68,6 +118,12 @@ mismatches += int(not torch.equal(target[:HEAD].cpu(), big[:HEAD]))
 print(json.dumps({"program": "register_wait", "gib": GIB, "copies": COPIES,
                   "alloc_seconds": alloc_seconds, "seconds": seconds,
                   "longest_round_trip_ms": max(w["longest_ms"] for w in windows),
-                  "windows": windows, "h2d": h2d, "h2d_bytes": h2d_bytes, "d2h": d2h,
+                  "windows": windows,
+                  **({"hot_mib": HOT_MIB, "hot_copies": len(hot_times),
+                      "longest_hot_copy_ms": max(hot_times) * 1e3,
+                      "median_hot_copy_ms": sorted(hot_times)[len(hot_times) // 2] * 1e3,
+                      "longest_evict_round_trip_ms": max(evict_trips) * 1e3}
+                     if hot_times else {}),
+                  "h2d": h2d, "h2d_bytes": h2d_bytes, "d2h": d2h,
                   "d2h_bytes": d2h_bytes, "checks": checks, "mismatches": mismatches,
                   "pinned_by_hand_bytes": 0, "pinned_requested_bytes": BIG}))

@@ -6,8 +6,11 @@
 # (HOTPIN_OFF_THREAD_ABOVE=1T). Interleaved, ROUNDS rounds. Each run appends the program's
 # JSON line, the config and the interposer's counters to $OUT/register-wait.jsonl.
 # CONFIGS (default "as-written chunks-64M chunks-1G program-thread"): chunks-SIZE registers
-# in chunks of SIZE.
-# Usage: BIN=dir OUT=dir bash bench/gpu/online/register_wait.sh ROUNDS [GIB]
+# in chunks of SIZE; budget runs with `--budget GIBG` (the big block alone fits) in hotpin's
+# default chunks, budget-program-thread the same with the big block registered, and let go,
+# in one call on the copying thread. HOT_MIB (default 0) adds the program's last phase: a hot
+# tensor of HOT_MIB MiB that, under the budget, displaces the big block.
+# Usage: BIN=dir OUT=dir [HOT_MIB=256] bash bench/gpu/online/register_wait.sh ROUNDS [GIB]
 set -u
 BIN=$(cd "${BIN:-target/release}" && pwd)
 OUT=${OUT:-/tmp/hotpin-register-wait}
@@ -20,19 +23,20 @@ for r in $(seq 1 "$ROUNDS"); do
   for config in ${CONFIGS:-as-written chunks-64M chunks-1G program-thread}; do
     prefix="$OUT/$config.$r"
     case $config in
-      as-written) cmd=(python3 "$HERE/register_wait.py" "$GIB") ;;
+      as-written) cmd=(python3 "$HERE/register_wait.py" "$GIB" 4 1.5 "${HOT_MIB:-0}") ;;
       *)
-        chunk=64M above=128M
-        case $config in chunks-*) chunk=${config#chunks-} ;; esac
-        [ "$config" = program-thread ] && above=1T
+        chunk=64M above=128M budget=()
+        case $config in chunks-*) chunk=${config#chunks-} ;; budget*) chunk=32M budget=(--budget "${GIB}G") ;; esac
+        case $config in *program-thread) above=1T ;; esac
         cmd=(env HOTPIN_REGISTER_CHUNK=$chunk HOTPIN_OFF_THREAD_ABOVE=$above "$BIN/hotpin" run
-             --lease-socket off --history "$prefix.hotpin" --report "$prefix" --
-             python3 "$HERE/register_wait.py" "$GIB") ;;
+             --lease-socket off --history "$prefix.hotpin" --report "$prefix" "${budget[@]}" --
+             python3 "$HERE/register_wait.py" "$GIB" 4 1.5 "${HOT_MIB:-0}") ;;
     esac
     timeout 300 "${cmd[@]}" > "$prefix.out" 2> "$prefix.err"
     python3 "$HERE/collect.py" "$prefix" "$config" "$r" \
       longest_register_ns longest_thread_wait_ns off_thread_pins chunked_pins \
       copies_cut learned_pins learned_pin_bytes demoted register_failures \
+      evictions off_thread_unpins longest_thread_unpin_ns \
       >> "$OUT/register-wait.jsonl"
   done
 done
@@ -40,12 +44,14 @@ python3 - "$OUT/register-wait.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 configs = list(dict.fromkeys(r["config"] for r in rows))
-print("| config | seconds | longest round trip ms | longest registration call ms | longest registration on a program thread ms | chunked pins | copies cut | mismatches |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| config | seconds | longest round trip ms | longest registration call ms | longest registration on a program thread ms | chunked pins | copies cut | evictions (off thread) | longest unpin on a program thread ms | hot copy ms, median / longest | longest round trip while evicting ms | mismatches |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for config in configs:
     sel = [r for r in rows if r["config"] == config and "seconds" in r]
     med = lambda k, scale=1: f"{statistics.median([(r.get(k) or 0) * scale for r in sel]):.3g}" if sel else "-"
     bad = sum(r.get("mismatches", 1) for r in rows if r["config"] == config)
     print(f"| {config} | {med('seconds')} | {med('longest_round_trip_ms')} | {med('longest_register_ns', 1e-6)} | "
-          f"{med('longest_thread_wait_ns', 1e-6)} | {med('chunked_pins')} | {med('copies_cut')} | {bad} |")
+          f"{med('longest_thread_wait_ns', 1e-6)} | {med('chunked_pins')} | {med('copies_cut')} | "
+          f"{med('evictions')} ({med('off_thread_unpins')}) | {med('longest_thread_unpin_ns', 1e-6)} | "
+          f"{med('median_hot_copy_ms')} / {med('longest_hot_copy_ms')} | {med('longest_evict_round_trip_ms')} | {bad} |")
 PY
