@@ -1547,6 +1547,7 @@ OWN(cuMemcpyHtoD_v2) OWN(cuMemcpyHtoD_v2_ptds) OWN(cuMemcpyDtoH_v2) OWN(cuMemcpy
 OWN(cuMemcpy) OWN(cuMemcpy_ptds) OWN(cuMemcpyHtoDAsync_v2) OWN(cuMemcpyHtoDAsync_v2_ptsz)
 OWN(cuMemcpyDtoHAsync_v2) OWN(cuMemcpyDtoHAsync_v2_ptsz) OWN(cuMemcpyAsync) OWN(cuMemcpyAsync_ptsz)
 OWN(cuMemHostAlloc) OWN(cuMemFreeHost) OWN(cuMemHostRegister_v2)
+OWN(cuMemcpy2D_v2) OWN(cuMemcpy2D_v2_ptds)
 static const struct {
     const char *base;
     int per_thread;
@@ -1564,6 +1565,8 @@ static const struct {
     {"cuMemcpyDtoHAsync", 1, (void *)own_cuMemcpyDtoHAsync_v2_ptsz},
     {"cuMemcpyAsync", 0, (void *)own_cuMemcpyAsync},
     {"cuMemcpyAsync", 1, (void *)own_cuMemcpyAsync_ptsz},
+    {"cuMemcpy2D", 0, (void *)own_cuMemcpy2D_v2},
+    {"cuMemcpy2D", 1, (void *)own_cuMemcpy2D_v2_ptds},
     {"cuMemHostAlloc", -1, (void *)own_cuMemHostAlloc},
     {"cuMemFreeHost", -1, (void *)own_cuMemFreeHost},
     {"cuMemHostRegister", -1, (void *)own_cuMemHostRegister_v2},

@@ -588,25 +588,59 @@ impl Memcpy2D {
         let Some(c) = (unsafe { c.as_ref() }) else {
             return [(0, 0, READ); 2];
         };
-        let rows = |y: usize, pitch: usize, x: usize| {
-            (y.saturating_add(c.height))
-                .saturating_mul(pitch)
-                .saturating_add(x)
-                .saturating_add(c.width)
-        };
+        let size = [c.width, c.height, 1];
         [
-            (
+            described(
                 host_side(c.src_type, c.src_host, c.src_device),
-                rows(c.src_y, c.src_pitch, c.src_x),
+                [c.src_x, c.src_y, 0],
+                c.src_pitch,
+                c.height,
+                size,
                 READ,
             ),
-            (
+            described(
                 host_side(c.dst_type, c.dst_host, c.dst_device),
-                rows(c.dst_y, c.dst_pitch, c.dst_x),
+                [c.dst_x, c.dst_y, 0],
+                c.dst_pitch,
+                c.height,
+                size,
                 WRITE,
             ),
         ]
     }
+}
+
+/// The host memory one side of a described copy spans: from its first byte (`base` offset by
+/// `pos`, x in bytes) to the end of its last row, `pitch` bytes a row and `slice_height` rows a
+/// slice. The rows' gaps are in it. Nothing where the side is not host memory (`base` 0).
+fn described(
+    base: usize,
+    pos: [usize; 3],
+    pitch: usize,
+    slice_height: usize,
+    size: [usize; 3],
+    side: bool,
+) -> Range {
+    if base == 0 {
+        return (0, 0, side);
+    }
+    let [x, y, z] = pos;
+    let [width, height, depth] = size;
+    // CUDA refuses slices shorter than the copy's height; a longer span is the safe side.
+    let slice_height = slice_height.max(height);
+    let row = |slice: usize, row: usize| {
+        slice
+            .saturating_mul(slice_height)
+            .saturating_add(row)
+            .saturating_mul(pitch)
+    };
+    let first = row(z, y).saturating_add(x);
+    let last_row = row(depth.saturating_sub(1), height.saturating_sub(1));
+    (
+        base.saturating_add(first),
+        last_row.saturating_add(width),
+        side,
+    )
 }
 
 /// cuda.h's `CUDA_MEMCPY3D`.
@@ -642,20 +676,6 @@ pub struct Memcpy3D {
 const _: () = assert!(std::mem::offset_of!(Memcpy3D, dst_type) == 120);
 const _: () = assert!(std::mem::offset_of!(Memcpy3D, depth) == 192);
 
-/// The bytes from a 3D side's base to the end of its last row (an over-estimate where the
-/// copy skips bytes).
-fn extent_3d(pos: [usize; 3], pitch: usize, slice_height: usize, size: [usize; 3]) -> usize {
-    let [x, y, z] = pos;
-    let [width, height, depth] = size;
-    let slices = z
-        .saturating_add(depth)
-        .saturating_mul(slice_height.max(y.saturating_add(height)));
-    slices
-        .saturating_mul(pitch)
-        .saturating_add(x)
-        .saturating_add(width)
-}
-
 impl Memcpy3D {
     /// # Safety
     /// `c` is null or points to a descriptor, as CUDA requires.
@@ -666,14 +686,20 @@ impl Memcpy3D {
         };
         let size = [c.width, c.height, c.depth];
         [
-            (
+            described(
                 host_side(c.src_type, c.src_host, c.src_device),
-                extent_3d([c.src_x, c.src_y, c.src_z], c.src_pitch, c.src_height, size),
+                [c.src_x, c.src_y, c.src_z],
+                c.src_pitch,
+                c.src_height,
+                size,
                 READ,
             ),
-            (
+            described(
                 host_side(c.dst_type, c.dst_host, c.dst_device),
-                extent_3d([c.dst_x, c.dst_y, c.dst_z], c.dst_pitch, c.dst_height, size),
+                [c.dst_x, c.dst_y, c.dst_z],
+                c.dst_pitch,
+                c.dst_height,
+                size,
                 WRITE,
             ),
         ]
@@ -717,15 +743,72 @@ impl Memcpy3DParms {
             return [(0, 0, READ); 2];
         };
         let side = |ptr: &PitchedPtr, pos: [usize; 3], reads: bool| {
-            (
-                ptr.ptr,
-                extent_3d(pos, ptr.pitch, ptr.ysize, p.extent),
-                reads,
-            )
+            described(ptr.ptr, pos, ptr.pitch, ptr.ysize, p.extent, reads)
         };
         [
             side(&p.src_ptr, p.src_pos, READ),
             side(&p.dst_ptr, p.dst_pos, WRITE),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_described_side_spans_its_first_byte_to_the_end_of_its_last_row() {
+        const MIB: usize = 1 << 20;
+        // The whole of a 4 MiB buffer, 4 rows of 1 MiB: exactly the buffer.
+        assert_eq!(
+            described(0x1000, [0, 0, 0], MIB, 4, [MIB, 4, 1], READ),
+            (0x1000, 4 * MIB, READ)
+        );
+        // Rows 1-2, from byte 16 of each, 64 bytes a row, pitch 256.
+        assert_eq!(
+            described(0x1000, [16, 1, 0], 256, 4, [64, 2, 1], WRITE),
+            (0x1000 + 256 + 16, 256 + 64, WRITE)
+        );
+        // 3D: slices 2-3 of 8 rows of pitch 100, rows 1-2 of each, bytes 10-19 of each row.
+        assert_eq!(
+            described(1000, [10, 1, 2], 100, 8, [10, 2, 2], READ),
+            (1000 + (2 * 8 + 1) * 100 + 10, (8 + 1) * 100 + 10, READ)
+        );
+        // A side that is not host memory spans nothing; an empty copy, no row.
+        assert_eq!(
+            described(0, [5, 5, 5], 100, 8, [10, 2, 2], READ),
+            (0, 0, READ)
+        );
+        assert_eq!(
+            described(1000, [0, 0, 0], 100, 8, [10, 0, 1], READ),
+            (1000, 10, READ)
+        );
+    }
+
+    #[test]
+    fn the_runtime_and_driver_forms_of_one_2d_copy_span_the_same_bytes() {
+        let (src, dst) = (0x10_0000usize, 0x20_0000usize);
+        let c = Memcpy2D {
+            src_x: 8,
+            src_y: 3,
+            src_type: MEMORY_HOST,
+            src_host: src,
+            src_device: 0,
+            src_array: 0,
+            src_pitch: 512,
+            dst_x: 0,
+            dst_y: 0,
+            dst_type: MEMORY_HOST,
+            dst_host: dst,
+            dst_device: 0,
+            dst_array: 0,
+            dst_pitch: 256,
+            width: 200,
+            height: 5,
+        };
+        // SAFETY: a descriptor on the stack.
+        let [read, written] = unsafe { Memcpy2D::ranges(&c) };
+        assert_eq!(read, pitched(src + 3 * 512 + 8, 512, 200, 5, READ));
+        assert_eq!(written, pitched(dst, 256, 200, 5, WRITE));
     }
 }

@@ -2,7 +2,10 @@
  * runtime's cudaHostAlloc and of the driver's cuMemHostAlloc (here the CUDA stand-in, a test
  * fixture, not CUDA). Each API: 1 pinned buffer copied 20 times, 2 never copied; then each
  * device buffer is copied back and checked: through cudaMemcpy, and through the driver's
- * cuMemcpyDtoH taken from cuGetProcAddress (as the runtime and PyTorch take theirs).
+ * cuMemcpyDtoH taken from cuGetProcAddress (as the runtime and PyTorch take theirs). Then
+ * synchronous 2D copies, looked up the same two ways: the runtime's cudaMemcpy2D by dlsym and
+ * the driver's cuMemcpy2D from cuGetProcAddress, each 20 times from a malloc'd buffer of its
+ * own, and each device buffer copied back and checked again.
  * Usage: looked_up RUNTIME DRIVER. Prints its copies and checks as JSON. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -19,6 +22,24 @@ typedef int (*dalloc_fn)(unsigned long long *, size_t);
 typedef int (*htod_fn)(unsigned long long, const void *, size_t);
 typedef int (*dtoh_fn)(void *, unsigned long long, size_t);
 typedef int (*proc_fn)(const char *, void **, int, unsigned long long, int *);
+typedef int (*memcpy_2d_fn)(void *, size_t, const void *, size_t, size_t, size_t, int);
+/* cuda.h's CUDA_MEMCPY2D. */
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    unsigned long long srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    unsigned long long dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} memcpy_2d_t;
+typedef int (*cu_memcpy_2d_fn)(const memcpy_2d_t *);
 
 int main(int argc, char **argv) {
     if (argc < 3) return 1;
@@ -35,12 +56,16 @@ int main(int argc, char **argv) {
     dalloc_fn cu_alloc = (dalloc_fn)dlsym(drv, "cuMemAlloc_v2");
     htod_fn cu_htod = (htod_fn)dlsym(drv, "cuMemcpyHtoD_v2");
     proc_fn cu_get_proc_address = (proc_fn)dlsym(drv, "cuGetProcAddress_v2");
+    memcpy_2d_fn cuda_memcpy_2d = (memcpy_2d_fn)dlsym(rt, "cudaMemcpy2D");
     dtoh_fn cu_dtoh = NULL;
+    cu_memcpy_2d_fn cu_memcpy_2d = NULL;
     if (!cu_get_proc_address ||
-        cu_get_proc_address("cuMemcpyDtoH", (void **)&cu_dtoh, 13000, 0, NULL) != 0)
+        cu_get_proc_address("cuMemcpyDtoH", (void **)&cu_dtoh, 13000, 0, NULL) != 0 ||
+        cu_get_proc_address("cuMemcpy2D", (void **)&cu_memcpy_2d, 13000, 0, NULL) != 0)
         return 2;
     if (!cuda_host_alloc || !cuda_free_host || !cuda_malloc || !cuda_memcpy || !cu_init ||
-        !cu_host_alloc || !cu_free_host || !cu_alloc || !cu_htod || !cu_dtoh)
+        !cu_host_alloc || !cu_free_host || !cu_alloc || !cu_htod || !cu_dtoh ||
+        !cuda_memcpy_2d || !cu_memcpy_2d)
         return 2;
     void *device;
     unsigned long long ddevice;
@@ -68,12 +93,39 @@ int main(int argc, char **argv) {
     if (cu_dtoh(back, ddevice, 4 * MIB)) return 12;
     checks++;
     mismatches += memcmp(back, drv_bufs[0], 4 * MIB) != 0;
+    /* 2D: 4 rows of 1 MiB, pitch 1 MiB on both sides (the whole buffer). */
+    char *rows_rt = malloc(4 * MIB), *rows_drv = malloc(4 * MIB);
+    if (!rows_rt || !rows_drv) return 10;
+    memset(rows_rt, 3, 4 * MIB);
+    memset(rows_drv, 4, 4 * MIB);
+    memcpy_2d_t c = {0};
+    c.srcMemoryType = 1; /* CU_MEMORYTYPE_HOST */
+    c.srcHost = rows_drv;
+    c.srcPitch = MIB;
+    c.dstMemoryType = 2; /* CU_MEMORYTYPE_DEVICE */
+    c.dstDevice = ddevice;
+    c.dstPitch = MIB;
+    c.WidthInBytes = MIB;
+    c.Height = 4;
+    for (int i = 0; i < 20; i++) {
+        if (cuda_memcpy_2d(device, MIB, rows_rt, MIB, MIB, 4, 1)) return 13;
+        if (cu_memcpy_2d(&c)) return 14;
+        h2d += 2;
+    }
+    if (cuda_memcpy(back, device, 4 * MIB, 2)) return 11;
+    checks++;
+    mismatches += memcmp(back, rows_rt, 4 * MIB) != 0;
+    if (cu_dtoh(back, ddevice, 4 * MIB)) return 12;
+    checks++;
+    mismatches += memcmp(back, rows_drv, 4 * MIB) != 0;
+    free(rows_rt);
+    free(rows_drv);
     free(back);
     for (int i = 0; i < 3; i++) {
         if (cuda_free_host(rt_bufs[i])) return 8;
         if (cu_free_host(drv_bufs[i])) return 9;
     }
-    printf("{\"h2d\": %ld, \"d2h\": 2, \"checks\": %ld, \"mismatches\": %ld}\n", h2d, checks,
+    printf("{\"h2d\": %ld, \"d2h\": 4, \"checks\": %ld, \"mismatches\": %ld}\n", h2d, checks,
            mismatches);
     return mismatches != 0;
 }
