@@ -163,8 +163,10 @@ pub struct Counters {
     pub parts_let_go: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,
-    /// The longest single registration call of ours, on any thread, in nanoseconds.
+    /// The longest single registration call of ours, and unregistration call, on any
+    /// thread, in nanoseconds.
     pub longest_register_ns: u64,
+    pub longest_unregister_ns: u64,
     /// The longest a program thread waited for a registration of ours (the pinner thread's
     /// are not waited for), in nanoseconds.
     pub longest_thread_wait_ns: u64,
@@ -427,6 +429,7 @@ fn write_report(state: &State, path: &std::path::Path) {
         python_stacks: PYTHON_STACKS.load(Ordering::Relaxed),
         python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
         python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
+        longest_unregister_ns: LONGEST_UNREGISTER_NS.load(Ordering::Relaxed),
         ..state.counters.clone()
     };
     let report = Report {
@@ -778,12 +781,22 @@ impl State {
 /// Unregisters a block hotpin registered (whole, or a part of one); once CUDA did, its lease
 /// from the node's arbiter, if it had one, ends.
 fn unregister(start: usize) {
+    let timed = |ptr: *mut c_void| {
+        let began = std::time::Instant::now();
+        let rc = cuda::unregister(ptr);
+        LONGEST_UNREGISTER_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        rc
+    };
     // A block CUDA did not unregister (at exit the runtime may be torn down already) stays
     // pinned: its lease ends with the process, not with a false release.
-    if chunks::unregister(start, cuda::unregister) == Some(0) {
+    if chunks::unregister(start, timed) == Some(0) {
         crate::lease::released(start);
     }
 }
+
+/// The longest single unregistration call of ours, on any thread (the report's
+/// `longest_unregister_ns`).
+static LONGEST_UNREGISTER_NS: AtomicU64 = AtomicU64::new(0);
 
 /// A pinned block (or part) of auto mode at `start`, `len` bytes, that the program freed: no
 /// longer looked up as registered, and its bytes let go from the budget.
