@@ -29,6 +29,7 @@
 //! cut waits while a grid it crosses is being registered or unregistered
 //! (`state::unpin_straddled`), and a new grid waits until no grid overlaps it.
 
+use crate::state::Busy;
 use std::{
     collections::BTreeMap,
     ffi::{c_int, c_void},
@@ -82,10 +83,36 @@ static LAGGING: AtomicBool = AtomicBool::new(false);
 /// registration up (the block stays pageable, to be weighed again later).
 pub const GRACE_LIMIT: Duration = Duration::from_secs(2);
 
-fn grids() -> MutexGuard<'static, BTreeMap<usize, (usize, GridState)>> {
-    GRIDS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The grids, locked; the thread counts as busy meanwhile.
+struct Grids {
+    map: MutexGuard<'static, BTreeMap<usize, (usize, GridState)>>,
+    /// Dropped after the lock: an allocation made under it (a Vec of cuts growing) goes
+    /// straight to libc. Judged, a `realloc` would take the interposer's state lock, which
+    /// another thread may hold while it waits for this one (`state::unpin_straddled`).
+    _busy: Option<Busy>,
+}
+
+impl std::ops::Deref for Grids {
+    type Target = BTreeMap<usize, (usize, GridState)>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Grids {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+fn grids() -> Grids {
+    let busy = Busy::enter();
+    Grids {
+        map: GRIDS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        _busy: busy,
+    }
 }
 
 /// The chunk size, set from `HOTPIN_REGISTER_CHUNK` (rounded down to pages, between one page
