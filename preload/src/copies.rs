@@ -626,16 +626,20 @@ fn described(
     }
     let [x, y, z] = pos;
     let [width, height, depth] = size;
-    // CUDA refuses slices shorter than the copy's height; a longer span is the safe side.
-    let slice_height = slice_height.max(height);
-    let row = |slice: usize, row: usize| {
+    let row = |slice: usize, slice_height: usize, row: usize| {
         slice
             .saturating_mul(slice_height)
             .saturating_add(row)
             .saturating_mul(pitch)
     };
-    let first = row(z, y).saturating_add(x);
-    let last_row = row(depth.saturating_sub(1), height.saturating_sub(1));
+    let first = row(z, slice_height, y).saturating_add(x);
+    // Slices shorter than the copy's height (0 is allowed with one slice) would end the span
+    // too soon: the end is reckoned with slices at least that high, the safe side.
+    let last_row = row(
+        depth.saturating_sub(1),
+        slice_height.max(height),
+        height.saturating_sub(1),
+    );
     (
         base.saturating_add(first),
         last_row.saturating_add(width),
@@ -773,6 +777,11 @@ mod tests {
         assert_eq!(
             described(1000, [10, 1, 2], 100, 8, [10, 2, 2], READ),
             (1000 + (2 * 8 + 1) * 100 + 10, (8 + 1) * 100 + 10, READ)
+        );
+        // One slice whose height is given as 0 (allowed for one slice): from its first byte.
+        assert_eq!(
+            described(1000, [10, 2, 0], 100, 0, [10, 3, 1], READ),
+            (1000 + 2 * 100 + 10, 2 * 100 + 10, READ)
         );
         // A side that is not host memory spans nothing; an empty copy, no row.
         assert_eq!(

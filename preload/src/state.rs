@@ -1481,16 +1481,23 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
     }
     let pays = pinning_pays();
     // Letting a registration in chunks go takes about as long as making it (0.34 s for 16 GiB
-    // on the H100): the pinner thread does it, and the pins decided with it follow it there,
-    // in order, so that they never hold more than the budget.
-    let to_pinner = decisions
-        .unpin
-        .iter()
-        .any(|block| chunks::chunked_at(block.start));
+    // on the H100): the pinner thread does it for a whole block hidden from the program, whose
+    // copies meanwhile are waited for and cut at its chunks' edges. Not for a part (its edges
+    // are no longer looked at once it is let go), nor for a block the program asked pinned
+    // (its copies in flight are waited for in the program's context, on its thread). While
+    // such an unregistration is queued, every pin follows it to the pinner thread, so that
+    // what is registered never holds more than the budget.
+    let mut to_pinner = UNPINS_QUEUED.load(Ordering::Acquire) > 0;
     for block in decisions.unpin {
-        if !(to_pinner && hand_to_pinner(Job::Unpin(block))) {
-            unpin_block(block, true);
+        if !block.part && !block.asked_pinned && chunks::chunked_at(block.start) {
+            UNPINS_QUEUED.fetch_add(1, Ordering::AcqRel);
+            if hand_to_pinner(Job::Unpin(block)) {
+                to_pinner = true;
+                continue;
+            }
+            UNPINS_QUEUED.fetch_sub(1, Ordering::AcqRel);
         }
+        unpin_block(block, true);
     }
     for block in decisions.pin {
         if pays {
@@ -1552,11 +1559,13 @@ pub fn lease_scores(starts: &[u64]) -> Vec<(u64, f64)> {
 /// about 7 ms of registration on the H100): the program's thread does not wait, and the block
 /// is copied as pageable memory (its copies waited for) until the registration is done.
 pub static OFF_THREAD_ABOVE: AtomicUsize = AtomicUsize::new(128 << 20);
+/// Blocks handed to the pinner thread to be let go and not yet unregistered.
+static UNPINS_QUEUED: AtomicUsize = AtomicUsize::new(0);
 /// What the pinner thread is handed.
 enum Job {
     /// A block auto mode decided to pin.
     Pin(BlockRef),
-    /// A block the budget let go whose registration is in chunks.
+    /// A whole block hidden from the program that the budget let go, registered in chunks.
     Unpin(BlockRef),
     /// A block the program freed whose registration at `start` (`len` bytes) is in chunks:
     /// unregistered here, its bytes let go from the budget, then `block` is freed to libc.
@@ -1581,11 +1590,16 @@ fn hand_to_pinner(job: Job) -> bool {
             .name("hotpin-pinner".into())
             .spawn(move || {
                 let _busy = Busy::enter();
+                // A panic in one job (a bug of ours) is reported and the next is done: the
+                // thread lives on, and the count of queued unpins stays right.
                 for job in jobs {
                     match job {
-                        Job::Pin(block) => pin_block(block, false),
-                        Job::Unpin(block) => unpin_block(block, false),
-                        Job::Free { start, len, block } => {
+                        Job::Pin(block) => crate::exports::judged(|| pin_block(block, false)),
+                        Job::Unpin(block) => {
+                            crate::exports::judged(|| unpin_block(block, false));
+                            UNPINS_QUEUED.fetch_sub(1, Ordering::AcqRel);
+                        }
+                        Job::Free { start, len, block } => crate::exports::judged(|| {
                             unregister(start);
                             forget_pinned(start, len);
                             // SAFETY: a libc block the program freed, which we kept until
@@ -1594,7 +1608,7 @@ fn hand_to_pinner(job: Job) -> bool {
                             if let Some(state) = lock().as_mut() {
                                 state.counters.off_thread_releases += 1;
                             }
-                        }
+                        }),
                     }
                 }
             });

@@ -9,6 +9,9 @@ and times each one. hotpin serves the request pageable and, once its copies repa
 registers it (on its pinner thread, in chunks): a registration holds CUDA's lock, so the
 longest small round trip is the longest the program's thread waited for it.
 
+With BIG_PAGEABLE=1 (environment) the big tensor is pageable (torch.empty without
+pin_memory): hotpin then pins it hidden from the program, once its copies repay it.
+
 With HOT_MIB > 0, a last phase follows: a fresh pageable tensor of HOT_MIB MiB is copied to
 the GPU again and again for 3 WINDOWs, each copy followed by 8 small round trips, and every
 call is timed. Under a budget that holds the big block alone (`--budget GIB G`), this hot
@@ -22,6 +25,7 @@ mismatches. Check: the GPU's copy against the buffer, on every 4096th byte and o
 64 MiB in full, every small round trip, and each hot copy's first and last 64 KiB.
 Usage: python3 register_wait.py [GIB] [COPIES] [WINDOW] [HOT_MIB]   (16, 4, 1.5, 0)"""
 import json
+import os
 import sys
 import time
 
@@ -41,7 +45,8 @@ small = torch.arange(16384, dtype=torch.int32)  # 64 KiB, pageable
 small_dev = torch.empty_like(small, device=dev)
 h2d = h2d_bytes = d2h = d2h_bytes = checks = mismatches = 0
 start = time.perf_counter()
-big = torch.empty(BIG, dtype=torch.uint8, pin_memory=True)
+PAGEABLE = os.environ.get("BIG_PAGEABLE") == "1"
+big = torch.empty(BIG, dtype=torch.uint8, pin_memory=not PAGEABLE)
 alloc_seconds = time.perf_counter() - start
 big.fill_(7)
 big[::4096] = torch.arange(BIG // 4096, dtype=torch.int64).remainder_(251).to(torch.uint8)
@@ -116,6 +121,7 @@ checks += 2
 mismatches += int(not torch.equal(target[::4096].cpu(), big[::4096]))
 mismatches += int(not torch.equal(target[:HEAD].cpu(), big[:HEAD]))
 print(json.dumps({"program": "register_wait", "gib": GIB, "copies": COPIES,
+                  "big_pageable": PAGEABLE,
                   "alloc_seconds": alloc_seconds, "seconds": seconds,
                   "longest_round_trip_ms": max(w["longest_ms"] for w in windows),
                   "windows": windows,
@@ -126,4 +132,4 @@ print(json.dumps({"program": "register_wait", "gib": GIB, "copies": COPIES,
                      if hot_times else {}),
                   "h2d": h2d, "h2d_bytes": h2d_bytes, "d2h": d2h,
                   "d2h_bytes": d2h_bytes, "checks": checks, "mismatches": mismatches,
-                  "pinned_by_hand_bytes": 0, "pinned_requested_bytes": BIG}))
+                  "pinned_by_hand_bytes": 0, "pinned_requested_bytes": 0 if PAGEABLE else BIG}))

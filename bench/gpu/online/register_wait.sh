@@ -9,7 +9,8 @@
 # in chunks of SIZE; budget runs with `--budget GIBG` (the big block alone fits) in hotpin's
 # default chunks (budget-chunks-SIZE: in chunks of SIZE), budget-program-thread the same with the big block registered, and let go,
 # in one call on the copying thread. HOT_MIB (default 0) adds the program's last phase: a hot
-# tensor of HOT_MIB MiB that, under the budget, displaces the big block.
+# tensor of HOT_MIB MiB that, under the budget, displaces the big block. BIG_PAGEABLE=1 makes
+# the big tensor pageable (pinned by hotpin hidden from the program).
 # Usage: BIN=dir OUT=dir [HOT_MIB=256] bash bench/gpu/online/register_wait.sh ROUNDS [GIB]
 set -u
 BIN=$(cd "${BIN:-target/release}" && pwd)
