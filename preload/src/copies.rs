@@ -746,8 +746,15 @@ impl Memcpy3DParms {
         let Some(p) = (unsafe { p.as_ref() }) else {
             return [(0, 0, READ); 2];
         };
+        // With an array on either side, the extent's width counts the array's elements (up to
+        // 16 bytes each), not bytes: the pointer side's rows are taken to fill their pitch.
+        let arrays = p.src_array != 0 || p.dst_array != 0;
         let side = |ptr: &PitchedPtr, pos: [usize; 3], reads: bool| {
-            described(ptr.ptr, pos, ptr.pitch, ptr.ysize, p.extent, reads)
+            let mut size = p.extent;
+            if arrays {
+                size[0] = ptr.pitch.saturating_sub(pos[0]).max(size[0]);
+            }
+            described(ptr.ptr, pos, ptr.pitch, ptr.ysize, size, reads)
         };
         [
             side(&p.src_ptr, p.src_pos, READ),
@@ -792,6 +799,37 @@ mod tests {
             described(1000, [0, 0, 0], 100, 8, [10, 0, 1], READ),
             (1000, 10, READ)
         );
+    }
+
+    #[test]
+    fn a_3d_copy_to_an_array_spans_whole_pitched_rows_of_its_host_side() {
+        let host = 0x10_0000usize;
+        let p = Memcpy3DParms {
+            src_array: 0,
+            src_pos: [64, 1, 0],
+            src_ptr: PitchedPtr {
+                ptr: host,
+                pitch: 1024,
+                xsize: 256,
+                ysize: 4,
+            },
+            dst_array: 0xdead,
+            dst_pos: [0; 3],
+            dst_ptr: PitchedPtr {
+                ptr: 0,
+                pitch: 0,
+                xsize: 0,
+                ysize: 0,
+            },
+            // 100 float4 elements a row (1600 bytes would not fit the pitch; 100 bytes would
+            // under-count): the row is taken to its pitch's end.
+            extent: [100, 2, 1],
+            kind: 1,
+        };
+        // SAFETY: parameters on the stack.
+        let [read, written] = unsafe { Memcpy3DParms::ranges(&p) };
+        assert_eq!(read, (host + 1024 + 64, 1024 + (1024 - 64), READ));
+        assert_eq!(written, (0, 0, WRITE));
     }
 
     #[test]
