@@ -8,6 +8,12 @@ are), and times every copy. If the driver holds a lock for the whole of a regist
 the copying thread waits for the call: its longest copy is then about the longest
 registration call, and chunks shorten it.
 
+With BUSY_MIB=N (environment), a third thread keeps copying N MiB to the GPU throughout
+(cuMemcpyHtoD from host memory of its own: registered with BUSY_PINNED=1, else pageable), as
+a program whose large copies go on while hotpin registers and unregisters elsewhere; its
+copies are checked too. With SYNC_FIRST=1 the registering thread synchronises the context
+before each chunk's call.
+
 Usage: python3 register_stall.py GIB CONFIG [CONFIG ...], each CONFIG `CHUNK_MIB[:PAUSE_US]`
 (CHUNK 0: one call; PAUSE: a sleep after each chunk's call, so that a thread waiting for the
 driver gets in between chunks).
@@ -31,7 +37,11 @@ SMALL = 64 << 10
 PAGE = mmap.PAGESIZE
 
 cuda = ctypes.CDLL("libcuda.so.1")
+BUSY_MIB = int(os.environ.get("BUSY_MIB", "0"))
+BUSY_PINNED = os.environ.get("BUSY_PINNED") == "1"
+SYNC_FIRST = os.environ.get("SYNC_FIRST") == "1"
 for name in ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+             "cuCtxSynchronize",
              "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemHostRegister_v2",
              "cuMemHostUnregister"]:
     getattr(cuda, name).restype = ctypes.c_int
@@ -65,6 +75,16 @@ device_buf = ctypes.c_uint64()
 check(cuda.cuMemAlloc_v2(ctypes.byref(device_buf), SMALL), "cuMemAlloc")
 send = (ctypes.c_ubyte * SMALL)(*([7] * SMALL))
 back = (ctypes.c_ubyte * SMALL)()
+if BUSY_MIB:
+    busy_size = BUSY_MIB << 20
+    busy_host = mmap.mmap(-1, busy_size)
+    busy_base = ctypes.addressof(ctypes.c_char.from_buffer(busy_host))
+    ctypes.memset(busy_base, 3, busy_size)
+    if BUSY_PINNED:
+        check(cuda.cuMemHostRegister_v2(busy_base, busy_size, 0), "register the busy buffer")
+    busy_dev = ctypes.c_uint64()
+    check(cuda.cuMemAlloc_v2(ctypes.byref(busy_dev), busy_size), "cuMemAlloc")
+    busy_edge = (ctypes.c_ubyte * 4096)()
 
 
 def chunks(chunk_mib):
@@ -96,6 +116,8 @@ def one(chunk_mib, pause_us):
         took = []
         began = time.perf_counter()
         for start, length in pieces:
+            if SYNC_FIRST:
+                check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
             t = time.perf_counter()
             call(start, length)
             took.append(time.perf_counter() - t)
@@ -103,8 +125,23 @@ def one(chunk_mib, pause_us):
                 time.sleep(pause_us / 1e6)
         return began, time.perf_counter(), took
 
+    busy_copies = [0]
+
+    def loader():
+        check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+        while not stop.is_set():
+            check(cuda.cuMemcpyHtoD_v2(busy_dev.value, busy_base, busy_size), "busy copy")
+            check(cuda.cuMemcpyDtoH_v2(busy_edge, busy_dev.value + busy_size - 4096, 4096),
+                  "busy check")
+            if busy_edge[0] != 3 or busy_edge[4095] != 3:
+                mismatches[0] += 1
+            busy_copies[0] += 1
+
     thread = threading.Thread(target=copier)
     thread.start()
+    busy = threading.Thread(target=loader) if BUSY_MIB else None
+    if busy:
+        busy.start()
     time.sleep(0.3)
     pieces = chunks(chunk_mib)
     r0, r1, calls = each(lambda s, n: check(cuda.cuMemHostRegister_v2(s, n, 0), "register"), pieces)
@@ -112,6 +149,8 @@ def one(chunk_mib, pause_us):
     time.sleep(0.1)
     stop.set()
     thread.join()
+    if busy:
+        busy.join()
 
     def longest(w0, w1):  # the longest round trip that overlapped [w0, w1]
         return max([e - b for b, e in timed if b < w1 and e > w0] or [0.0]) * 1e3
@@ -124,7 +163,9 @@ def one(chunk_mib, pause_us):
             "copy_longest_during_register_ms": longest(r0, r1),
             "copy_longest_during_unregister_ms": longest(u0, u1),
             "copies_during_register": sum(1 for b, e in timed if b >= r0 and e <= r1),
-            "checks": len(timed), "mismatches": mismatches[0]}
+            "busy_mib": BUSY_MIB, "busy_pinned": BUSY_PINNED, "sync_first": SYNC_FIRST,
+            "busy_copies": busy_copies[0],
+            "checks": len(timed) + busy_copies[0], "mismatches": mismatches[0]}
 
 
 for r in range(ROUNDS):
