@@ -41,6 +41,21 @@ typedef struct {
 } memcpy_2d_t;
 typedef int (*cu_memcpy_2d_fn)(const memcpy_2d_t *);
 
+/* Brings both device buffers back into `back` (the runtime's through cudaMemcpy, the
+ * driver's through the cuMemcpyDtoH taken from cuGetProcAddress) and compares each with what
+ * was copied there, counting checks and mismatches: 0, or the exit code of the failing call. */
+static int check_back(memcpy_fn cuda_memcpy, dtoh_fn cu_dtoh, char *back, void *device,
+                      unsigned long long ddevice, const void *rt_want, const void *drv_want,
+                      long *checks, long *mismatches) {
+    if (cuda_memcpy(back, device, 4 * MIB, 2)) return 11;
+    ++*checks;
+    *mismatches += memcmp(back, rt_want, 4 * MIB) != 0;
+    if (cu_dtoh(back, ddevice, 4 * MIB)) return 12;
+    ++*checks;
+    *mismatches += memcmp(back, drv_want, 4 * MIB) != 0;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 1;
     void *rt = dlopen(argv[1], RTLD_NOW);
@@ -87,12 +102,9 @@ int main(int argc, char **argv) {
     long checks = 0, mismatches = 0;
     char *back = malloc(4 * MIB);
     if (!back) return 10;
-    if (cuda_memcpy(back, device, 4 * MIB, 2)) return 11;
-    checks++;
-    mismatches += memcmp(back, rt_bufs[0], 4 * MIB) != 0;
-    if (cu_dtoh(back, ddevice, 4 * MIB)) return 12;
-    checks++;
-    mismatches += memcmp(back, drv_bufs[0], 4 * MIB) != 0;
+    int rc = check_back(cuda_memcpy, cu_dtoh, back, device, ddevice, rt_bufs[0], drv_bufs[0],
+                        &checks, &mismatches);
+    if (rc) return rc;
     /* 2D: 4 rows of 1 MiB, pitch 1 MiB on both sides (the whole buffer). */
     char *rows_rt = malloc(4 * MIB), *rows_drv = malloc(4 * MIB);
     if (!rows_rt || !rows_drv) return 10;
@@ -112,12 +124,9 @@ int main(int argc, char **argv) {
         if (cu_memcpy_2d(&c)) return 14;
         h2d += 2;
     }
-    if (cuda_memcpy(back, device, 4 * MIB, 2)) return 11;
-    checks++;
-    mismatches += memcmp(back, rows_rt, 4 * MIB) != 0;
-    if (cu_dtoh(back, ddevice, 4 * MIB)) return 12;
-    checks++;
-    mismatches += memcmp(back, rows_drv, 4 * MIB) != 0;
+    rc = check_back(cuda_memcpy, cu_dtoh, back, device, ddevice, rows_rt, rows_drv, &checks,
+                    &mismatches);
+    if (rc) return rc;
     free(rows_rt);
     free(rows_drv);
     free(back);
