@@ -711,9 +711,52 @@ EXPORT CUresult cuMemFreeHost(void *p) {
     return CUDA_SUCCESS;
 }
 
+/* A test witness, not CUDA: on the H100 a registration made while the process's large
+ * copies are inside CUDA takes hundreds of ms and holds every other call (docs/benchmarks.md),
+ * so hotpin's pinner thread must not make one then (preload/src/turns.rs). Counted both ways:
+ * a registration or unregistration call that starts while a copy call of at least 1 MiB is
+ * running, and such a copy call that starts during a registration or unregistration call.
+ * standinCallsBesideCopies() answers the count (the stand-in's own export; CUDA has none). */
+#define LARGE_COPY (1u << 20)
+static atomic_int large_copies_in_call, pin_calls_in_call;
+static atomic_long calls_beside_copies;
+
+EXPORT long standinCallsBesideCopies(void) { return atomic_load(&calls_beside_copies); }
+
+static void large_copy_enter(size_t n) {
+    if (n < LARGE_COPY) return;
+    atomic_fetch_add(&large_copies_in_call, 1);
+    if (atomic_load(&pin_calls_in_call) > 0) atomic_fetch_add(&calls_beside_copies, 1);
+}
+static void large_copy_leave(size_t n) {
+    if (n >= LARGE_COPY) atomic_fetch_sub(&large_copies_in_call, 1);
+}
+static void pin_call_enter(void) {
+    atomic_fetch_add(&pin_calls_in_call, 1);
+    if (atomic_load(&large_copies_in_call) > 0) atomic_fetch_add(&calls_beside_copies, 1);
+}
+static void pin_call_leave(void) { atomic_fetch_sub(&pin_calls_in_call, 1); }
+
+static CUresult host_register(void *p, size_t bytesize, unsigned int flags);
+static CUresult host_unregister(void *p);
+
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
+    pin_call_enter();
+    CUresult r = host_register(p, bytesize, flags);
+    pin_call_leave();
+    return r;
+}
+
+EXPORT CUresult cuMemHostUnregister(void *p) {
+    pin_call_enter();
+    CUresult r = host_unregister(p);
+    pin_call_leave();
+    return r;
+}
+
 /* Registers [p, p + bytesize): pinned from now on, also inside a block CUDA allocated; one
  * that overlaps an earlier registration is refused. */
-EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
+static CUresult host_register(void *p, size_t bytesize, unsigned int flags) {
     CUresult r = check_device();
     if (r) return r;
     if (!p || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -732,7 +775,7 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flag
     return r;
 }
 
-EXPORT CUresult cuMemHostUnregister(void *p) {
+static CUresult host_unregister(void *p) {
     CUresult r = check_device();
     if (r) return r;
     wait_streams(0);
@@ -796,8 +839,10 @@ static CUresult copy(void *dst, const void *src, size_t n) {
     if (r) return r;
     if ((!dst || !src) && n) return CUDA_ERROR_INVALID_VALUE;
     if (crosses_registration(dst, n) || crosses_registration(src, n)) return CUDA_ERROR_INVALID_VALUE;
+    large_copy_enter(n);
     wait_streams(1);
     if (n) memmove(dst, src, n);
+    large_copy_leave(n);
     return CUDA_SUCCESS;
 }
 
@@ -818,7 +863,16 @@ static int stage(struct op *op, const void *src, size_t n) {
  *   pageable destination (device to pageable host): synchronous, after the stream's work;
  *   pageable source (pageable host to device): staged now, the staged copy enqueued.
  * A pageable copy on a capturing stream is refused. */
+static CUresult copy_async_in_call(CUstream h, int ptsz, void *dst, const void *src, size_t n, enum side dst_side, enum side src_side);
+
 static CUresult copy_async(CUstream h, int ptsz, void *dst, const void *src, size_t n, enum side dst_side, enum side src_side) {
+    large_copy_enter(n);
+    CUresult r = copy_async_in_call(h, ptsz, dst, src, n, dst_side, src_side);
+    large_copy_leave(n);
+    return r;
+}
+
+static CUresult copy_async_in_call(CUstream h, int ptsz, void *dst, const void *src, size_t n, enum side dst_side, enum side src_side) {
     if ((!dst || !src) && n) return CUDA_ERROR_INVALID_VALUE;
     if ((dst_side == SIDE_PINNED && crosses_registration(dst, n)) || (src_side == SIDE_PINNED && crosses_registration(src, n)))
         return CUDA_ERROR_INVALID_VALUE;

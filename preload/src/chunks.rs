@@ -292,7 +292,11 @@ pub fn in_pieces(
     let mut at = 0;
     for &cut in cuts.iter().chain([&len]) {
         if cut > at {
-            let rc = copy(at, cut - at);
+            let rc = {
+                // A piece takes its own turn (an uncut copy took one for the whole).
+                let _copying = (!cuts.is_empty()).then(|| crate::turns::copying(cut - at));
+                copy(at, cut - at)
+            };
             if rc != 0 {
                 if at > 0 {
                     settle();
@@ -347,7 +351,8 @@ pub fn register(
     let mut rc = 0;
     for (at, size) in pieces_of(start, len) {
         let began = std::time::Instant::now();
-        rc = register(at as *mut c_void, size).unwrap_or(crate::cuda::ERROR_NO_RUNTIME);
+        rc = crate::turns::in_turn(|| register(at as *mut c_void, size))
+            .unwrap_or(crate::cuda::ERROR_NO_RUNTIME);
         longest = longest.max(began.elapsed().as_nanos() as u64);
         if rc != 0 {
             break;
@@ -360,7 +365,7 @@ pub fn register(
     } else {
         set_state(start, GridState::Unregistering);
         for at in done {
-            unregister(at as *mut c_void);
+            crate::turns::in_turn(|| unregister(at as *mut c_void));
             std::thread::sleep(PAUSE);
         }
         grids().remove(&start);
@@ -390,14 +395,14 @@ pub fn unregister(
         let mut grids = grids();
         let Some(grid) = grids.get_mut(&start) else {
             drop(grids);
-            return unregister(start as *mut c_void);
+            return crate::turns::in_turn(|| unregister(start as *mut c_void));
         };
         grid.1 = GridState::Unregistering;
         grid.0
     };
     let mut answer = Some(0);
     for (at, _) in pieces_of(start, len) {
-        let rc = unregister(at as *mut c_void);
+        let rc = crate::turns::in_turn(|| unregister(at as *mut c_void));
         if rc != Some(0) {
             answer = rc;
         }

@@ -35,6 +35,7 @@ use crate::{
     exports::judged,
     questions,
     state::{self, ACTIVE, BELIEVED_PINNED, Busy, CAPTURES_REFUSED, COPIES_WAITED, Touched},
+    turns,
 };
 
 /// Host memory a copy may read or write: (address, length, whether the copy reads it: a
@@ -86,12 +87,16 @@ fn guarded(
     let (in_call, cuts) = cleared(ranges, false, in_pieces.then_some(stream));
     let epoch = state::EPOCH.load(Ordering::Acquire);
     state::COPIES_IN_CALL.fetch_add(1, Ordering::AcqRel);
+    // Inside CUDA until it returns (and is waited for, if it must be); a copy cut in pieces
+    // takes a turn for each piece instead.
+    let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
     let (mut rc, settled) = keeping_promises(ranges, stream, layer, || {
         let rc = call(&cuts);
         // Queued: the pinner thread need not wait for it any longer.
         drop(in_call);
         rc
     });
+    drop(copying);
     state::COPIES_IN_CALL.fetch_sub(1, Ordering::AcqRel);
     if rc == 0 && !settled && state::EPOCH.load(Ordering::Acquire) != epoch {
         // A block it touches may have become registered, or stopped being, behind the
@@ -166,7 +171,9 @@ fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize]) -> c_i
     }
     let cut_on = in_pieces.then_some(std::ptr::null_mut());
     let (in_call, cuts) = cleared(ranges, false, cut_on);
+    let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
     let rc = inside(|| call(&cuts));
+    drop(copying);
     drop(in_call);
     if rc == 0 {
         count(ranges);
@@ -245,6 +252,8 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
         let _busy = Busy::enter();
         cuda::capturing(stream)
     };
+    // Its size is not known: taken as large.
+    let _copying = turns::copying(usize::MAX);
     let queued = inside(call);
     // Queued: the pinner thread need not wait for it any longer.
     drop(in_call);
@@ -254,6 +263,11 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
     COPIES_WAITED.fetch_add(1, Ordering::Relaxed);
     let _busy = Busy::enter();
     cuda::synchronize(stream)
+}
+
+/// The most host bytes one of a copy's ranges spans (its size, for a turn).
+fn host_bytes(ranges: &[Range]) -> usize {
+    ranges.iter().map(|range| range.1).max().unwrap_or(0)
 }
 
 /// Copies cut at the edges of registrations made in chunks (the report's `copies_cut`).

@@ -73,6 +73,7 @@ mod questions;
 mod real;
 mod shelf;
 mod state;
+mod turns;
 
 /// Marks this file as hotpin's interposer, which the tracer never probes
 /// (`Library::INTERPOSER_MARKER`): it defines CUDA's copy functions only to wrap the real ones.

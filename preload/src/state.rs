@@ -186,6 +186,12 @@ pub struct Counters {
     /// The longest a program thread spent letting a block go (its copies waited for, then
     /// unregistered), in nanoseconds.
     pub longest_thread_unpin_ns: u64,
+    /// The pinner thread's calls and the program's large copies take turns (`turns`): the
+    /// longest a copy was held back for a call, the longest the pinner waited for its turn,
+    /// and its calls made beside large copies once it had waited its limit (nanoseconds).
+    pub longest_copy_held_ns: u64,
+    pub longest_turn_wait_ns: u64,
+    pub calls_beside_copies: u64,
     /// Registrations in chunks given up before any call, the copies before them having
     /// taken longer than `chunks::GRACE_LIMIT` to be queued (the block weighed again later).
     pub registrations_put_off: u64,
@@ -317,6 +323,28 @@ fn size_setting(name: &str, default: usize) -> usize {
     }
 }
 
+/// A switch in the environment variable `name` (`1` on, `0` off), else `default`; any other
+/// value is said once (strict mode: the process stops before the program starts).
+fn switch_setting(name: &str, default: bool) -> bool {
+    match std::env::var(name).as_deref() {
+        Err(_) => default,
+        Ok("1") => true,
+        Ok("0") => false,
+        Ok(text) if strict() => {
+            eprintln!("hotpin: {name}={text:?} is neither 1 nor 0; stopping (HOTPIN_STRICT)");
+            // SAFETY: ends the process before the program starts.
+            unsafe { libc::_exit(STRICT_SETTING) };
+        }
+        Ok(text) => {
+            eprintln!(
+                "hotpin: {name}={text:?} is neither 1 nor 0; it is {}",
+                u8::from(default)
+            );
+            default
+        }
+    }
+}
+
 /// Reads the environment and the history; on any problem says so once on stderr and leaves
 /// the program untouched.
 pub fn init() {
@@ -335,6 +363,10 @@ pub fn init() {
                 "HOTPIN_REGISTER_CHUNK",
                 chunks::CHUNK.load(Ordering::Relaxed),
             ));
+            crate::turns::ON.store(
+                switch_setting("HOTPIN_BETWEEN_COPIES", true),
+                Ordering::Relaxed,
+            );
             let learning = state.learner.is_some();
             *lock() = Some(state);
             if learning {
@@ -430,6 +462,9 @@ fn write_report(state: &State, path: &std::path::Path) {
         python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
         python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
         longest_unregister_ns: LONGEST_UNREGISTER_NS.load(Ordering::Relaxed),
+        longest_copy_held_ns: crate::turns::LONGEST_HELD_NS.load(Ordering::Relaxed),
+        longest_turn_wait_ns: crate::turns::LONGEST_TURN_WAIT_NS.load(Ordering::Relaxed),
+        calls_beside_copies: crate::turns::CALLS_BESIDE_COPIES.load(Ordering::Relaxed),
         ..state.counters.clone()
     };
     let report = Report {
@@ -1590,6 +1625,7 @@ fn hand_to_pinner(job: Job) -> bool {
             .name("hotpin-pinner".into())
             .spawn(move || {
                 let _busy = Busy::enter();
+                crate::turns::pinner_thread();
                 // A panic in one job (a bug of ours) is reported and the next is done: the
                 // thread lives on, and the count of queued unpins stays right.
                 for job in jobs {
@@ -1711,7 +1747,7 @@ fn pin_block(block: BlockRef, program_thread: bool) {
         }
         (Some(done.rc), done.longest_call_ns)
     } else {
-        let rc = register(block.start as *mut c_void, block.len);
+        let rc = crate::turns::in_turn(|| register(block.start as *mut c_void, block.len));
         (rc, began.elapsed().as_nanos() as u64)
     };
     let waited = began.elapsed().as_nanos() as u64;

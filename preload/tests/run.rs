@@ -970,7 +970,7 @@ fn large_blocks_are_registered_in_chunks_and_copies_cut_at_their_edges() {
     let setup = setup_program("auto-chunks", "online");
     // No cache of freed pinned blocks: a freed block is unregistered.
     let no_cache = [("HOTPIN_CACHE", Path::new("0"))];
-    let c = in_chunks(&setup, "chunks", "1M", &[], &no_cache);
+    let (c, _) = in_chunks(&setup, "chunks", "1M", &[], &no_cache);
     assert_eq!(c["register_failures"], 0, "{c}");
     assert!(c["chunked_pins"].as_u64() >= Some(1), "{c}");
     assert!(c["copies_cut"].as_u64() >= Some(10), "{c}");
@@ -997,7 +997,7 @@ fn large_blocks_are_registered_in_chunks_and_copies_cut_at_their_edges() {
 fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
     let setup = setup_program("auto-shared", "online");
     for _ in 0..3 {
-        let c = in_chunks(&setup, "shared", "256K", &[], &[]);
+        let (c, _) = in_chunks(&setup, "shared", "256K", &[], &[]);
         assert_eq!(c["register_failures"], 0, "{c}");
         assert!(c["chunked_pins"].as_u64() >= Some(1), "{c}");
     }
@@ -1007,14 +1007,34 @@ fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
 /// keeps the promise of pageable memory until it is unregistered: each copy of it has read
 /// it when the call returns, so the program may overwrite it at once. The block is
 /// registered and unregistered in chunks, so that unregistering takes a while: the pinner
-/// thread unregisters it, and no program thread waits for that.
+/// thread unregisters it, and no program thread waits for that. Each of the pinner's calls
+/// is made between the program's large copies, never beside one (the stand-in counts those),
+/// unless it waited its limit (`calls_beside_copies` in the report), though one thread copies
+/// without pause throughout.
 #[test]
 fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() {
     let setup = setup_program("auto-evict", "online");
-    let runs: Vec<Value> = (0..3)
-        .map(|_| in_chunks(&setup, "evict", "256K", &["--budget", "24M"], &[]))
-        .collect();
+    let (runs, outputs): (Vec<Value>, Vec<Value>) = (0..3)
+        .map(|_| in_chunks(&setup, "evict", "2M", &["--budget", "24M"], &[]))
+        .unzip();
     let sum = |key: &str| -> u64 { runs.iter().map(|c| c[key].as_u64().unwrap_or(0)).sum() };
+    let beside: u64 = outputs
+        .iter()
+        .map(|o| {
+            o["details"]["calls_beside_copies"]
+                .as_u64()
+                .expect("the stand-in's count")
+        })
+        .sum();
+    assert!(
+        beside <= sum("calls_beside_copies"),
+        "every call beside a large copy was one made after waiting its limit: the stand-in \
+         saw {beside}: {runs:?}"
+    );
+    assert!(
+        sum("longest_turn_wait_ns") > 0,
+        "the pinner waited for its turns: {runs:?}"
+    );
     assert!(
         sum("evictions") >= 1,
         "a block was let go while copied: {runs:?}"
@@ -1031,16 +1051,34 @@ fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() 
     );
 }
 
+/// The stand-in's witness sees the pinner's calls made beside large copies when the turns are
+/// off (`HOTPIN_BETWEEN_COPIES=0`), as in the test above: so its 0 there is the turns' doing.
+#[test]
+fn without_turns_the_pinner_calls_beside_the_programs_copies() {
+    let setup = setup_program("auto-evict-no-turns", "online");
+    let off = [("HOTPIN_BETWEEN_COPIES", Path::new("0"))];
+    let mut beside = 0;
+    for _ in 0..3 {
+        let (counters, output) = in_chunks(&setup, "evict", "2M", &["--budget", "24M"], &off);
+        assert!(counters["chunked_pins"].as_u64() >= Some(1), "{counters}");
+        assert_eq!(counters["longest_turn_wait_ns"], 0, "{counters}");
+        beside += output["details"]["calls_beside_copies"]
+            .as_u64()
+            .expect("the stand-in's count");
+    }
+    assert!(beside > 0, "the stand-in saw no call beside a copy");
+}
+
 /// `hotpin run ARGS -- online MODE 24` (auto mode, a first run, no node arbiter) on the
 /// stand-in, blocks over 8 MiB registered by the pinner thread in chunks of `chunk`, with
-/// `env` added: its counters, once it computed right.
+/// `env` added: its counters and the program's own output, once it computed right.
 fn in_chunks(
     setup: &Setup,
     mode: &str,
     chunk: &str,
     args: &[&str],
     env: &[(&str, &Path)],
-) -> Value {
+) -> (Value, Value) {
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let prefix = setup.dir.join(format!("{mode}-report-{run}"));
@@ -1066,7 +1104,7 @@ fn in_chunks(
         &all_env,
     );
     assert_computed_right(&output);
-    counters(&prefix)
+    (counters(&prefix), ground_truth(&output))
 }
 
 /// Auto mode pins what its copies repay, and of a large block only the part its copies

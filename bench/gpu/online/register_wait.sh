@@ -8,7 +8,8 @@
 # CONFIGS (default "as-written chunks-64M chunks-1G program-thread"): chunks-SIZE registers
 # in chunks of SIZE; budget runs with `--budget GIBG` (the big block alone fits) in hotpin's
 # default chunks (budget-chunks-SIZE: in chunks of SIZE), budget-program-thread the same with the big block registered, and let go,
-# in one call on the copying thread. HOT_MIB (default 0) adds the program's last phase: a hot
+# in one call on the copying thread; a config ending in -no-turns runs with the pinner's calls
+# and the program's large copies not taking turns (HOTPIN_BETWEEN_COPIES=0). HOT_MIB (default 0) adds the program's last phase: a hot
 # tensor of HOT_MIB MiB that, under the budget, displaces the big block. BIG_PAGEABLE=1 makes
 # the big tensor pageable (pinned by hotpin hidden from the program).
 # Usage: BIN=dir OUT=dir [HOT_MIB=256] bash bench/gpu/online/register_wait.sh ROUNDS [GIB]
@@ -26,11 +27,12 @@ for r in $(seq 1 "$ROUNDS"); do
     case $config in
       as-written) cmd=(python3 "$HERE/register_wait.py" "$GIB" 4 1.5 "${HOT_MIB:-0}") ;;
       *)
-        chunk=64M above=128M budget=()
-        case $config in chunks-*) chunk=${config#chunks-} ;; budget*) chunk=32M budget=(--budget "${GIB}G") ;; esac
-        case $config in budget-chunks-*) chunk=${config#budget-chunks-} ;; esac
-        case $config in *program-thread) above=1T ;; esac
-        cmd=(env HOTPIN_REGISTER_CHUNK=$chunk HOTPIN_OFF_THREAD_ABOVE=$above "$BIN/hotpin" run
+        chunk=64M above=128M budget=() turns=1
+        case $config in *-no-turns) turns=0 config_base=${config%-no-turns} ;; *) config_base=$config ;; esac
+        case $config_base in chunks-*) chunk=${config_base#chunks-} ;; budget*) chunk=32M budget=(--budget "${GIB}G") ;; esac
+        case $config_base in budget-chunks-*) chunk=${config_base#budget-chunks-} ;; esac
+        case $config_base in *program-thread) above=1T ;; esac
+        cmd=(env HOTPIN_REGISTER_CHUNK=$chunk HOTPIN_OFF_THREAD_ABOVE=$above HOTPIN_BETWEEN_COPIES=$turns "$BIN/hotpin" run
              --lease-socket off --history "$prefix.hotpin" --report "$prefix" "${budget[@]}" --
              python3 "$HERE/register_wait.py" "$GIB" 4 1.5 "${HOT_MIB:-0}") ;;
     esac
@@ -39,6 +41,7 @@ for r in $(seq 1 "$ROUNDS"); do
       longest_register_ns longest_thread_wait_ns off_thread_pins chunked_pins \
       copies_cut learned_pins learned_pin_bytes demoted register_failures \
       evictions off_thread_unpins longest_thread_unpin_ns longest_unregister_ns \
+      longest_copy_held_ns longest_turn_wait_ns calls_beside_copies \
       >> "$OUT/register-wait.jsonl"
   done
 done
@@ -46,8 +49,8 @@ python3 - "$OUT/register-wait.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 configs = list(dict.fromkeys(r["config"] for r in rows))
-print("| config | seconds | longest round trip ms | longest registration call ms | longest registration on a program thread ms | chunked pins | copies cut | evictions (off thread) | longest unpin on a program thread ms | hot copy ms, median / longest | longest round trip while evicting ms | longest unregistration call ms | mismatches |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| config | seconds | longest round trip ms | longest registration call ms | longest registration on a program thread ms | chunked pins | copies cut | evictions (off thread) | longest unpin on a program thread ms | hot copy ms, median / longest | longest round trip while evicting ms | longest unregistration call ms | longest copy held ms | calls beside copies | mismatches |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for config in configs:
     sel = [r for r in rows if r["config"] == config and "seconds" in r]
     med = lambda k, scale=1: f"{statistics.median([(r.get(k) or 0) * scale for r in sel]):.3g}" if sel else "-"
@@ -55,5 +58,6 @@ for config in configs:
     print(f"| {config} | {med('seconds')} | {med('longest_round_trip_ms')} | {med('longest_register_ns', 1e-6)} | "
           f"{med('longest_thread_wait_ns', 1e-6)} | {med('chunked_pins')} | {med('copies_cut')} | "
           f"{med('evictions')} ({med('off_thread_unpins')}) | {med('longest_thread_unpin_ns', 1e-6)} | "
-          f"{med('median_hot_copy_ms')} / {med('longest_hot_copy_ms')} | {med('longest_evict_round_trip_ms')} | {med('longest_unregister_ns', 1e-6)} | {bad} |")
+          f"{med('median_hot_copy_ms')} / {med('longest_hot_copy_ms')} | {med('longest_evict_round_trip_ms')} | {med('longest_unregister_ns', 1e-6)} | "
+          f"{med('longest_copy_held_ns', 1e-6)} | {med('calls_beside_copies')} | {bad} |")
 PY

@@ -41,7 +41,9 @@
  *          synchronous for the second. A third buffer is copied there and back every step,
  *          never by a 2D copy, then freed.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
- * Prints one JSON line: checks, mismatches, details. */
+ * Prints one JSON line: checks, mismatches, details (on the stand-in, its count of
+ * registration calls made beside a large copy call too: calls_beside_copies). */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -311,6 +313,11 @@ int main(int argc, char **argv) {
         free(block);
     }
     tally_detail(&t);
+    /* The stand-in's witness (a test fixture's export, absent from CUDA): registration calls
+     * made while a large copy call ran, or the other way round. */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    long (*beside)(void) = driver ? (long (*)(void))dlsym(driver, "standinCallsBesideCopies") : NULL;
+    if (beside) detail("calls_beside_copies", "%ld", beside());
     int error = cudaGetLastError();
     detail("last_error", "%d", error);
     checks++;

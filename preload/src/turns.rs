@@ -1,0 +1,207 @@
+//! The pinner thread's registration calls and the program's large copies take turns.
+//!
+//! While CUDA registers or unregisters host memory it holds a lock that every other CUDA call
+//! of the process waits for, and while the program's large copies are being made, one such
+//! call takes far longer than its size explains: on the H100, a 32 MiB registration beside a
+//! thread copying 256 MiB at a time took 0.2-8.4 s (1.1 s median) and held every other call
+//! of the program as long, against under 5 ms with no large copy in flight
+//! (docs/benchmarks.md). Chunks cannot bound that; when the call is made can.
+//!
+//! So each call of the pinner thread (a chunk registered or unregistered) is made only while
+//! none of the program's copies of at least [`LARGE`] host bytes is inside CUDA:
+//! - first it looks for such a moment without holding anything back, for up to [`POLITE`];
+//! - then it holds back the large copies that come (they wait at [`copying`]) and waits for
+//!   those inside CUDA to return, for up to [`DRAIN`];
+//! - after that it makes the call anyway (`calls_beside_copies` in the report), so that a copy
+//!   that waits on the program's other threads cannot hold the pinner for good.
+//!
+//! A held copy waits for what is left of the copies inside CUDA and for one call made with
+//! no large copy beside it. A copy is inside CUDA from its call until it returns, and, for a
+//! copy of memory registered behind the program's back, until it is waited for. The
+//! program's asynchronous copies of memory it pinned itself are not seen once queued: a call
+//! may still be made while those are in flight.
+//!
+//! Only the pinner thread takes turns: a program thread that registers or unregisters (a
+//! block of at most `HOTPIN_OFF_THREAD_ABOVE`, a part let go) makes its call at once.
+//! `HOTPIN_BETWEEN_COPIES=0` turns the turns off (for comparisons).
+
+use std::{
+    cell::Cell,
+    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
+
+/// Copies of at least this many host bytes take turns with the pinner's calls (the size floor
+/// of the blocks auto mode tracks).
+pub const LARGE: usize = 1 << 20;
+/// How long the pinner thread looks for a moment with no large copy inside CUDA before it
+/// holds new ones back.
+const POLITE: Duration = Duration::from_millis(1);
+/// How long it then waits for the large copies inside CUDA to return before it makes its
+/// call anyway.
+const DRAIN: Duration = Duration::from_millis(50);
+/// How often both sides look again.
+const POLL: Duration = Duration::from_micros(20);
+
+/// Whether turns are taken (`HOTPIN_BETWEEN_COPIES`, default on).
+pub static ON: AtomicBool = AtomicBool::new(true);
+/// Whether the pinner thread has started: before, no copy takes a turn.
+static PINNER: AtomicBool = AtomicBool::new(false);
+/// The program's large copies inside CUDA.
+static COPYING: AtomicUsize = AtomicUsize::new(0);
+/// Whether the pinner thread is making a call, or holding large copies back for one. Both
+/// sides read what the other wrote (a store-buffer pattern): sequentially consistent.
+static CALLING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Whether this thread is the pinner thread.
+    static ON_PINNER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The longest a program's copy was held back (`longest_copy_held_ns`), the longest the pinner
+/// waited for its turn (`longest_turn_wait_ns`), and its calls made beside large copies after
+/// [`DRAIN`] (`calls_beside_copies`).
+pub static LONGEST_HELD_NS: AtomicU64 = AtomicU64::new(0);
+pub static LONGEST_TURN_WAIT_NS: AtomicU64 = AtomicU64::new(0);
+pub static CALLS_BESIDE_COPIES: AtomicU64 = AtomicU64::new(0);
+
+/// Marks the calling thread as the pinner thread: its calls take turns from now on.
+pub fn pinner_thread() {
+    ON_PINNER.with(|on| on.set(true));
+    PINNER.store(true, Ordering::SeqCst);
+}
+
+/// A large copy inside CUDA, counted until dropped.
+pub struct Copying(bool);
+
+impl Drop for Copying {
+    fn drop(&mut self) {
+        if self.0 {
+            COPYING.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Counts a copy of `bytes` host bytes as inside CUDA until the returned guard is dropped;
+/// a large one waits first while the pinner thread makes (or is about to make) a call.
+pub fn copying(bytes: usize) -> Copying {
+    if bytes < LARGE || !PINNER.load(Ordering::Relaxed) || !ON.load(Ordering::Relaxed) {
+        return Copying(false);
+    }
+    let mut held: Option<Instant> = None;
+    loop {
+        COPYING.fetch_add(1, Ordering::SeqCst);
+        if !CALLING.load(Ordering::SeqCst) {
+            if let Some(began) = held {
+                LONGEST_HELD_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            return Copying(true);
+        }
+        COPYING.fetch_sub(1, Ordering::SeqCst);
+        held.get_or_insert_with(Instant::now);
+        while CALLING.load(Ordering::SeqCst) {
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// Makes the pinner thread's `call` in its turn: while none of the program's large copies is
+/// inside CUDA (or once [`POLITE`] and [`DRAIN`] have passed). On any other thread, at once.
+pub fn in_turn<T>(call: impl FnOnce() -> T) -> T {
+    if !ON_PINNER.with(Cell::get) || !ON.load(Ordering::Relaxed) {
+        return call();
+    }
+    let began = Instant::now();
+    loop {
+        CALLING.store(true, Ordering::SeqCst);
+        if COPYING.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        if began.elapsed() >= POLITE {
+            // Large copies are held back from now on; those inside CUDA are waited for.
+            while COPYING.load(Ordering::SeqCst) > 0 && began.elapsed() < POLITE + DRAIN {
+                std::thread::sleep(POLL);
+            }
+            if COPYING.load(Ordering::SeqCst) > 0 {
+                CALLS_BESIDE_COPIES.fetch_add(1, Ordering::Relaxed);
+            }
+            break;
+        }
+        CALLING.store(false, Ordering::SeqCst);
+        std::thread::sleep(POLL);
+    }
+    LONGEST_TURN_WAIT_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let _turn = Turn;
+    call()
+}
+
+/// The pinner thread's turn: ends when dropped, even if its call panicked.
+struct Turn;
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        CALLING.store(false, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier, mpsc};
+
+    /// The pinner's call waits for a large copy inside CUDA (or, past its limit, is counted
+    /// as made beside it), and a large copy that comes during the call waits for it to end;
+    /// a small copy does neither.
+    #[test]
+    fn the_pinners_calls_and_large_copies_take_turns() {
+        static IN_CALL: AtomicBool = AtomicBool::new(false);
+        static COPY_INSIDE: AtomicBool = AtomicBool::new(false);
+        PINNER.store(true, Ordering::SeqCst);
+        // A large copy inside CUDA for 5 ms.
+        let inside = Arc::new(Barrier::new(2));
+        let copier = {
+            let inside = Arc::clone(&inside);
+            std::thread::spawn(move || {
+                let copying = copying(LARGE);
+                COPY_INSIDE.store(true, Ordering::SeqCst);
+                inside.wait();
+                std::thread::sleep(Duration::from_millis(5));
+                COPY_INSIDE.store(false, Ordering::SeqCst);
+                drop(copying);
+            })
+        };
+        inside.wait();
+        let pinner = std::thread::spawn(|| {
+            pinner_thread();
+            in_turn(|| {
+                let beside = COPY_INSIDE.load(Ordering::SeqCst);
+                IN_CALL.store(true, Ordering::SeqCst);
+                // A copy that comes now: a small one gets through during the call, a large
+                // one waits for its end.
+                let (small_through, told) = mpsc::channel();
+                let late = std::thread::spawn(move || {
+                    drop(copying(LARGE - 1));
+                    small_through.send(()).expect("the call waits for this");
+                    let _large = copying(LARGE);
+                    IN_CALL.load(Ordering::SeqCst)
+                });
+                let small = told.recv_timeout(Duration::from_secs(10)).is_ok();
+                std::thread::sleep(Duration::from_millis(20));
+                IN_CALL.store(false, Ordering::SeqCst);
+                (beside, small, late)
+            })
+        });
+        copier.join().expect("the copier");
+        let (beside, small, late) = pinner.join().expect("the pinner");
+        assert!(small, "a small copy got through during the call");
+        assert!(
+            !late.join().expect("the late copy"),
+            "a large copy waited for the call"
+        );
+        assert_eq!(
+            beside,
+            CALLS_BESIDE_COPIES.load(Ordering::SeqCst) > 0,
+            "a call beside a copy only once the pinner waited its limit, and counted"
+        );
+    }
+}
