@@ -283,19 +283,30 @@ pub fn all() -> Vec<(usize, GridState)> {
 /// in order; the first failure is the answer, and nothing after it is made. A failure after
 /// some pieces were queued calls `settle` (which waits for them), so that none is left in
 /// flight behind an error.
+///
+/// Each piece of a cut copy takes its own turn with the pinner thread's calls
+/// (`turns::copying`; an uncut copy took one for the whole). With `settle_each` (a copy that
+/// is waited for before it returns anyway), each piece is waited for within its turn, so that
+/// none is still in flight when the pinner calls CUDA between two pieces: on the H100 a
+/// registration call made while a piece of a registered chunk was in flight took up to 30-50
+/// ms, and held every other call of the program as long.
 pub fn in_pieces(
     len: usize,
     cuts: &[usize],
+    settle_each: bool,
     copy: impl Fn(usize, usize) -> c_int,
-    settle: impl FnOnce(),
+    settle: impl Fn(),
 ) -> c_int {
     let mut at = 0;
     for &cut in cuts.iter().chain([&len]) {
         if cut > at {
             let rc = {
-                // A piece takes its own turn (an uncut copy took one for the whole).
                 let _copying = (!cuts.is_empty()).then(|| crate::turns::copying(cut - at));
-                copy(at, cut - at)
+                let rc = copy(at, cut - at);
+                if rc == 0 && settle_each && !cuts.is_empty() {
+                    settle();
+                }
+                rc
             };
             if rc != 0 {
                 if at > 0 {
@@ -438,6 +449,7 @@ mod tests {
         let rc = in_pieces(
             100,
             &[10, 60],
+            false,
             |at, len| {
                 made.borrow_mut().push((at, len));
                 0
@@ -452,6 +464,7 @@ mod tests {
             in_pieces(
                 100,
                 &[10, 60],
+                false,
                 |at, len| {
                     made.borrow_mut().push((at, len));
                     if at == 10 { 1 } else { 0 }
@@ -462,5 +475,39 @@ mod tests {
         );
         assert_eq!(*made.borrow(), vec![(0, 10), (10, 50)]);
         assert!(settled.get(), "the first piece was waited for");
+    }
+
+    #[test]
+    fn each_piece_of_a_copy_to_be_waited_for_is_waited_for_as_it_goes() {
+        let events = std::cell::RefCell::new(Vec::new());
+        let rc = in_pieces(
+            100,
+            &[10, 60],
+            true,
+            |at, _| {
+                events.borrow_mut().push(at);
+                0
+            },
+            || events.borrow_mut().push(usize::MAX),
+        );
+        assert_eq!(rc, 0);
+        let settled = usize::MAX;
+        assert_eq!(*events.borrow(), vec![0, settled, 10, settled, 60, settled]);
+        // An uncut copy is left to its caller.
+        events.borrow_mut().clear();
+        assert_eq!(
+            in_pieces(
+                100,
+                &[],
+                true,
+                |at, _| {
+                    events.borrow_mut().push(at);
+                    0
+                },
+                || events.borrow_mut().push(usize::MAX),
+            ),
+            0
+        );
+        assert_eq!(*events.borrow(), vec![0]);
     }
 }

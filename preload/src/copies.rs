@@ -76,13 +76,13 @@ fn guarded(
     stream: Stream,
     layer: Layer,
     in_pieces: bool,
-    call: impl FnOnce(&[usize]) -> c_int,
+    call: impl FnOnce(&[usize], bool) -> c_int,
 ) -> c_int {
     if state::forked() || IN_COPY.get() {
-        return call(&[]);
+        return call(&[], false);
     }
     if !state::LEARNING.load(Ordering::Acquire) {
-        return keeping_promises(ranges, stream, layer, || call(&[])).0;
+        return keeping_promises(ranges, stream, layer, |_| call(&[], false)).0;
     }
     let (in_call, cuts) = cleared(ranges, false, in_pieces.then_some(stream));
     let epoch = state::EPOCH.load(Ordering::Acquire);
@@ -90,8 +90,8 @@ fn guarded(
     // Inside CUDA until it returns (and is waited for, if it must be); a copy cut in pieces
     // takes a turn for each piece instead.
     let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
-    let (mut rc, settled) = keeping_promises(ranges, stream, layer, || {
-        let rc = call(&cuts);
+    let (mut rc, settled) = keeping_promises(ranges, stream, layer, |settling| {
+        let rc = call(&cuts, settling);
         // Queued: the pinner thread need not wait for it any longer.
         drop(in_call);
         rc
@@ -165,14 +165,14 @@ fn count(ranges: &[Range]) {
 
 /// A synchronous copy (complete when it returns, pinned or not): only counted, in auto mode
 /// (and cut, or what it crosses let go, as [`guarded`] does).
-fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize]) -> c_int) -> c_int {
+fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize], bool) -> c_int) -> c_int {
     if state::forked() || IN_COPY.get() || !state::LEARNING.load(Ordering::Acquire) {
-        return call(&[]);
+        return call(&[], false);
     }
     let cut_on = in_pieces.then_some(std::ptr::null_mut());
     let (in_call, cuts) = cleared(ranges, false, cut_on);
     let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
-    let rc = inside(|| call(&cuts));
+    let rc = inside(|| call(&cuts, false));
     drop(copying);
     drop(in_call);
     if rc == 0 {
@@ -182,24 +182,25 @@ fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize]) -> c_i
 }
 
 /// [`guarded`]'s promise keeping: the copy's status, and whether it was settled (waited for,
-/// or captured) so that nothing more may be done about it.
+/// or captured) so that nothing more may be done about it. `call` is told whether the copy
+/// will be waited for once queued (each of its pieces may then be waited for as it goes).
 fn keeping_promises(
     ranges: &[Range],
     stream: Stream,
     layer: Layer,
-    call: impl FnOnce() -> c_int,
+    call: impl FnOnce(bool) -> c_int,
 ) -> (c_int, bool) {
     if !anything_changed() {
-        return (inside(call), false);
+        return (inside(|| call(false)), false);
     }
     let Some(busy) = Busy::enter() else {
-        return (call(), false);
+        return (call(false), false);
     };
     let mut touched = Touched::default();
     judged(|| touched = state::touched(ranges));
     if !touched.hidden && !touched.believed_pinned {
         drop(busy);
-        return (inside(call), false);
+        return (inside(|| call(false)), false);
     }
     // Asked once: both answers below depend on it.
     let capturing = cuda::capturing(stream);
@@ -208,7 +209,7 @@ fn keeping_promises(
     }
     if !touched.hidden {
         drop(busy);
-        return (inside(call), capturing);
+        return (inside(|| call(false)), capturing);
     }
     if capturing {
         // CUDA's own answer for pageable memory: refused (older CUDA, the stand-in), or
@@ -222,10 +223,10 @@ fn keeping_promises(
             }
         }
         drop(busy);
-        return (inside(call), true);
+        return (inside(|| call(false)), true);
     }
     drop(busy);
-    let queued = inside(call);
+    let queued = inside(|| call(true));
     if queued != 0 {
         return (queued, true);
     }
@@ -319,7 +320,7 @@ macro_rules! copy {
         #[allow(unused_unsafe)]
         let ranges = unsafe { $ranges };
         // SAFETY: the program's own call, passed on as it was made.
-        copy!(@call $guard, $stream, $layer, &ranges, false, |_: &[usize]| unsafe { $real($($arg),*) })
+        copy!(@call $guard, $stream, $layer, &ranges, false, |_: &[usize], _: bool| unsafe { $real($($arg),*) })
     }};
     (@guard $guard:ident, $stream:expr, $layer:expr, $real:ident, ($($arg:ident),*), $ranges:expr, ($o:ident, $l:ident, $($piece:expr),*)) => {{
         let ranges = $ranges;
@@ -332,7 +333,7 @@ macro_rules! copy {
             let _busy = Busy::enter();
             cuda::synchronize($stream);
         };
-        copy!(@call $guard, $stream, $layer, &ranges, true, |cuts: &[usize]| chunks::in_pieces(len, cuts, piece, settle))
+        copy!(@call $guard, $stream, $layer, &ranges, true, |cuts: &[usize], settle_each: bool| chunks::in_pieces(len, cuts, settle_each, piece, settle))
     }};
     (@call guarded, $stream:expr, $layer:expr, $ranges:expr, $in_pieces:expr, $call:expr) => {
         guarded($ranges, $stream, $layer, $in_pieces, $call)
