@@ -361,6 +361,7 @@ pub fn register(
     let mut longest = 0;
     let mut rc = 0;
     for (at, size) in pieces_of(start, len) {
+        populate(at, size);
         let began = std::time::Instant::now();
         rc = crate::turns::in_turn(|| register(at as *mut c_void, size))
             .unwrap_or(crate::cuda::ERROR_NO_RUNTIME);
@@ -385,6 +386,22 @@ pub fn register(
         rc,
         longest_call_ns: longest,
         gave_up: false,
+    }
+}
+
+/// Faults in the pages of `[start, start + len)` that are not yet there, writable, without
+/// changing a byte (`MADV_POPULATE_WRITE`, Linux 5.14; elsewhere nothing is done), so that
+/// registering them does not fault them in itself: CUDA holds its lock meanwhile, and on the
+/// H100 a 32 MiB registration of memory never written (a `torch.empty` tensor copied from)
+/// took 18-33 ms instead of 2-5 ms, every other CUDA call of the program waiting with it.
+pub fn populate(start: usize, len: usize) {
+    let page = start / PAGE * PAGE;
+    let end = start.saturating_add(len);
+    // SAFETY: advice on pages of a block the program allocated and has not freed (a
+    // registration is never made of any other); MADV_POPULATE_WRITE changes no content, and
+    // an error (an old kernel, a page that cannot be written) leaves everything as it was.
+    unsafe {
+        libc::madvise(page as *mut c_void, end - page, libc::MADV_POPULATE_WRITE);
     }
 }
 

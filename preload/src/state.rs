@@ -1747,6 +1747,7 @@ fn pin_block(block: BlockRef, program_thread: bool) {
         }
         (Some(done.rc), done.longest_call_ns)
     } else {
+        chunks::populate(block.start, block.len);
         let rc = crate::turns::in_turn(|| register(block.start as *mut c_void, block.len));
         (rc, began.elapsed().as_nanos() as u64)
     };
