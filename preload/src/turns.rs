@@ -16,7 +16,9 @@
 //!   that waits on the program's other threads cannot hold the pinner for good.
 //!
 //! A held copy waits for what is left of the copies inside CUDA and for one call made with
-//! no large copy beside it. A copy is inside CUDA from its call until it returns, and, for a
+//! no large copy beside it. After each call the pinner rests as long as the call took, so
+//! that a program thread making several calls in a row (a small round trip is two) meets at
+//! most one of them. A copy is inside CUDA from its call until it returns, and, for a
 //! copy of memory registered behind the program's back, until it is waited for. The
 //! program's asynchronous copies of memory it pinned itself are not seen once queued: a call
 //! may still be made while those are in flight.
@@ -131,8 +133,15 @@ pub fn in_turn<T>(call: impl FnOnce() -> T) -> T {
         std::thread::sleep(POLL);
     }
     LONGEST_TURN_WAIT_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    let _turn = Turn;
-    call()
+    let calling = Instant::now();
+    let answer = {
+        let _turn = Turn;
+        call()
+    };
+    // As long again for the program: a thread that makes several calls in a row (a small
+    // round trip is two) meets at most one of ours.
+    std::thread::sleep(calling.elapsed());
+    answer
 }
 
 /// The pinner thread's turn: ends when dropped, even if its call panicked.

@@ -18,6 +18,10 @@ call is timed. Under a budget that holds the big block alone (`--budget GIB G`),
 tensor is denser and displaces the big block, whose registration is then undone: the longest
 hot copy and the longest round trip of this phase are the longest the program waited for it.
 
+With BUSY_MIB=N (environment), another thread keeps copying a pageable tensor of N MiB to the
+GPU on its own stream throughout (`busy_copies` in the output): while a program's large
+copies are inside CUDA, a registration call takes far longer and holds every other call.
+
 Prints one JSON line: `seconds` (everything but the check), `longest_round_trip_ms` (over all
 windows) and per window; with HOT_MIB, `hot_copies`, `longest_hot_copy_ms`,
 `median_hot_copy_ms` and `longest_evict_round_trip_ms`; its own ground truth, checks and
@@ -27,6 +31,7 @@ Usage: python3 register_wait.py [GIB] [COPIES] [WINDOW] [HOT_MIB]   (16, 4, 1.5,
 import json
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -52,6 +57,36 @@ big.fill_(7)
 big[::4096] = torch.arange(BIG // 4096, dtype=torch.int64).remainder_(251).to(torch.uint8)
 big[:HEAD] = torch.arange(HEAD, dtype=torch.int32).remainder_(253).to(torch.uint8)
 target = torch.empty(BIG, dtype=torch.uint8, device=dev)
+
+BUSY_MIB = int(os.environ.get("BUSY_MIB", "0"))
+busy_counts = {"copies": 0, "bytes": 0, "checks": 0, "mismatches": 0}
+busy_stop = threading.Event()
+
+
+def busy():
+    """Another thread's large copies: a pageable tensor of BUSY_MIB MiB copied to the GPU on
+    a stream of its own, again and again, until the program's end; every 16th checked."""
+    src = torch.empty(BUSY_MIB << 18, dtype=torch.int32)
+    src.fill_(3)
+    dst = torch.empty_like(src, device=dev)
+    stream = torch.cuda.Stream()
+    n = 0
+    with torch.cuda.stream(stream):
+        while not busy_stop.is_set():
+            src[0] = n
+            dst.copy_(src)  # synchronous: from pageable memory
+            stream.synchronize()
+            busy_counts["copies"] += 1
+            busy_counts["bytes"] += src.numel() * 4
+            if n % 16 == 0:
+                busy_counts["checks"] += 1
+                busy_counts["mismatches"] += int(dst[0].item() != n or dst[-1].item() != 3)
+            n += 1
+
+
+busy_thread = threading.Thread(target=busy, daemon=True) if BUSY_MIB else None
+if busy_thread:
+    busy_thread.start()
 
 
 def round_trip():
@@ -109,6 +144,15 @@ if HOT_MIB:
         evict_trips.extend(round_trip() for _ in range(8))
         n += 1
 seconds = time.perf_counter() - start
+if busy_thread:
+    busy_stop.set()
+    busy_thread.join()
+    h2d += busy_counts["copies"]
+    h2d_bytes += busy_counts["bytes"]
+    d2h += 2 * busy_counts["checks"]
+    d2h_bytes += 8 * busy_counts["checks"]
+    checks += busy_counts["checks"]
+    mismatches += busy_counts["mismatches"]
 checks += 2
 mismatches += int(not torch.equal(target[::4096].cpu(), big[::4096]))
 mismatches += int(not torch.equal(target[:HEAD].cpu(), big[:HEAD]))
@@ -124,4 +168,5 @@ print(json.dumps({"program": "register_wait", "gib": GIB, "copies": COPIES,
                      if hot_times else {}),
                   "h2d": h2d, "h2d_bytes": h2d_bytes, "d2h": d2h,
                   "d2h_bytes": d2h_bytes, "checks": checks, "mismatches": mismatches,
+                  "busy_mib": BUSY_MIB, "busy_copies": busy_counts["copies"],
                   "pinned_by_hand_bytes": 0, "pinned_requested_bytes": 0 if PAGEABLE else BIG}))
