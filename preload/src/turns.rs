@@ -8,15 +8,19 @@
 //! (docs/benchmarks.md). Chunks cannot bound that; when the call is made can.
 //!
 //! So each call of the pinner thread (a chunk registered or unregistered) is made only while
-//! none of the program's copies of at least [`LARGE`] host bytes is inside CUDA:
-//! - first it looks for such a moment without holding anything back, for up to [`POLITE`];
+//! none of the program's copies of at least [`LARGE`] host bytes is inside CUDA. It takes its
+//! turn in rounds:
+//! - it looks for such a moment without holding anything back, for up to [`POLITE`];
 //! - then it holds back the large copies that come (they wait at [`copying`]) and waits for
-//!   those inside CUDA to return, for up to [`DRAIN`];
-//! - after that it makes the call anyway (`calls_beside_copies` in the report), so that a copy
-//!   that waits on the program's other threads cannot hold the pinner for good.
+//!   those inside CUDA to return, for up to [`HOLD`];
+//! - if they have not, it lets the held copies go, rests (1 ms, doubling up to [`REST`]) and
+//!   tries again: a call made beside a long copy was measured at 285-351 ms on the H100.
 //!
-//! A held copy waits for what is left of the copies inside CUDA and for one call made with
-//! no large copy beside it. After each call the pinner rests as long as the call took, so
+//! Only after [`GIVE_UP`] without a turn does it make the call anyway (`calls_beside_copies`
+//! in the report), so that a program that copies without pause, or a copy that waits on
+//! the program's other threads, cannot hold the pinner for good.
+//!
+//! A held copy waits at most [`HOLD`] and one call made with no large copy beside it. After each call the pinner rests as long as the call took, so
 //! that a program thread making several calls in a row (a small round trip is two) meets at
 //! most one of them. A copy is inside CUDA from its call until it returns, and, for a
 //! copy of memory registered behind the program's back, until it is waited for. The
@@ -39,9 +43,12 @@ pub const LARGE: usize = 1 << 20;
 /// How long the pinner thread looks for a moment with no large copy inside CUDA before it
 /// holds new ones back.
 const POLITE: Duration = Duration::from_millis(1);
-/// How long it then waits for the large copies inside CUDA to return before it makes its
-/// call anyway.
-const DRAIN: Duration = Duration::from_millis(50);
+/// How long it then holds them back, waiting for those inside CUDA to return.
+const HOLD: Duration = Duration::from_millis(5);
+/// The longest rest between two rounds that found no turn.
+const REST: Duration = Duration::from_millis(32);
+/// How long it looks for a turn before it makes its call anyway.
+const GIVE_UP: Duration = Duration::from_secs(2);
 /// How often both sides look again.
 const POLL: Duration = Duration::from_micros(20);
 
@@ -61,8 +68,8 @@ thread_local! {
 }
 
 /// The longest a program's copy was held back (`longest_copy_held_ns`), the longest the pinner
-/// waited for its turn (`longest_turn_wait_ns`), and its calls made beside large copies after
-/// [`DRAIN`] (`calls_beside_copies`).
+/// waited for its turn (`longest_turn_wait_ns`), and its calls made without one, after
+/// [`GIVE_UP`] (`calls_beside_copies`).
 pub static LONGEST_HELD_NS: AtomicU64 = AtomicU64::new(0);
 pub static LONGEST_TURN_WAIT_NS: AtomicU64 = AtomicU64::new(0);
 pub static CALLS_BESIDE_COPIES: AtomicU64 = AtomicU64::new(0);
@@ -108,29 +115,22 @@ pub fn copying(bytes: usize) -> Copying {
 }
 
 /// Makes the pinner thread's `call` in its turn: while none of the program's large copies is
-/// inside CUDA (or once [`POLITE`] and [`DRAIN`] have passed). On any other thread, at once.
+/// inside CUDA (or once [`GIVE_UP`] has passed). On any other thread, at once.
 pub fn in_turn<T>(call: impl FnOnce() -> T) -> T {
     if !ON_PINNER.with(Cell::get) || !ON.load(Ordering::Relaxed) {
         return call();
     }
     let began = Instant::now();
-    loop {
-        CALLING.store(true, Ordering::SeqCst);
-        if COPYING.load(Ordering::SeqCst) == 0 {
+    let mut rest = Duration::from_millis(1);
+    while !turn_taken() {
+        if began.elapsed() >= GIVE_UP {
+            // Called anyway, large copies held back meanwhile.
+            CALLING.store(true, Ordering::SeqCst);
+            CALLS_BESIDE_COPIES.fetch_add(1, Ordering::Relaxed);
             break;
         }
-        if began.elapsed() >= POLITE {
-            // Large copies are held back from now on; those inside CUDA are waited for.
-            while COPYING.load(Ordering::SeqCst) > 0 && began.elapsed() < POLITE + DRAIN {
-                std::thread::sleep(POLL);
-            }
-            if COPYING.load(Ordering::SeqCst) > 0 {
-                CALLS_BESIDE_COPIES.fetch_add(1, Ordering::Relaxed);
-            }
-            break;
-        }
-        CALLING.store(false, Ordering::SeqCst);
-        std::thread::sleep(POLL);
+        std::thread::sleep(rest);
+        rest = (rest * 2).min(REST);
     }
     LONGEST_TURN_WAIT_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let calling = Instant::now();
@@ -142,6 +142,32 @@ pub fn in_turn<T>(call: impl FnOnce() -> T) -> T {
     // round trip is two) meets at most one of ours.
     std::thread::sleep(calling.elapsed());
     answer
+}
+
+/// One round of looking for a turn: true with `CALLING` set and no large copy inside CUDA;
+/// else false, with nothing held back.
+fn turn_taken() -> bool {
+    let began = Instant::now();
+    loop {
+        CALLING.store(true, Ordering::SeqCst);
+        if COPYING.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        if began.elapsed() >= POLITE {
+            break;
+        }
+        CALLING.store(false, Ordering::SeqCst);
+        std::thread::sleep(POLL);
+    }
+    // Large copies are held back from now on; those inside CUDA are waited for.
+    while began.elapsed() < POLITE + HOLD {
+        if COPYING.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        std::thread::sleep(POLL);
+    }
+    CALLING.store(false, Ordering::SeqCst);
+    false
 }
 
 /// The pinner thread's turn: ends when dropped, even if its call panicked.
