@@ -364,7 +364,7 @@ pub fn init() {
                 chunks::CHUNK.load(Ordering::Relaxed),
             ));
             crate::turns::ON.store(
-                switch_setting("HOTPIN_BETWEEN_COPIES", true),
+                switch_setting("HOTPIN_BETWEEN_COPIES", false),
                 Ordering::Relaxed,
             );
             let learning = state.learner.is_some();

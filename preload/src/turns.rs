@@ -29,7 +29,18 @@
 //!
 //! Only the pinner thread takes turns: a program thread that registers or unregisters (a
 //! block of at most `HOTPIN_OFF_THREAD_ABOVE`, a part let go) makes its call at once.
-//! `HOTPIN_BETWEEN_COPIES=0` turns the turns off (for comparisons).
+//!
+//! **Off unless `HOTPIN_BETWEEN_COPIES=1`**, because on the H100 (docs/benchmarks.md) they
+//! cost more than they saved in the programs measured:
+//! - a program that copies a hot tensor almost all the time leaves the pinner about one turn
+//!   per copy, so letting a 16 GiB block go took the whole phase and the hot tensor's pin,
+//!   queued behind it, never came (its copies 16 ms instead of 5);
+//! - the program's asynchronous copies of memory it pinned itself are not seen once queued,
+//!   and the pinner, put off until those were in flight, made registration calls of
+//!   150-221 ms beside them, where calls made at once took about 10 ms.
+//!
+//! Seeing those copies (an event after each) and letting pins pass a long unregistration
+//! would be the next steps.
 
 use std::{
     cell::Cell,
@@ -52,8 +63,8 @@ const GIVE_UP: Duration = Duration::from_secs(2);
 /// How often both sides look again.
 const POLL: Duration = Duration::from_micros(20);
 
-/// Whether turns are taken (`HOTPIN_BETWEEN_COPIES`, default on).
-pub static ON: AtomicBool = AtomicBool::new(true);
+/// Whether turns are taken (`HOTPIN_BETWEEN_COPIES`, default off).
+pub static ON: AtomicBool = AtomicBool::new(false);
 /// Whether the pinner thread has started: before, no copy takes a turn.
 static PINNER: AtomicBool = AtomicBool::new(false);
 /// The program's large copies inside CUDA.
@@ -192,6 +203,7 @@ mod tests {
         static IN_CALL: AtomicBool = AtomicBool::new(false);
         static COPY_INSIDE: AtomicBool = AtomicBool::new(false);
         PINNER.store(true, Ordering::SeqCst);
+        ON.store(true, Ordering::SeqCst);
         // A large copy inside CUDA for 5 ms.
         let inside = Arc::new(Barrier::new(2));
         let copier = {

@@ -1007,34 +1007,14 @@ fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
 /// keeps the promise of pageable memory until it is unregistered: each copy of it has read
 /// it when the call returns, so the program may overwrite it at once. The block is
 /// registered and unregistered in chunks, so that unregistering takes a while: the pinner
-/// thread unregisters it, and no program thread waits for that. Each of the pinner's calls
-/// is made between the program's large copies, never beside one (the stand-in counts those),
-/// unless it waited its limit (`calls_beside_copies` in the report), though one thread copies
-/// without pause throughout.
+/// thread unregisters it, and no program thread waits for that.
 #[test]
 fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() {
     let setup = setup_program("auto-evict", "online");
-    let (runs, outputs): (Vec<Value>, Vec<Value>) = (0..3)
-        .map(|_| in_chunks(&setup, "evict", "2M", &["--budget", "24M"], &[]))
-        .unzip();
+    let runs: Vec<Value> = (0..3)
+        .map(|_| in_chunks(&setup, "evict", "2M", &["--budget", "24M"], &[]).0)
+        .collect();
     let sum = |key: &str| -> u64 { runs.iter().map(|c| c[key].as_u64().unwrap_or(0)).sum() };
-    let beside: u64 = outputs
-        .iter()
-        .map(|o| {
-            o["details"]["calls_beside_copies"]
-                .as_u64()
-                .expect("the stand-in's count")
-        })
-        .sum();
-    assert!(
-        beside <= sum("calls_beside_copies"),
-        "every call beside a large copy was one made after waiting its limit: the stand-in \
-         saw {beside}: {runs:?}"
-    );
-    assert!(
-        sum("longest_turn_wait_ns") > 0,
-        "the pinner waited for its turns: {runs:?}"
-    );
     assert!(
         sum("evictions") >= 1,
         "a block was let go while copied: {runs:?}"
@@ -1051,22 +1031,45 @@ fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() 
     );
 }
 
-/// The stand-in's witness sees the pinner's calls made beside large copies when the turns are
-/// off (`HOTPIN_BETWEEN_COPIES=0`), as in the test above: so its 0 there is the turns' doing.
+/// With turns (`HOTPIN_BETWEEN_COPIES=1`), each of the pinner's calls in the test above is
+/// made between the program's large copies, never beside one (the stand-in counts those),
+/// unless it waited its limit (`calls_beside_copies` in the report), though one thread copies
+/// without pause throughout; and the program computes what it computes without them. Without
+/// turns (the default), the stand-in sees such calls: so its 0 with them is the turns' doing.
 #[test]
-fn without_turns_the_pinner_calls_beside_the_programs_copies() {
-    let setup = setup_program("auto-evict-no-turns", "online");
-    let off = [("HOTPIN_BETWEEN_COPIES", Path::new("0"))];
-    let mut beside = 0;
-    for _ in 0..3 {
-        let (counters, output) = in_chunks(&setup, "evict", "2M", &["--budget", "24M"], &off);
-        assert!(counters["chunked_pins"].as_u64() >= Some(1), "{counters}");
-        assert_eq!(counters["longest_turn_wait_ns"], 0, "{counters}");
-        beside += output["details"]["calls_beside_copies"]
-            .as_u64()
-            .expect("the stand-in's count");
-    }
-    assert!(beside > 0, "the stand-in saw no call beside a copy");
+fn with_turns_the_pinner_never_calls_beside_the_programs_large_copies() {
+    let setup = setup_program("auto-evict-turns", "online");
+    let beside = |env: &[(&str, &Path)]| {
+        let (runs, outputs): (Vec<Value>, Vec<Value>) = (0..3)
+            .map(|_| in_chunks(&setup, "evict", "2M", &["--budget", "24M"], env))
+            .unzip();
+        let sum = |key: &str| -> u64 { runs.iter().map(|c| c[key].as_u64().unwrap_or(0)).sum() };
+        let seen: u64 = outputs
+            .iter()
+            .map(|o| {
+                o["details"]["calls_beside_copies"]
+                    .as_u64()
+                    .expect("the stand-in's count")
+            })
+            .sum();
+        assert!(sum("chunked_pins") >= 3, "{runs:?}");
+        (
+            seen,
+            sum("calls_beside_copies"),
+            sum("longest_turn_wait_ns"),
+            runs,
+        )
+    };
+    let (seen, forced, waited, runs) = beside(&[("HOTPIN_BETWEEN_COPIES", Path::new("1"))]);
+    assert!(
+        seen <= forced,
+        "every call beside a large copy was one made after waiting its limit: the stand-in \
+         saw {seen}: {runs:?}"
+    );
+    assert!(waited > 0, "the pinner waited for its turns: {runs:?}");
+    let (seen, _, waited, runs) = beside(&[]);
+    assert_eq!(waited, 0, "no turns by default: {runs:?}");
+    assert!(seen > 0, "the stand-in saw no call beside a copy: {runs:?}");
 }
 
 /// `hotpin run ARGS -- online MODE 24` (auto mode, a first run, no node arbiter) on the

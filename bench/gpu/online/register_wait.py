@@ -19,7 +19,8 @@ tensor is denser and displaces the big block, whose registration is then undone:
 hot copy and the longest round trip of this phase are the longest the program waited for it.
 
 With BUSY_MIB=N (environment), another thread keeps copying a pageable tensor of N MiB to the
-GPU on its own stream throughout (`busy_copies` in the output): while a program's large
+GPU on its own stream throughout (`busy_copies` in the output; BUSY_TIGHT=1: a malloc'd buffer
+copied back to back through the driver instead): while a program's large
 copies are inside CUDA, a registration call takes far longer and holds every other call.
 
 Prints one JSON line: `seconds` (everything but the check), `longest_round_trip_ms` (over all
@@ -28,6 +29,7 @@ windows) and per window; with HOT_MIB, `hot_copies`, `longest_hot_copy_ms`,
 mismatches. Check: the GPU's copy against the buffer, on every 4096th byte and on the first
 64 MiB in full, every small round trip, and each hot copy's first and last 64 KiB.
 Usage: python3 register_wait.py [GIB] [COPIES] [WINDOW] [HOT_MIB]   (16, 4, 1.5, 0)"""
+import ctypes
 import json
 import os
 import sys
@@ -63,9 +65,43 @@ busy_counts = {"copies": 0, "bytes": 0, "checks": 0, "mismatches": 0}
 busy_stop = threading.Event()
 
 
+BUSY_TIGHT = os.environ.get("BUSY_TIGHT") == "1"
+if BUSY_TIGHT:
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    libcuda.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+    libcuda.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+    libcuda.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    busy_context = ctypes.c_void_p()
+    libcuda.cuCtxGetCurrent(ctypes.byref(busy_context))
+
+
+def busy_tight():
+    """BUSY_TIGHT=1: the other thread's copies made back to back through the driver
+    (cuMemcpyHtoD of a malloc'd buffer, then 4 KiB back to check), as register_stall.py's
+    busy thread makes them: no Python work between copies but the loop's."""
+    size = BUSY_MIB << 20
+    src = libc.malloc(size)
+    ctypes.memset(src, 3, size)
+    dst = torch.empty(size, dtype=torch.uint8, device=dev)
+    edge = (ctypes.c_ubyte * 4096)()
+    libcuda.cuCtxSetCurrent(busy_context)
+    while not busy_stop.is_set():
+        rc = libcuda.cuMemcpyHtoD_v2(dst.data_ptr(), src, size)
+        rc = rc or libcuda.cuMemcpyDtoH_v2(edge, dst.data_ptr() + size - 4096, 4096)
+        busy_counts["copies"] += 1
+        busy_counts["bytes"] += size
+        busy_counts["checks"] += 1
+        busy_counts["mismatches"] += int(rc != 0 or edge[0] != 3 or edge[4095] != 3)
+
+
 def busy():
     """Another thread's large copies: a pageable tensor of BUSY_MIB MiB copied to the GPU on
     a stream of its own, again and again, until the program's end; every 16th checked."""
+    if BUSY_TIGHT:
+        return busy_tight()
     src = torch.empty(BUSY_MIB << 18, dtype=torch.int32)
     src.fill_(3)
     dst = torch.empty_like(src, device=dev)
@@ -149,8 +185,8 @@ if busy_thread:
     busy_thread.join()
     h2d += busy_counts["copies"]
     h2d_bytes += busy_counts["bytes"]
-    d2h += 2 * busy_counts["checks"]
-    d2h_bytes += 8 * busy_counts["checks"]
+    d2h += (1 if BUSY_TIGHT else 2) * busy_counts["checks"]
+    d2h_bytes += (4096 if BUSY_TIGHT else 8) * busy_counts["checks"]
     checks += busy_counts["checks"]
     mismatches += busy_counts["mismatches"]
 checks += 2

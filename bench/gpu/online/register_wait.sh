@@ -8,8 +8,8 @@
 # CONFIGS (default "as-written chunks-64M chunks-1G program-thread"): chunks-SIZE registers
 # in chunks of SIZE; budget runs with `--budget GIBG` (the big block alone fits) in hotpin's
 # default chunks (budget-chunks-SIZE: in chunks of SIZE), budget-program-thread the same with the big block registered, and let go,
-# in one call on the copying thread; a config ending in -no-turns runs with the pinner's calls
-# and the program's large copies not taking turns (HOTPIN_BETWEEN_COPIES=0). HOT_MIB (default 0) adds the program's last phase: a hot
+# in one call on the copying thread; a config ending in -turns runs with the pinner's calls
+# and the program's large copies taking turns (HOTPIN_BETWEEN_COPIES=1; -no-turns: =0). HOT_MIB (default 0) adds the program's last phase: a hot
 # tensor of HOT_MIB MiB that, under the budget, displaces the big block. BIG_PAGEABLE=1 makes
 # the big tensor pageable (pinned by hotpin hidden from the program).
 # Usage: BIN=dir OUT=dir [HOT_MIB=256] bash bench/gpu/online/register_wait.sh ROUNDS [GIB]
@@ -27,12 +27,16 @@ for r in $(seq 1 "$ROUNDS"); do
     case $config in
       as-written) cmd=(python3 "$HERE/register_wait.py" "$GIB" 4 1.5 "${HOT_MIB:-0}") ;;
       *)
-        chunk=64M above=128M budget=() turns=1
-        case $config in *-no-turns) turns=0 config_base=${config%-no-turns} ;; *) config_base=$config ;; esac
+        chunk=64M above=128M budget=() turns=()
+        case $config in
+          *-no-turns) turns=(HOTPIN_BETWEEN_COPIES=0) config_base=${config%-no-turns} ;;
+          *-turns) turns=(HOTPIN_BETWEEN_COPIES=1) config_base=${config%-turns} ;;
+          *) config_base=$config ;;
+        esac
         case $config_base in chunks-*) chunk=${config_base#chunks-} ;; budget*) chunk=32M budget=(--budget "${GIB}G") ;; esac
         case $config_base in budget-chunks-*) chunk=${config_base#budget-chunks-} ;; esac
         case $config_base in *program-thread) above=1T ;; esac
-        cmd=(env HOTPIN_REGISTER_CHUNK=$chunk HOTPIN_OFF_THREAD_ABOVE=$above HOTPIN_BETWEEN_COPIES=$turns "$BIN/hotpin" run
+        cmd=(env HOTPIN_REGISTER_CHUNK=$chunk HOTPIN_OFF_THREAD_ABOVE=$above ${turns[@]+"${turns[@]}"} "$BIN/hotpin" run
              --lease-socket off --history "$prefix.hotpin" --report "$prefix" "${budget[@]}" --
              python3 "$HERE/register_wait.py" "$GIB" 4 1.5 "${HOT_MIB:-0}") ;;
     esac
