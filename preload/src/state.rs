@@ -1747,7 +1747,12 @@ fn pin_block(block: BlockRef, program_thread: bool) {
         }
         (Some(done.rc), done.longest_call_ns)
     } else {
-        chunks::populate(block.start, block.len);
+        if !program_thread {
+            // Off the program's thread only: on it, the over-pinned program's registrations
+            // took 29-36 ms instead of 3 with the pages faulted in first, and its run 1.29 s
+            // instead of 1.04 (H100, docs/benchmarks.md).
+            chunks::populate(block.start, block.len);
+        }
         let rc = crate::turns::in_turn(|| register(block.start as *mut c_void, block.len));
         (rc, began.elapsed().as_nanos() as u64)
     };
