@@ -394,6 +394,8 @@ pub fn register(
 /// registering them does not fault them in itself: CUDA holds its lock meanwhile, and on the
 /// H100 a 32 MiB registration of memory never written (a `torch.empty` tensor copied from)
 /// took 18-33 ms instead of 2-5 ms, every other CUDA call of the program waiting with it.
+/// Called on the pinner thread only: on the program's own thread it cost more than it saved
+/// (docs/benchmarks.md).
 pub fn populate(start: usize, len: usize) {
     let page = start / PAGE * PAGE;
     let end = start.saturating_add(len);

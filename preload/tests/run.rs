@@ -616,6 +616,7 @@ fn settings_that_cannot_be_used_are_said() {
     for (name, value, said) in [
         ("HOTPIN_MALLOC_FLOOR", "garbage", "is not a size"),
         ("HOTPIN_OFF_THREAD_ABOVE", "12 apples", "is not a size"),
+        ("HOTPIN_BETWEEN_COPIES", "yes", "is neither 1 nor 0"),
         ("HOTPIN_COSTS", "/no/such/costs.json", "cost file"),
     ] {
         let mode = if name == "HOTPIN_COSTS" {
