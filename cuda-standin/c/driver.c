@@ -713,27 +713,39 @@ EXPORT CUresult cuMemFreeHost(void *p) {
 
 /* A test witness, not CUDA: on the H100 a registration made while the process's large
  * copies are inside CUDA takes hundreds of ms and holds every other call (docs/benchmarks.md),
- * so hotpin's pinner thread must not make one then (preload/src/turns.rs). Counted both ways:
- * a registration or unregistration call that starts while a copy call of at least 1 MiB is
- * running, and such a copy call that starts during a registration or unregistration call.
- * standinCallsBesideCopies() answers the count (the stand-in's own export; CUDA has none). */
+ * so hotpin's pinner thread, with turns, must not make one then (preload/src/turns.rs).
+ * standinCallsBesideCopies() answers how many registration or unregistration calls had a
+ * copy call of at least 1 MiB running beside them, at their start or starting during them:
+ * each call counted once (the stand-in's own export; CUDA has none). */
 #define LARGE_COPY (1u << 20)
 static atomic_int large_copies_in_call, pin_calls_in_call;
-static atomic_long calls_beside_copies;
+static atomic_long calls_beside_copies, pin_call_seq, beside_seq_counted;
 
 EXPORT long standinCallsBesideCopies(void) { return atomic_load(&calls_beside_copies); }
+
+/* Counts the latest registration call as beside a copy, once. */
+static void count_beside(void) {
+    long seq = atomic_load(&pin_call_seq);
+    long counted = atomic_load(&beside_seq_counted);
+    while (counted < seq)
+        if (atomic_compare_exchange_weak(&beside_seq_counted, &counted, seq)) {
+            atomic_fetch_add(&calls_beside_copies, 1);
+            return;
+        }
+}
 
 static void large_copy_enter(size_t n) {
     if (n < LARGE_COPY) return;
     atomic_fetch_add(&large_copies_in_call, 1);
-    if (atomic_load(&pin_calls_in_call) > 0) atomic_fetch_add(&calls_beside_copies, 1);
+    if (atomic_load(&pin_calls_in_call) > 0) count_beside();
 }
 static void large_copy_leave(size_t n) {
     if (n >= LARGE_COPY) atomic_fetch_sub(&large_copies_in_call, 1);
 }
 static void pin_call_enter(void) {
+    atomic_fetch_add(&pin_call_seq, 1);
     atomic_fetch_add(&pin_calls_in_call, 1);
-    if (atomic_load(&large_copies_in_call) > 0) atomic_fetch_add(&calls_beside_copies, 1);
+    if (atomic_load(&large_copies_in_call) > 0) count_beside();
 }
 static void pin_call_leave(void) { atomic_fetch_sub(&pin_calls_in_call, 1); }
 

@@ -285,11 +285,12 @@ pub fn all() -> Vec<(usize, GridState)> {
 /// flight behind an error.
 ///
 /// Each piece of a cut copy takes its own turn with the pinner thread's calls
-/// (`turns::copying`; an uncut copy took one for the whole). With `settle_each` (a copy that
-/// is waited for before it returns anyway), each piece is waited for within its turn, so that
-/// none is still in flight when the pinner calls CUDA between two pieces: on the H100 a
-/// registration call made while a piece of a registered chunk was in flight took up to 30-50
-/// ms, and held every other call of the program as long.
+/// (`turns::copying`; an uncut copy took one for the whole). With turns on and `settle_each`
+/// (a copy that is waited for before it returns anyway), each piece is waited for within its
+/// turn, so that none is still in flight when the pinner calls CUDA between two pieces: on
+/// the H100 a registration call made while a piece of a registered chunk was in flight took
+/// up to 30-50 ms. Not without turns: waiting for each piece keeps the copy counted in its
+/// generation through the transfer, which the pinner's `grace` then waits for.
 pub fn in_pieces(
     len: usize,
     cuts: &[usize],
@@ -303,7 +304,7 @@ pub fn in_pieces(
             let rc = {
                 let _copying = (!cuts.is_empty()).then(|| crate::turns::copying(cut - at));
                 let rc = copy(at, cut - at);
-                if rc == 0 && settle_each && !cuts.is_empty() {
+                if rc == 0 && settle_each && !cuts.is_empty() && crate::turns::on() {
                     settle();
                 }
                 rc
@@ -498,6 +499,7 @@ mod tests {
 
     #[test]
     fn each_piece_of_a_copy_to_be_waited_for_is_waited_for_as_it_goes() {
+        crate::turns::ON.store(true, Ordering::SeqCst);
         let events = std::cell::RefCell::new(Vec::new());
         let rc = in_pieces(
             100,

@@ -186,9 +186,10 @@ pub struct Counters {
     /// The longest a program thread spent letting a block go (its copies waited for, then
     /// unregistered), in nanoseconds.
     pub longest_thread_unpin_ns: u64,
-    /// The pinner thread's calls and the program's large copies take turns (`turns`): the
-    /// longest a copy was held back for a call, the longest the pinner waited for its turn,
-    /// and its calls made beside large copies once it had waited its limit (nanoseconds).
+    /// With turns (`turns`, `HOTPIN_BETWEEN_COPIES=1`): the longest a large copy was held
+    /// back for a call and the longest the pinner waited for its turn, in nanoseconds; and
+    /// how often a call and a large copy were let beside each other after waiting their
+    /// limits (a count).
     pub longest_copy_held_ns: u64,
     pub longest_turn_wait_ns: u64,
     pub calls_beside_copies: u64,

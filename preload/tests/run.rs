@@ -1013,7 +1013,7 @@ fn threads_copying_one_block_registered_in_chunks_never_cross_its_chunks() {
 fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() {
     let setup = setup_program("auto-evict", "online");
     let runs: Vec<Value> = (0..3)
-        .map(|_| in_chunks(&setup, "evict", "2M", &["--budget", "24M"], &[]).0)
+        .map(|_| in_chunks(&setup, "evict", "256K", &["--budget", "24M"], &[]).0)
         .collect();
     let sum = |key: &str| -> u64 { runs.iter().map(|c| c[key].as_u64().unwrap_or(0)).sum() };
     assert!(
@@ -1032,10 +1032,10 @@ fn a_block_being_let_go_is_copied_as_pageable_memory_until_it_is_unregistered() 
     );
 }
 
-/// With turns (`HOTPIN_BETWEEN_COPIES=1`), each of the pinner's calls in the test above is
-/// made between the program's large copies, never beside one (the stand-in counts those),
-/// unless it waited its limit (`calls_beside_copies` in the report), though one thread copies
-/// without pause throughout; and the program computes what it computes without them. Without
+/// With turns (`HOTPIN_BETWEEN_COPIES=1`), each of the pinner's calls in the test above (in 2
+/// MiB chunks: pieces of 1 MiB or more take turns) is made between the program's large
+/// copies, never beside one (the stand-in counts those), unless one side waited its limit
+/// (`calls_beside_copies` in the report), though one thread copies without pause throughout; and the program computes what it computes without them. Without
 /// turns (the default), the stand-in sees such calls: so its 0 with them is the turns' doing.
 #[test]
 fn with_turns_the_pinner_never_calls_beside_the_programs_large_copies() {
@@ -1067,7 +1067,7 @@ fn with_turns_the_pinner_never_calls_beside_the_programs_large_copies() {
         "every call beside a large copy was one made after waiting its limit: the stand-in \
          saw {seen}: {runs:?}"
     );
-    assert!(waited > 0, "the pinner waited for its turns: {runs:?}");
+    assert!(waited > 0, "the pinner's calls took turns: {runs:?}");
     let (seen, _, waited, runs) = beside(&[]);
     assert_eq!(waited, 0, "no turns by default: {runs:?}");
     assert!(seen > 0, "the stand-in saw no call beside a copy: {runs:?}");
