@@ -22,18 +22,23 @@
 //!
 //! A held copy waits at most [`HOLD`] and one call made with no large copy beside it (one
 //! made after [`GIVE_UP`], beside copies, may take longer); after [`LET_THROUGH`] it goes in
-//! anyway, so that a call waiting on work that waits on the held thread cannot hang it. After each call the pinner rests as long as the call took, so
-//! that a program thread making several calls in a row (a small round trip is two) meets at
-//! most one of them. A copy is inside CUDA from its call until it returns, and, for a
-//! copy of memory registered behind the program's back, until it is waited for. The
-//! program's asynchronous copies of memory it pinned itself are not seen once queued: a call
-//! may still be made while those are in flight.
+//! anyway, so that a call waiting on work that waits on the held thread cannot hang it.
+//! After each call the pinner rests as long as the call took, so that a program thread
+//! making several calls in a row (a small round trip is two) meets at most one of them.
+//!
+//! A copy is inside CUDA from its call until it returns, and, for a copy of memory registered
+//! behind the program's back, until it is waited for; such a copy cut at chunk edges has
+//! each piece waited for within its own turn (`chunks::in_pieces`). The program's
+//! asynchronous copies of memory it pinned itself are not seen once queued: a call may still
+//! be made while those are in flight.
 //!
 //! Only the pinner thread takes turns: a program thread that registers or unregisters (a
 //! block of at most `HOTPIN_OFF_THREAD_ABOVE`, a part let go) makes its call at once.
 //!
-//! **Off unless `HOTPIN_BETWEEN_COPIES=1`**, because on the H100 (docs/benchmarks.md) they
-//! cost more than they saved in the programs measured:
+//! Where another thread copies 256 MiB back to back through the driver, the H100's calls
+//! took 0.9-1.3 s without turns and 20-24 ms with them. But they are **off unless
+//! `HOTPIN_BETWEEN_COPIES=1`**, because elsewhere (docs/benchmarks.md) they cost more than
+//! they saved:
 //! - a program that copies a hot tensor almost all the time leaves the pinner about one turn
 //!   per copy, so letting a 16 GiB block go took the whole phase and the hot tensor's pin,
 //!   queued behind it, never came (its copies 16 ms instead of 5);
