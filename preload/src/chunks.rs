@@ -298,13 +298,14 @@ pub fn in_pieces(
     copy: impl Fn(usize, usize) -> c_int,
     settle: impl Fn(),
 ) -> c_int {
+    let cut_up = !cuts.is_empty();
     let mut at = 0;
     for &cut in cuts.iter().chain([&len]) {
         if cut > at {
             let rc = {
-                let _copying = (!cuts.is_empty()).then(|| crate::turns::copying(cut - at));
+                let _copying = cut_up.then(|| crate::turns::copying(cut - at));
                 let rc = copy(at, cut - at);
-                if rc == 0 && settle_each && !cuts.is_empty() && crate::turns::on() {
+                if rc == 0 && settle_each && cut_up && crate::turns::on() {
                     settle();
                 }
                 rc

@@ -304,43 +304,55 @@ fn lock() -> MutexGuard<'static, Option<State>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A size in the environment variable `name` (suffixes K, M, G), else `default`; one that
-/// is not a size is said once (strict mode: the process stops before the program starts).
+/// A size in the environment variable `name` (suffixes K, M, G), else `default`.
 fn size_setting(name: &str, default: usize) -> usize {
+    setting(
+        name,
+        default,
+        |text| {
+            hotpin_history::units::parse_bytes(text)
+                .map(|bytes| bytes as usize)
+                .map_err(|error| format!("is not a size ({error})"))
+        },
+        |default| format!("{default} bytes"),
+    )
+}
+
+/// A switch in the environment variable `name` (`1` on, `0` off), else `default`.
+fn switch_setting(name: &str, default: bool) -> bool {
+    setting(
+        name,
+        default,
+        |text| match text {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            _ => Err("is neither 1 nor 0".to_owned()),
+        },
+        |default| u8::from(*default).to_string(),
+    )
+}
+
+/// The environment variable `name` read by `parse`, else `default`; a value `parse` refuses
+/// (saying what is wrong with it) is said once, with the default kept (`shown`), or in strict
+/// mode the process stops before the program starts.
+fn setting<T>(
+    name: &str,
+    default: T,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+    shown: impl FnOnce(&T) -> String,
+) -> T {
     let Ok(text) = std::env::var(name) else {
         return default;
     };
-    match hotpin_history::units::parse_bytes(&text) {
-        Ok(bytes) => bytes as usize,
-        Err(error) if strict() => {
-            eprintln!("hotpin: {name}={text:?} is not a size ({error}); stopping (HOTPIN_STRICT)");
+    match parse(&text) {
+        Ok(value) => value,
+        Err(wrong) if strict() => {
+            eprintln!("hotpin: {name}={text:?} {wrong}; stopping (HOTPIN_STRICT)");
             // SAFETY: ends the process before the program starts.
             unsafe { libc::_exit(STRICT_SETTING) };
         }
-        Err(error) => {
-            eprintln!("hotpin: {name}={text:?} is not a size ({error}); it is {default} bytes");
-            default
-        }
-    }
-}
-
-/// A switch in the environment variable `name` (`1` on, `0` off), else `default`; any other
-/// value is said once (strict mode: the process stops before the program starts).
-fn switch_setting(name: &str, default: bool) -> bool {
-    match std::env::var(name).as_deref() {
-        Err(_) => default,
-        Ok("1") => true,
-        Ok("0") => false,
-        Ok(text) if strict() => {
-            eprintln!("hotpin: {name}={text:?} is neither 1 nor 0; stopping (HOTPIN_STRICT)");
-            // SAFETY: ends the process before the program starts.
-            unsafe { libc::_exit(STRICT_SETTING) };
-        }
-        Ok(text) => {
-            eprintln!(
-                "hotpin: {name}={text:?} is neither 1 nor 0; it is {}",
-                u8::from(default)
-            );
+        Err(wrong) => {
+            eprintln!("hotpin: {name}={text:?} {wrong}; it is {}", shown(&default));
             default
         }
     }
