@@ -18,7 +18,7 @@ use std::{
 use crate::{
     copies,
     cuda::{self, FreeHost, HostAlloc, HostRegister, HostUnregister, MallocHost},
-    questions,
+    loader, questions,
     real::{
         __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc,
         valid_posix_alignment,
@@ -32,6 +32,7 @@ stub!(realloc(ptr: *mut c_void, size: usize) -> *mut c_void, "rdx", "x2", reallo
 stub!(posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int, "rcx", "x3", posix_memalign_at);
 stub!(aligned_alloc(align: usize, size: usize) -> *mut c_void, "rdx", "x2", aligned_alloc_at);
 stub!(memalign(align: usize, size: usize) -> *mut c_void, "rdx", "x2", memalign_at);
+stub!(free(ptr: *mut c_void) -> (), "rsi", "x1", free_at);
 stub!(cudaHostAlloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", "x3", host_alloc_at);
 stub!(cudaMallocHost(out: *mut *mut c_void, size: usize) -> c_int, "rdx", "x2", malloc_host_at);
 stub!(cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "rcx", "x3", host_register_at);
@@ -40,6 +41,13 @@ stub!(cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int, "
 #[inline(always)]
 fn below_floor(size: usize) -> bool {
     size < FLOOR.load(Ordering::Relaxed)
+}
+
+/// Whether a call of `size` bytes from `caller` is libc's alone: below the floor, or made by
+/// the dynamic loader (`loader`: nothing of ours may be touched then).
+#[inline(always)]
+fn libcs(size: usize, caller: usize) -> bool {
+    below_floor(size) || loader::called_from(caller)
 }
 
 /// Runs the judged part of a call; a panic in it (a bug of ours) is reported once and the
@@ -88,7 +96,7 @@ fn after_alloc(call: &'static str, ptr: *mut c_void, size: usize, caller: usize)
 }
 
 extern "C" fn malloc_at(size: usize, caller: usize) -> *mut c_void {
-    if below_floor(size) {
+    if libcs(size, caller) {
         // SAFETY: libc's malloc.
         return unsafe { __libc_malloc(size) };
     }
@@ -103,7 +111,7 @@ extern "C" fn calloc_at(count: usize, size: usize, caller: usize) -> *mut c_void
     // which would need zeroing.
     let ptr = unsafe { __libc_calloc(count, size) };
     let total = count.saturating_mul(size);
-    if !below_floor(total) {
+    if !libcs(total, caller) {
         after_alloc("calloc", ptr, total, caller);
     }
     ptr
@@ -113,9 +121,18 @@ extern "C" fn realloc_at(ptr: *mut c_void, size: usize, caller: usize) -> *mut c
     if ptr.is_null() {
         return malloc_at(size, caller);
     }
+    // SAFETY: a live block of libc's (the caller reallocates it).
+    let old = unsafe { libc::malloc_usable_size(ptr) };
+    // Only a block at or above the floor can have been registered: below it, and for the
+    // loader (which grows its thread-local tables so), nothing is looked up.
+    if loader::called_from(caller) || (below_floor(old) && below_floor(size)) {
+        // SAFETY: libc's realloc of a block libc allocated.
+        return unsafe { __libc_realloc(ptr, size) };
+    }
     // A block we registered is unregistered before libc may move or free it.
     let mut was_registered = false;
-    if ACTIVE.load(Ordering::Acquire)
+    if !below_floor(old)
+        && ACTIVE.load(Ordering::Acquire)
         && !state::forked()
         && let Some(_busy) = Busy::enter()
     {
@@ -128,8 +145,6 @@ extern "C" fn realloc_at(ptr: *mut c_void, size: usize, caller: usize) -> *mut c
     if moved.is_null() {
         // The old block lives on, pageable now: judged again as it is.
         if was_registered {
-            // SAFETY: the live block realloc left in place.
-            let old = unsafe { libc::malloc_usable_size(ptr) };
             after_alloc("realloc", ptr, old, caller);
         }
         return moved;
@@ -153,7 +168,7 @@ unsafe extern "C" fn posix_memalign_at(
     }
     // SAFETY: libc's memalign with a valid alignment.
     let from_libc = || unsafe { __libc_memalign(align, size) };
-    let ptr = if below_floor(size) {
+    let ptr = if libcs(size, caller) {
         from_libc()
     } else {
         judged_alloc("posix_memalign", size, align, caller, from_libc)
@@ -169,7 +184,7 @@ unsafe extern "C" fn posix_memalign_at(
 extern "C" fn aligned_alloc_at(align: usize, size: usize, caller: usize) -> *mut c_void {
     // SAFETY: libc's memalign (glibc's aligned_alloc is memalign).
     let from_libc = || unsafe { __libc_memalign(align, size) };
-    if below_floor(size) {
+    if libcs(size, caller) {
         return from_libc();
     }
     judged_alloc("aligned_alloc", size, align, caller, from_libc)
@@ -178,20 +193,20 @@ extern "C" fn aligned_alloc_at(align: usize, size: usize, caller: usize) -> *mut
 extern "C" fn memalign_at(align: usize, size: usize, caller: usize) -> *mut c_void {
     // SAFETY: libc's memalign.
     let from_libc = || unsafe { __libc_memalign(align, size) };
-    if below_floor(size) {
+    if libcs(size, caller) {
         return from_libc();
     }
     judged_alloc("memalign", size, align, caller, from_libc)
 }
 
 /// `free`: a block we registered is unregistered first. Until one is, nothing is looked up;
-/// blocks under the floor never are.
+/// blocks under the floor, and the loader's, never are.
 ///
 /// # Safety
 /// As libc's free.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn free(ptr: *mut c_void) {
+unsafe extern "C" fn free_at(ptr: *mut c_void, caller: usize) {
     if !ptr.is_null()
+        && !loader::called_from(caller)
         && ACTIVE.load(Ordering::Acquire)
         && !state::forked()
         // SAFETY: a live block of libc's (the caller frees it).

@@ -51,6 +51,9 @@ pub struct LeaseCounters {
     pub link: Link,
     /// The socket asked at.
     pub socket: Option<String>,
+    /// Why no daemon was found there at first (said on stderr only where the socket was
+    /// asked for, or with `HOTPIN_VERBOSE=1`).
+    pub no_daemon: Option<String>,
     /// The node's budget, as the daemon said.
     pub node_budget: Option<u64>,
     pub asked: u64,
@@ -105,22 +108,24 @@ impl Inner {
 
 static INNER: Mutex<Option<Inner>> = Mutex::new(None);
 static ANSWERED: Condvar = Condvar::new();
-/// The socket, or None when leases are off (not auto mode, or `HOTPIN_LEASE_SOCKET=off`).
-static SOCKET: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// The socket, and whether its absence is to be said; None when leases are off (not auto
+/// mode, or `HOTPIN_LEASE_SOCKET=off`).
+static SOCKET: OnceLock<Option<(PathBuf, bool)>> = OnceLock::new();
 
 fn lock() -> MutexGuard<'static, Option<Inner>> {
     INNER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Leases are asked for at `socket` (auto mode), or not at all.
-pub fn configure(socket: Option<PathBuf>) {
+/// Leases are asked for at `socket` (auto mode), or not at all; with `say`, a socket with no
+/// daemon is said once (it is always in the report).
+pub fn configure(socket: Option<(PathBuf, bool)>) {
     let _ = SOCKET.set(socket);
 }
 
 /// Whether `start..start+len` (of score `score`) may be pinned: granted, or no daemon to ask
 /// (the process's own budget then decides alone).
 pub fn ask(start: usize, len: usize, score: f64) -> bool {
-    let Some(Some(path)) = SOCKET.get() else {
+    let Some(Some((path, say))) = SOCKET.get() else {
         return true;
     };
     let mut guard = lock();
@@ -128,7 +133,7 @@ pub fn ask(start: usize, len: usize, score: f64) -> bool {
     if !inner.reader_started {
         inner.reader_started = true;
         inner.counters.socket = Some(path.display().to_string());
-        connect(inner, path, false);
+        connect(inner, path, false, *say);
         let path = path.clone();
         if std::thread::Builder::new()
             .name("hotpin-lease".into())
@@ -208,14 +213,17 @@ pub fn counters() -> Option<LeaseCounters> {
     lock().as_ref().map(|inner| inner.counters.clone())
 }
 
-/// Connects (again) and says hello, then hands over the leases held. Says once where no
-/// daemon listens.
-fn connect(inner: &mut Inner, path: &PathBuf, again: bool) -> Option<UnixStream> {
+/// Connects (again) and says hello, then hands over the leases held. Where no daemon listens
+/// it is recorded for the report, and said with `say` (only the first call says).
+fn connect(inner: &mut Inner, path: &PathBuf, again: bool, say: bool) -> Option<UnixStream> {
     let stream = match UnixStream::connect(path) {
         Ok(stream) => stream,
         Err(error) => {
             if inner.counters.link == Link::NotStarted {
                 inner.counters.link = Link::NoDaemon;
+                inner.counters.no_daemon = Some(error.to_string());
+            }
+            if say {
                 eprintln!(
                     "hotpin: no node arbiter at {} ({error}): keeping to this process's own \
                      pinned budget",
@@ -271,7 +279,7 @@ fn read_forever(path: PathBuf) {
             std::thread::sleep(RETRY);
             reader = lock()
                 .as_mut()
-                .and_then(|inner| connect(inner, &path, true));
+                .and_then(|inner| connect(inner, &path, true, false));
             framer = Framer::default();
             continue;
         };

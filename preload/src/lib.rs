@@ -67,6 +67,7 @@ mod copies;
 mod cuda;
 mod exports;
 mod lease;
+mod loader;
 mod online;
 mod python;
 mod questions;
@@ -86,5 +87,6 @@ pub extern "C" fn hotpin_interposer() {}
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
+    loader::find();
     state::init();
 }

@@ -132,13 +132,19 @@ unsafe fn word(base: usize, offset: usize) -> usize {
     unsafe { *((base + offset) as *const usize) }
 }
 
+/// Looks the interpreter up, once: at load, so that no allocation ever calls into the loader
+/// (`dlsym`) to read frames. A program that loads CPython later, with dlopen, gets no lines.
+pub fn find_interpreter() {
+    INTERPRETER.get_or_init(find);
+}
+
 /// The calling thread's Python frames, innermost first (at most [`MAX_FRAMES`]); empty where
 /// the process runs no CPython this module reads, or the thread runs no Python.
 pub fn frames() -> Vec<PyFrame> {
     if GAVE_UP.load(Ordering::Relaxed) {
         return Vec::new();
     }
-    let Some(interpreter) = INTERPRETER.get_or_init(find) else {
+    let Some(Some(interpreter)) = INTERPRETER.get() else {
         return Vec::new();
     };
     // SAFETY: both need no GIL: the first reads the runtime's flag, the second this thread's

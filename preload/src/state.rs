@@ -201,6 +201,9 @@ pub struct Counters {
     pub python_stacks: u64,
     pub python_stack_ns: u64,
     pub python_stack_max_ns: u64,
+    /// Allocator calls the dynamic loader made (its thread-local tables, its link maps),
+    /// served by libc with nothing of ours touched (loader.rs).
+    pub loader_calls: u64,
     /// The budget auto mode kept within (bytes), and why pinning was off, if it was.
     pub budget: Option<u64>,
     pub pinning_off: Option<String>,
@@ -383,6 +386,9 @@ pub fn init() {
             let learning = state.learner.is_some();
             *lock() = Some(state);
             if learning {
+                // The interpreter's functions are looked up now, at load, never from inside
+                // an allocation (where the loader may be at work: loader.rs).
+                crate::python::find_interpreter();
                 // Every free at or above the floor is looked up: a learned block is forgotten.
                 ACTIVE.store(true, Ordering::Release);
                 LEARNING.store(true, Ordering::Release);
@@ -474,6 +480,7 @@ fn write_report(state: &State, path: &std::path::Path) {
         python_stacks: PYTHON_STACKS.load(Ordering::Relaxed),
         python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
         python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
+        loader_calls: crate::loader::CALLS.load(Ordering::Relaxed) as u64,
         longest_unregister_ns: LONGEST_UNREGISTER_NS.load(Ordering::Relaxed),
         longest_copy_held_ns: crate::turns::LONGEST_HELD_NS.load(Ordering::Relaxed),
         longest_turn_wait_ns: crate::turns::LONGEST_TURN_WAIT_NS.load(Ordering::Relaxed),
@@ -644,11 +651,15 @@ impl State {
             Learner::new(policy.cost.unwrap_or_default(), limit)
         });
         // Auto mode asks the node's arbiter before it pins (docs/leases.md).
+        // A socket asked for (`--lease-socket`, `HOTPIN_LEASE_SOCKET`) that has no daemon is
+        // said; the default one only with `HOTPIN_VERBOSE=1` (`hotpin run --verbose`): a
+        // job wrapped on a node without the daemon runs quietly. The report says it always.
+        let verbose = std::env::var_os("HOTPIN_VERBOSE").is_some_and(|v| v == "1");
         crate::lease::configure(match std::env::var("HOTPIN_LEASE_SOCKET") {
             _ if mode != Mode::Auto => None,
             Ok(path) if path == "off" => None,
-            Ok(path) => Some(PathBuf::from(path)),
-            Err(_) => Some(PathBuf::from(hotpin_lease::DEFAULT_SOCKET)),
+            Ok(path) => Some((PathBuf::from(path), true)),
+            Err(_) => Some((PathBuf::from(hotpin_lease::DEFAULT_SOCKET), verbose)),
         });
         let mut counters = Counters::default();
         if let Some(learner) = &learner {

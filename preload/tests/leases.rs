@@ -261,6 +261,50 @@ fn stored_accounts(store: &Path) -> Vec<hotpin_history::history::PinnedAccount> 
     accounts
 }
 
+/// Without a daemon at the default socket, a run wrapped around every job is quiet: nothing
+/// on stderr, the report says it (`no-daemon`, and why). `--verbose` says it once.
+#[test]
+fn without_a_daemon_at_the_default_socket_nothing_is_said_unless_verbose() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let default = Path::new(hotpin_lease::DEFAULT_SOCKET);
+    assert!(
+        !default.exists(),
+        "{} exists: stop the daemon listening there before running this test",
+        default.display()
+    );
+    let setup = setup("quiet");
+    for verbose in [false, true] {
+        let name = if verbose { "verbose" } else { "quiet" };
+        let prefix = setup.dir.join(name);
+        let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .arg("run")
+            .args(verbose.then_some("--verbose"))
+            // A first run each: it pins what it learns, and so asks for leases.
+            .arg("--history")
+            .arg(setup.dir.join(format!("{name}.hotpin")))
+            .arg("--report")
+            .arg(&prefix)
+            .arg("--")
+            .arg(&setup.program)
+            .args(["steady", "8", "600", "5"])
+            .env("LD_LIBRARY_PATH", &setup.standin.dir)
+            .env("XDG_STATE_HOME", &setup.dir)
+            .env_remove("HOTPIN_LEASE_SOCKET")
+            .env_remove("HOTPIN_VERBOSE")
+            .output()
+            .expect("run hotpin");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "hotpin run failed: {stderr}");
+        common::assert_computed_right(&output);
+        let said = stderr.matches("no node arbiter").count();
+        assert_eq!(said, usize::from(verbose), "verbose {verbose}: {stderr}");
+        let r = report(&prefix);
+        assert!(r["counters"]["learned_pins"].as_u64() >= Some(3), "{r}");
+        assert_eq!(r["leases"]["link"], "no-daemon", "{r}");
+        assert!(r["leases"]["no_daemon"].is_string(), "{r}");
+    }
+}
+
 /// Without a daemon, auto mode keeps to its own budget and says so once. Under a daemon, a
 /// program's pins are accounted as they are (by hotpin under leases, each copied), and killed
 /// with SIGKILL its leases end within a second.

@@ -61,7 +61,8 @@ pub struct RunArgs {
     budget: Option<String>,
     /// Auto mode asks the node's arbiter (`tracer daemon`) for a lease before each pin, at
     /// this Unix socket (default /run/hotpin/lease.sock; $HOTPIN_LEASE_SOCKET), or "off".
-    /// Without a daemon there, the process keeps to its own budget and says so once.
+    /// Without a daemon there, the process keeps to its own budget, and says so once where
+    /// the socket was given (this flag or $HOTPIN_LEASE_SOCKET) or with --verbose.
     #[arg(long, value_name = "PATH")]
     lease_socket: Option<String>,
     /// Write the interposer's decisions and counters to FILE.<pid>.json per process.
@@ -72,6 +73,10 @@ pub struct RunArgs {
     /// the program's allocations makes it exit with status 3.
     #[arg(long)]
     strict: bool,
+    /// Say what is only worth knowing when something is amiss: where auto mode found no node
+    /// arbiter at the default socket ($HOTPIN_VERBOSE=1).
+    #[arg(long)]
+    verbose: bool,
     /// Allocations below this size go straight to libc (suffixes K, M, G).
     #[arg(long, default_value = "1M", value_name = "BYTES")]
     floor: String,
@@ -121,6 +126,9 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
     command.args(rest).env("HOTPIN_MODE", mode.name());
     if args.strict {
         command.env("HOTPIN_STRICT", "1");
+    }
+    if args.verbose {
+        command.env("HOTPIN_VERBOSE", "1");
     }
     command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
     if mode == Mode::Auto {
