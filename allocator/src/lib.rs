@@ -381,7 +381,7 @@ impl Allocator {
         let judged = state
             .hot
             .as_ref()
-            .map(|hot| hot.judge(&site, ordinal, size as u64));
+            .map(|hot| hot.judge(&site, None, ordinal, size as u64));
         let decision = decide(mode, judged, false, Request::Pageable, size as u64);
         if decision.why == Why::OverBudget {
             state.stats.fallback_budget += 1;

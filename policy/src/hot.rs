@@ -123,13 +123,18 @@ impl HotPolicy {
             folded_peak: u64,
             stats: TransferStats,
         }
-        let mut members: BTreeMap<(u32, CallSiteId, u64), Members> = BTreeMap::new();
+        // Keyed by the Python line that made them too, where one was recorded: the blocks of
+        // one C call site (PyTorch's allocator, a bytearray) made at different lines are
+        // different buffers of the program (#40: the cold ones were pinned with the hot).
+        let mut members: BTreeMap<(u32, CallSiteId, Option<CallSiteId>, u64), Members> =
+            BTreeMap::new();
         for a in history.allocations() {
             if !a.kind.is_host() || a.kind == AllocKind::Untracked || self.is_hot(a) {
                 continue;
             }
             if let Some(site) = a.call_site {
-                let group = members.entry((a.pid, site, a.size)).or_default();
+                let line = history.python_line(a.id);
+                let group = members.entry((a.pid, site, line, a.size)).or_default();
                 group.kept.push(a);
                 group.stats.add(&a.stats);
             }
@@ -141,7 +146,7 @@ impl HotPolicy {
                 continue;
             }
             if let Some(site) = g.call_site {
-                let group = members.entry((g.pid, site, g.size)).or_default();
+                let group = members.entry((g.pid, site, None, g.size)).or_default();
                 group.folded += g.allocations;
                 group.folded_peak = group.folded_peak.max(g.peak_live);
                 group.stats.add(&g.stats);
@@ -150,9 +155,10 @@ impl HotPolicy {
         let mut groups: Vec<RecycledGroup> = members
             .into_iter()
             .filter(|(_, m)| m.kept.len() as u64 + m.folded >= 2)
-            .map(|((pid, call_site, size), m)| RecycledGroup {
+            .map(|((pid, call_site, python, size), m)| RecycledGroup {
                 pid,
                 call_site,
+                python,
                 size,
                 allocations: m.kept.len() as u64 + m.folded,
                 transfers: m.stats.transfers,
@@ -175,6 +181,9 @@ impl HotPolicy {
 pub struct RecycledGroup {
     pub pid: u32,
     pub call_site: CallSiteId,
+    /// The innermost Python line that made its members (none outside Python, and for
+    /// folded allocations, whose callers are not kept).
+    pub python: Option<CallSiteId>,
     pub size: u64,
     pub allocations: u64,
     pub transfers: u64,

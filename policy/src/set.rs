@@ -8,7 +8,7 @@ use std::{
 
 use hotpin_history::{
     dump::{self, DumpError},
-    history::{AllocKind, MemHistory},
+    history::{AllocKind, CallSiteId, MemHistory},
 };
 
 use crate::{Mode, hot::HotPolicy, online::LARGEST_AT_BIRTH};
@@ -43,16 +43,23 @@ pub enum Verdict {
     Cold,
 }
 
-/// The hot set of a history, looked up by (call site, ordinal, size), then by (call site,
-/// size) for recycled groups, then by call site.
+/// The Python line that made an allocation (file, line), where one was recorded: with the
+/// call site, what tells apart the buffers a program makes through one C call site (PyTorch's
+/// allocator, a bytearray).
+pub type Line = Option<(String, u32)>;
+
+/// The hot set of a history, looked up by (call site, ordinal, size) where the Python line
+/// agrees, then by (call site, Python line, size) for recycled groups, then by call site and
+/// Python line.
 #[derive(Debug, Default)]
 pub struct HotSet {
-    allocations: HashMap<(SiteKey, u32, u64), Verdict>,
+    /// With the Python line the allocation was made at in the history.
+    allocations: HashMap<(SiteKey, u32, u64), (Line, Verdict)>,
     /// Recycled groups (see `HotPolicy::recycled_groups`): every allocation of this size from
-    /// this site, however many the program makes.
-    groups: HashMap<(SiteKey, u64), Verdict>,
-    /// Per call site: (hot allocations, all allocations).
-    sites: HashMap<SiteKey, (u32, u32)>,
+    /// this site and Python line, however many the program makes.
+    groups: HashMap<(SiteKey, Line, u64), Verdict>,
+    /// Per call site and Python line: (hot allocations, all allocations).
+    sites: HashMap<(SiteKey, Line), (u32, u32)>,
 }
 
 /// How an allocation was judged, for the statistics.
@@ -196,7 +203,7 @@ pub fn decide(
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Unit {
     One(SiteKey, u32, u64),
-    Group(SiteKey, u64),
+    Group(SiteKey, Line, u64),
 }
 
 /// What one run says of each allocation and recycled group: whether it is hot, its merit (net
@@ -204,8 +211,10 @@ enum Unit {
 #[derive(Debug, Default)]
 struct RunJudgement {
     units: HashMap<Unit, (bool, f64, u64)>,
-    /// Per call site: (hot allocations, all allocations).
-    sites: HashMap<SiteKey, (u32, u32)>,
+    /// The Python line of each allocation unit.
+    lines: HashMap<Unit, Line>,
+    /// Per call site and Python line: (hot allocations, all allocations).
+    sites: HashMap<(SiteKey, Line), (u32, u32)>,
 }
 
 impl RunJudgement {
@@ -216,18 +225,23 @@ impl RunJudgement {
                 .call_site(id)
                 .map(|site| SiteKey::new(&site.module, site.offset))
         };
+        let line = |site: Option<CallSiteId>| -> Line {
+            site.and_then(|site| history.python_file_line(site))
+                .map(|(file, line)| (file.to_string(), line))
+        };
         let mut grouped = HashSet::new();
         for group in &policy.recycled_groups(history) {
             let Some(key) = site_key(group.call_site) else {
                 continue;
             };
-            grouped.insert((group.pid, group.call_site, group.size));
-            let counts = run.sites.entry(key.clone()).or_default();
+            grouped.insert((group.pid, group.call_site, group.python, group.size));
+            let line = line(group.python);
+            let counts = run.sites.entry((key.clone(), line.clone())).or_default();
             counts.0 += group.allocations as u32;
             counts.1 += group.allocations as u32;
             let merit = policy.merit(&group.stats, group.size, group.peak_live);
             run.units.insert(
-                Unit::Group(key, group.size),
+                Unit::Group(key, line, group.size),
                 (true, merit, group.pinned_bytes()),
             );
         }
@@ -238,18 +252,23 @@ impl RunJudgement {
             let Some(site) = allocation.call_site else {
                 continue;
             };
-            if grouped.contains(&(allocation.pid, site, allocation.size)) {
+            let python = history.python_line(allocation.id);
+            // An allocation of a hot group's site, line and size is judged with the group (a
+            // long-lived process's folded members count whether or not each was hot).
+            if grouped.contains(&(allocation.pid, site, python, allocation.size)) {
                 continue;
             }
+            let hot = policy.is_hot(allocation);
             let Some(key) = site_key(site) else {
                 continue;
             };
-            let hot = policy.is_hot(allocation);
-            let counts = run.sites.entry(key.clone()).or_default();
+            let line = line(python);
+            let counts = run.sites.entry((key.clone(), line.clone())).or_default();
             counts.1 += 1;
             counts.0 += u32::from(hot);
             let merit = policy.merit(&allocation.stats, allocation.size, 1);
             let unit = Unit::One(key, allocation.ordinal, allocation.size);
+            run.lines.insert(unit.clone(), line);
             // A key seen twice (a forked child's allocations): hot if either is.
             let entry = run
                 .units
@@ -299,8 +318,11 @@ impl HotSet {
         let mut set = HotSet::default();
         // unit -> (runs that made it, runs that found it hot, merit sum over those, bytes)
         let mut merged: HashMap<Unit, (u32, u32, f64, u64)> = HashMap::new();
+        // An allocation's Python line, as the latest run that made it recorded it.
+        let mut lines: HashMap<Unit, Line> = HashMap::new();
         for history in runs {
             let run = RunJudgement::of(history, policy);
+            lines.extend(run.lines);
             for (key, (hot, all)) in run.sites {
                 let counts = set.sites.entry(key).or_default();
                 counts.0 += hot;
@@ -320,11 +342,13 @@ impl HotSet {
         for (unit, (made, hot, merits, bytes)) in merged {
             match &unit {
                 Unit::One(key, ordinal, size) => {
+                    let line = lines.get(&unit).cloned().flatten();
                     set.allocations
-                        .insert((key.clone(), *ordinal, *size), Verdict::Cold);
+                        .insert((key.clone(), *ordinal, *size), (line, Verdict::Cold));
                 }
-                Unit::Group(key, size) => {
-                    set.groups.insert((key.clone(), *size), Verdict::Cold);
+                Unit::Group(key, line, size) => {
+                    set.groups
+                        .insert((key.clone(), line.clone(), *size), Verdict::Cold);
                 }
             }
             if 2 * hot > made {
@@ -345,23 +369,43 @@ impl HotSet {
             };
             match unit {
                 Unit::One(key, ordinal, size) => {
-                    set.allocations.insert((key, ordinal, size), verdict)
+                    if let Some(entry) = set.allocations.get_mut(&(key, ordinal, size)) {
+                        entry.1 = verdict;
+                    }
                 }
-                Unit::Group(key, size) => set.groups.insert((key, size), verdict),
+                Unit::Group(key, line, size) => {
+                    set.groups.insert((key, line, size), verdict);
+                }
             };
         }
         set
     }
 
-    /// Judges the `ordinal`th allocation of `size` bytes from `site`.
-    pub fn judge(&self, site: &SiteKey, ordinal: u32, size: u64) -> Judged {
-        if let Some(&verdict) = self.allocations.get(&(site.clone(), ordinal, size)) {
-            return Judged::Known(verdict);
+    /// Judges the `ordinal`th allocation of `size` bytes from `site`, made at the Python line
+    /// `line` (None outside Python). An allocation the history knows by its ordinal is that
+    /// one only if it was made at the same line: where a C call site serves several lines,
+    /// its ordinals shift from run to run, and the line is what names the buffer.
+    pub fn judge(
+        &self,
+        site: &SiteKey,
+        line: Option<(&str, u32)>,
+        ordinal: u32,
+        size: u64,
+    ) -> Judged {
+        let same_line = |known: &Line| match (known, line) {
+            (Some((file, at)), Some((now_file, now_at))) => file == now_file && *at == now_at,
+            _ => true,
+        };
+        if let Some((known, verdict)) = self.allocations.get(&(site.clone(), ordinal, size))
+            && same_line(known)
+        {
+            return Judged::Known(*verdict);
         }
-        if let Some(&verdict) = self.groups.get(&(site.clone(), size)) {
+        let line: Line = line.map(|(file, at)| (file.to_string(), at));
+        if let Some(&verdict) = self.groups.get(&(site.clone(), line.clone(), size)) {
             return Judged::Recycled(verdict);
         }
-        match self.sites.get(site) {
+        match self.sites.get(&(site.clone(), line)) {
             Some(&(hot, total)) if 2 * hot > total => Judged::SiteHot,
             _ => Judged::Unknown,
         }
@@ -372,7 +416,7 @@ impl HotSet {
     pub fn pinned_count(&self) -> usize {
         self.allocations
             .values()
-            .filter(|v| **v == Verdict::Pin)
+            .filter(|(_, v)| *v == Verdict::Pin)
             .count()
     }
 
@@ -426,9 +470,12 @@ mod tests {
     fn judges_by_site_ordinal_and_size_whatever_the_path() {
         let set = HotSet::from_history(&history(), HotPolicy::transfers(4), None);
         let a = SiteKey::new("/new/place/app", 0x100);
-        assert_eq!(set.judge(&a, 0, 4 * MIB), Judged::Known(Verdict::Pin));
-        assert_eq!(set.judge(&a, 1, 4 * MIB), Judged::Known(Verdict::Pin));
-        assert_eq!(set.judge(&a, 2, 4 * MIB), Judged::Known(Verdict::Cold));
+        assert_eq!(set.judge(&a, None, 0, 4 * MIB), Judged::Known(Verdict::Pin));
+        assert_eq!(set.judge(&a, None, 1, 4 * MIB), Judged::Known(Verdict::Pin));
+        assert_eq!(
+            set.judge(&a, None, 2, 4 * MIB),
+            Judged::Known(Verdict::Cold)
+        );
         assert_eq!(set.pinned_count(), 2);
     }
 
@@ -437,23 +484,23 @@ mod tests {
         let set = HotSet::from_history(&history(), HotPolicy::transfers(4), None);
         let a = SiteKey::new("app", 0x100);
         assert_eq!(
-            set.judge(&a, 7, 4 * MIB),
+            set.judge(&a, None, 7, 4 * MIB),
             Judged::SiteHot,
             "2 of 3 at this site were hot"
         );
         assert_eq!(
-            set.judge(&a, 0, 8 * MIB),
+            set.judge(&a, None, 0, 8 * MIB),
             Judged::SiteHot,
             "a changed size is not the same allocation"
         );
         let b = SiteKey::new("app", 0x200);
         assert_eq!(
-            set.judge(&b, 5, 4 * MIB),
+            set.judge(&b, None, 5, 4 * MIB),
             Judged::Unknown,
             "site B was cold"
         );
         let new_site = SiteKey::new("app", 0x999);
-        assert_eq!(set.judge(&new_site, 0, 4 * MIB), Judged::Unknown);
+        assert_eq!(set.judge(&new_site, None, 0, 4 * MIB), Judged::Unknown);
     }
 
     /// A batch buffer allocated fresh for each of 10 steps and copied once, beside site A's
@@ -488,13 +535,16 @@ mod tests {
         }
         let set = HotSet::from_history(&h, HotPolicy::transfers(4), None);
         let site = SiteKey::new("app", 0x300);
-        assert_eq!(set.judge(&site, 3, 2 * MIB), Judged::Recycled(Verdict::Pin));
         assert_eq!(
-            set.judge(&site, 500, 2 * MIB),
+            set.judge(&site, None, 3, 2 * MIB),
             Judged::Recycled(Verdict::Pin)
         );
         assert_eq!(
-            set.judge(&site, 3, 4 * MIB),
+            set.judge(&site, None, 500, 2 * MIB),
+            Judged::Recycled(Verdict::Pin)
+        );
+        assert_eq!(
+            set.judge(&site, None, 3, 4 * MIB),
             Judged::SiteHot,
             "another size: the site"
         );
@@ -502,10 +552,13 @@ mod tests {
 
         // 10 copies on one 2 MiB block rank below site A's 300 and 100 on 4 MiB blocks.
         let set = HotSet::from_history(&h, HotPolicy::transfers(4), Some(10 * MIB));
-        assert_eq!(set.judge(&site, 0, 2 * MIB), Judged::Recycled(Verdict::Pin));
+        assert_eq!(
+            set.judge(&site, None, 0, 2 * MIB),
+            Judged::Recycled(Verdict::Pin)
+        );
         let set = HotSet::from_history(&h, HotPolicy::transfers(4), Some(9 * MIB));
         assert_eq!(
-            set.judge(&site, 0, 2 * MIB),
+            set.judge(&site, None, 0, 2 * MIB),
             Judged::Recycled(Verdict::OverBudget)
         );
     }
@@ -547,7 +600,7 @@ mod tests {
         let site = SiteKey::new("train", 0x400);
         for ordinal in [3, 999, 5000] {
             assert_eq!(
-                set.judge(&site, ordinal, MIB),
+                set.judge(&site, None, ordinal, MIB),
                 Judged::Recycled(Verdict::Pin),
                 "{ordinal}"
             );
@@ -564,12 +617,12 @@ mod tests {
         let set = HotSet::from_history(&history(), HotPolicy::transfers(4), Some(5 * MIB));
         let a = SiteKey::new("app", 0x100);
         assert_eq!(
-            set.judge(&a, 1, 4 * MIB),
+            set.judge(&a, None, 1, 4 * MIB),
             Judged::Known(Verdict::Pin),
             "300 transfers"
         );
         assert_eq!(
-            set.judge(&a, 0, 4 * MIB),
+            set.judge(&a, None, 0, 4 * MIB),
             Judged::Known(Verdict::OverBudget),
             "100 transfers"
         );
@@ -613,7 +666,7 @@ mod tests {
         ];
         let all: Vec<&MemHistory> = runs.iter().collect();
         let merged = HotSet::from_histories(&all, policy, None);
-        let verdict = |set: &HotSet, ordinal| set.judge(&a, ordinal, 4 * MIB);
+        let verdict = |set: &HotSet, ordinal| set.judge(&a, None, ordinal, 4 * MIB);
         assert_eq!(verdict(&merged, 0), Judged::Known(Verdict::Pin));
         assert_eq!(verdict(&merged, 1), Judged::Known(Verdict::Pin), "2 of 3");
         assert_eq!(verdict(&merged, 2), Judged::Known(Verdict::Cold), "1 of 3");

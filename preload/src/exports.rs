@@ -230,17 +230,22 @@ unsafe extern "C" fn free_at(ptr: *mut c_void, caller: usize) {
     unsafe { __libc_free(ptr) }
 }
 
-/// Serves a pinned request: CUDA's, or pageable if judged cold.
+/// Serves a pinned request: CUDA's, or pageable if judged cold. In auto mode a request kept
+/// pinned is leased from the node's arbiter like any pin of hotpin's (#40): without a lease
+/// it is given back to CUDA (`free`) and served pageable, as a cold one is, unless its flags
+/// need it pinned (then it is kept, and counted: the daemon sees it as a pin outside leases).
 ///
 /// # Safety
-/// `out` is writable; `pinned` is the real CUDA call for this request.
+/// `out` is writable; `pinned` is the real CUDA call for this request, and `free` names the
+/// call that frees what it returns.
 unsafe fn pinned_request(
     call: &'static str,
     out: *mut *mut c_void,
     size: usize,
     flags: c_uint,
     caller: usize,
-    pinned: impl FnOnce() -> c_int,
+    pinned: impl Fn() -> c_int,
+    free: &cuda::Real,
 ) -> c_int {
     if !ENABLED.load(Ordering::Acquire) || state::forked() {
         return pinned();
@@ -248,20 +253,63 @@ unsafe fn pinned_request(
     let Some(_busy) = Busy::enter() else {
         return pinned();
     };
-    let mut request = PinnedRequest::Pinned;
+    let mut request = PinnedRequest::Pinned { score: None };
     judged(|| request = state::pinned_request(call, size, flags, caller));
-    if let PinnedRequest::Demote = request {
-        // Page-aligned, as pinned memory is.
-        // SAFETY: libc's memalign with a valid alignment.
-        let ptr = unsafe { __libc_memalign(4096, size.max(1)) };
-        if !ptr.is_null() {
-            // SAFETY: the caller's out-pointer.
-            unsafe { *out = ptr };
-            judged(|| state::demoted(ptr, size));
-            return 0;
+    let score = match request {
+        PinnedRequest::Demote => {
+            // SAFETY: as the caller promises.
+            if unsafe { serve_demoted(out, size) } {
+                return 0;
+            }
+            return pinned();
         }
+        PinnedRequest::Pinned { score } => score,
+    };
+    let status = pinned();
+    // SAFETY: the caller's out-pointer, written by CUDA on success.
+    let ptr = if status == 0 {
+        unsafe { *out }
+    } else {
+        std::ptr::null_mut()
+    };
+    let Some(score) = score.filter(|_| !ptr.is_null()) else {
+        return status;
+    };
+    if crate::lease::ask(ptr as usize, size, score) {
+        return status;
     }
-    pinned()
+    let must_pin = flags & cuda::HOST_ALLOC_KEEP != 0;
+    // SAFETY: `free` names the call that frees what `pinned` returned.
+    let freed = !must_pin
+        && (unsafe { cuda::function::<FreeHost>(free) }).is_some_and(|free| {
+            // SAFETY: the block CUDA just returned, not yet the program's.
+            unsafe { free(ptr) == 0 }
+        });
+    // SAFETY: as the caller promises.
+    let demoted = freed && unsafe { serve_demoted(out, size) };
+    judged(|| state::kept_without_lease(size, freed, demoted));
+    if freed && !demoted {
+        // No memory to serve it pageable: CUDA's answer, as without hotpin.
+        return pinned();
+    }
+    status
+}
+
+/// Serves a pinned request of `size` bytes pageable: page-aligned memory from libc, as pinned
+/// memory is aligned, written to `out`; false if libc has none.
+///
+/// # Safety
+/// `out` is writable.
+unsafe fn serve_demoted(out: *mut *mut c_void, size: usize) -> bool {
+    // SAFETY: libc's memalign with a valid alignment.
+    let ptr = unsafe { __libc_memalign(4096, size.max(1)) };
+    if ptr.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's out-pointer.
+    unsafe { *out = ptr };
+    judged(|| state::demoted(ptr, size));
+    true
 }
 
 // The runtime's and the driver's pinned-memory calls have the same C types two by two, and
@@ -276,14 +324,33 @@ unsafe extern "C" fn host_alloc_at(
     caller: usize,
 ) -> c_int {
     // SAFETY: as the caller's.
-    unsafe { host_alloc("cudaHostAlloc", &cuda::HOST_ALLOC, out, size, flags, caller) }
+    unsafe {
+        host_alloc(
+            "cudaHostAlloc",
+            &cuda::HOST_ALLOC,
+            &cuda::FREE_HOST,
+            out,
+            size,
+            flags,
+            caller,
+        )
+    }
 }
 
 /// # Safety
 /// As cudaMallocHost.
 unsafe extern "C" fn malloc_host_at(out: *mut *mut c_void, size: usize, caller: usize) -> c_int {
     // SAFETY: as the caller's.
-    unsafe { alloc_host("cudaMallocHost", &cuda::MALLOC_HOST, out, size, caller) }
+    unsafe {
+        alloc_host(
+            "cudaMallocHost",
+            &cuda::MALLOC_HOST,
+            &cuda::FREE_HOST,
+            out,
+            size,
+            caller,
+        )
+    }
 }
 
 /// `cudaFreeHost`: a demoted block goes back to libc.
@@ -335,6 +402,7 @@ unsafe extern "C" fn cu_host_alloc_at(
         host_alloc(
             "cuMemHostAlloc",
             &cuda::CU_HOST_ALLOC,
+            &cuda::CU_FREE_HOST,
             out,
             size,
             flags,
@@ -347,7 +415,16 @@ unsafe extern "C" fn cu_host_alloc_at(
 /// As cuMemAllocHost_v2.
 unsafe extern "C" fn cu_alloc_host_at(out: *mut *mut c_void, size: usize, caller: usize) -> c_int {
     // SAFETY: as the caller's.
-    unsafe { alloc_host("cuMemAllocHost", &cuda::CU_ALLOC_HOST, out, size, caller) }
+    unsafe {
+        alloc_host(
+            "cuMemAllocHost",
+            &cuda::CU_ALLOC_HOST,
+            &cuda::CU_FREE_HOST,
+            out,
+            size,
+            caller,
+        )
+    }
 }
 
 /// `cuMemFreeHost`: a demoted block goes back to libc.
@@ -389,6 +466,7 @@ pub unsafe extern "C" fn cuMemHostUnregister(ptr: *mut c_void) -> c_int {
 unsafe fn host_alloc(
     call: &'static str,
     real: &cuda::Real,
+    free: &cuda::Real,
     out: *mut *mut c_void,
     size: usize,
     flags: c_uint,
@@ -399,7 +477,17 @@ unsafe fn host_alloc(
         return cuda::ERROR_NO_RUNTIME;
     };
     // SAFETY: the program's own call, passed on as it was made.
-    unsafe { pinned_request(call, out, size, flags, caller, || real(out, size, flags)) }
+    unsafe {
+        pinned_request(
+            call,
+            out,
+            size,
+            flags,
+            caller,
+            || real(out, size, flags),
+            free,
+        )
+    }
 }
 
 /// `cudaMallocHost` or `cuMemAllocHost_v2` through `real`, judged.
@@ -409,6 +497,7 @@ unsafe fn host_alloc(
 unsafe fn alloc_host(
     call: &'static str,
     real: &cuda::Real,
+    free: &cuda::Real,
     out: *mut *mut c_void,
     size: usize,
     caller: usize,
@@ -418,7 +507,7 @@ unsafe fn alloc_host(
         return cuda::ERROR_NO_RUNTIME;
     };
     // SAFETY: the program's own call, passed on as it was made.
-    unsafe { pinned_request(call, out, size, 0, caller, || real(out, size)) }
+    unsafe { pinned_request(call, out, size, 0, caller, || real(out, size), free) }
 }
 
 /// `cudaFreeHost` or `cuMemFreeHost` through `real`; a demoted block goes back to libc.
@@ -430,11 +519,16 @@ unsafe fn free_host(real: &cuda::Real, ptr: *mut c_void) -> c_int {
         return 0;
     }
     // SAFETY: as the caller promises.
-    match unsafe { cuda::function::<FreeHost>(real) } {
+    let status = match unsafe { cuda::function::<FreeHost>(real) } {
         // SAFETY: the program's own call, passed on.
         Some(real) => unsafe { real(ptr) },
         None => cuda::ERROR_NO_RUNTIME,
+    };
+    if status == 0 && ENABLED.load(Ordering::Acquire) && !state::forked() {
+        // A kept request's lease, if it had one, ends with it.
+        crate::lease::released(ptr as usize);
     }
+    status
 }
 
 /// `cudaHostRegister` or `cuMemHostRegister_v2` through `real`, unless judged not to be

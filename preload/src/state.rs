@@ -201,6 +201,10 @@ pub struct Counters {
     pub python_stacks: u64,
     pub python_stack_ns: u64,
     pub python_stack_max_ns: u64,
+    /// Requests kept pinned without a lease of the node's arbiter: their flags need them
+    /// pinned (or no memory was left to serve them pageable). The daemon counts them as pins
+    /// outside leases.
+    pub kept_without_lease: u64,
     /// Allocator calls the dynamic loader made (its thread-local tables, its link maps),
     /// served by libc with nothing of ours touched (loader.rs).
     pub loader_calls: u64,
@@ -718,7 +722,11 @@ impl State {
         asked_pinned: bool,
         lazy: bool,
     ) -> (bool, Why) {
-        let judged = self.hot.as_ref().map(|h| h.judge(site, ordinal, size));
+        let line = group.line.as_ref().map(|(file, line)| (&**file, *line));
+        let judged = self
+            .hot
+            .as_ref()
+            .map(|h| h.judge(site, line, ordinal, size));
         let group_hot = self.mode == Mode::Auto
             && self
                 .learner
@@ -1224,8 +1232,9 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
 
 /// How a pinned request (`cudaHostAlloc` / `cudaMallocHost`) is to be served.
 pub enum PinnedRequest {
-    /// Pass it to CUDA.
-    Pinned,
+    /// Pass it to CUDA; in auto mode, then lease it from the node's arbiter at this score
+    /// (its density: `Learner::birth_score`).
+    Pinned { score: Option<f64> },
     /// Serve it pageable.
     Demote,
 }
@@ -1235,11 +1244,15 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
     let python = python_frames();
     let mut guard = lock();
     let Some(state) = guard.as_mut() else {
-        return PinnedRequest::Pinned;
+        return PinnedRequest::Pinned { score: None };
     };
     let (site, ordinal) = state.identify(caller);
     let group = GroupKey::new(&site, &python);
     let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, true);
+    let score = state
+        .learner
+        .as_ref()
+        .map(|learner| learner.birth_score(&group, size));
     if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
         state.kept_live_bytes += size as u64;
         state.note_peak();
@@ -1253,13 +1266,35 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
             "kept-pinned",
             if pin { why } else { Why::Flags },
         );
-        PinnedRequest::Pinned
+        if state.learner.is_some() && flags & cuda::HOST_ALLOC_KEEP == 0 {
+            // Should the node's arbiter lease it no room, it is served pageable, and learned
+            // as a demoted request is.
+            DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
+        }
+        PinnedRequest::Pinned { score }
     } else {
         state.record(call, &site, ordinal, size as u64, "demoted", why);
         if state.learner.is_some() {
             DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
         }
         PinnedRequest::Demote
+    }
+}
+
+/// A request kept pinned that the node's arbiter leased no room (`pinned_request` in
+/// exports.rs): given back to CUDA (`freed`) and served pageable (`demoted`), or kept, its
+/// flags needing it pinned.
+pub fn kept_without_lease(size: usize, freed: bool, demoted: bool) {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else { return };
+    state.counters.node_refusals += 1;
+    if freed {
+        state.kept_live_bytes = state.kept_live_bytes.saturating_sub(size as u64);
+        state.counters.kept_pinned -= 1;
+        state.counters.kept_pinned_bytes -= size as u64;
+    }
+    if !demoted {
+        state.counters.kept_without_lease += 1;
     }
 }
 

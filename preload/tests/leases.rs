@@ -240,6 +240,94 @@ fn a_denser_program_reclaims_from_a_less_dense_one_within_the_node_budget() {
     );
 }
 
+/// The node's budget is a ceiling for requests kept pinned too (#40): two programs whose
+/// pinned requests (a pinned pool, 2 x 16 MiB each) their history keeps pinned, under a 40 MiB
+/// node budget. Each kept request asks for a lease; one that finds no room is given back to
+/// CUDA and served pageable. The node's pinned bytes stay within the budget and one block at
+/// every sample, and both programs compute right. (Before, kept requests were never leased:
+/// 64 MiB pinned against 40 MiB.)
+#[test]
+fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("kept");
+    let socket = setup.dir.join("lease.sock");
+    // A first run without a daemon learns that both requests pay: its history keeps them.
+    let learned = setup.dir.join("learned.hotpin");
+    let learn = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--lease-socket", "off", "--history"])
+        .arg(&learned)
+        .arg("--")
+        .arg(&setup.program)
+        .args(["pool", "16", "1500", "5"])
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .output()
+        .expect("run hotpin");
+    assert!(
+        learn.status.success(),
+        "{}",
+        String::from_utf8_lossy(&learn.stderr)
+    );
+    common::assert_computed_right(&learn);
+    let daemon = Daemon::start(&setup, &socket, &["--node-budget", "40M"]);
+    let run = |name: &str| {
+        let history = setup.dir.join(format!("history-{name}.hotpin"));
+        std::fs::copy(&learned, &history).expect("copy the history");
+        Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .arg("run")
+            .arg("--lease-socket")
+            .arg(&socket)
+            .arg("--history")
+            .arg(&history)
+            .arg("--report")
+            .arg(setup.dir.join(name))
+            .arg("--")
+            .arg(&setup.program)
+            // A second for the daemon to attach before the requests are made.
+            .args(["pool", "16", "3000", "5", "1000"])
+            .env("LD_LIBRARY_PATH", &setup.standin.dir)
+            .env("XDG_STATE_HOME", &setup.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run hotpin")
+    };
+    let (first, second) = (run("first"), run("second"));
+    let began = Instant::now();
+    let mut most = 0;
+    while began.elapsed() < Duration::from_millis(3800) {
+        let used = daemon.metric("hotpin_node_pinned_bytes");
+        assert!(used <= 40 * MIB + 16 * MIB, "the node budget held: {used}");
+        most = most.max(used);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    finish(first);
+    finish(second);
+    daemon.stop();
+    assert!(most >= 32 * MIB, "the kept requests were pinned: {most}");
+    let (a, b) = (
+        report(&setup.dir.join("first")),
+        report(&setup.dir.join("second")),
+    );
+    let sum = |field: &str| {
+        a["counters"][field].as_u64().unwrap_or(0) + b["counters"][field].as_u64().unwrap_or(0)
+    };
+    // Both kept their requests from the history, and asked leases for them: those refused
+    // were served pageable (and pinned later, under leases, as their copies repaid it).
+    for r in [&a, &b] {
+        let kept = r["decisions"]
+            .as_array()
+            .expect("decisions")
+            .iter()
+            .filter(|d| d["action"] == "kept-pinned")
+            .count();
+        assert_eq!(kept, 2, "{r}");
+    }
+    assert!(sum("node_refusals") >= 1, "{a}\n{b}");
+    assert!(sum("demoted") >= 1, "{a}\n{b}");
+    assert_eq!(sum("kept_without_lease"), 0, "{a}\n{b}");
+}
+
 /// The pinned-memory accounts in every history of the store at `store`.
 fn stored_accounts(store: &Path) -> Vec<hotpin_history::history::PinnedAccount> {
     let mut accounts = Vec::new();

@@ -1157,6 +1157,22 @@ impl MemHistory {
         self.data.callers.get(&id).map_or(&[], Vec::as_slice)
     }
 
+    /// The innermost Python line that made allocation `id`, as the call site of that frame
+    /// (module `python:FILE`, offset the line); None where no Python frame was recorded.
+    pub fn python_line(&self, id: AllocId) -> Option<CallSiteId> {
+        self.callers(id).iter().copied().find(|&site| {
+            self.call_site(site)
+                .is_some_and(|site| site.module.starts_with(PYTHON_MODULE))
+        })
+    }
+
+    /// A Python line's call site as (file, line): what identifies it across runs.
+    pub fn python_file_line(&self, site: CallSiteId) -> Option<(&str, u32)> {
+        let site = self.call_site(site)?;
+        let file = site.module.strip_prefix(PYTHON_MODULE)?;
+        Some((file, u32::try_from(site.offset).unwrap_or(u32::MAX)))
+    }
+
     /// Applies one decoded CUDA call. `call_site` is the caller, already interned.
     pub fn apply(&mut self, call: &ApiCall, call_site: Option<CallSiteId>) {
         if self.count_call(call) {

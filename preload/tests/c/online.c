@@ -35,6 +35,9 @@
  *          buffers of MIB MiB, each copied there and back (async) every PERIOD_MS ms (default
  *          20) for MS ms (default 2000): a steady hot set
  *          whose density the period sets (for the node's leases: two such programs at once).
+ *   pool [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as steady, but the two buffers are pinned
+ *          requests (cudaHostAlloc, no flags), as a framework's pinned pool makes them: what
+ *          auto mode keeps pinned from a history, and must lease from the node's arbiter.
  *   chunks [MIB]: two malloc'd buffers of MIB MiB, each copied whole there and back at every
  *          step (30): asynchronously and synchronously in turn, and at every 6th step to the
  *          device by one 2D copy (rows of MIB/8 MiB) instead: asynchronous for the first,
@@ -287,6 +290,17 @@ int main(int argc, char **argv) {
         }
         free(buffers[0]);
         free(buffers[1]);
+    } else if (strcmp(which, "pool") == 0) {
+        double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
+        if (argc > 5) usleep((useconds_t)(atof(argv[5]) * 1000));
+        char *buffers[2];
+        for (int i = 0; i < 2; i++) CUDA_OK(cudaHostAlloc((void **)&buffers[i], size, 0));
+        double began = now_ms();
+        for (unsigned step = 0; now_ms() - began < length; step++) {
+            for (int i = 0; i < 2; i++) round_trip(&t, buffers[i], size, step, (unsigned)i, 1);
+            usleep((useconds_t)(period * 1000));
+        }
+        for (int i = 0; i < 2; i++) CUDA_OK(cudaFreeHost(buffers[i]));
     } else {
         size_t big = 160 * MIB;
         CUDA_OK(cudaFree(device));
