@@ -95,6 +95,16 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> 
     result
 }
 
+/// Whether `a` and `b` are one existing file (the same device and inode, links followed):
+/// an output that is the input it was made from is refused (#41 item 10).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// Opens `path` for writing in place, truncating a regular file, never through a symbolic
 /// link (`O_NOFOLLOW`); a device or a FIFO is written into as it is (`/dev/stdout`), which
 /// only the commands that stream text (`tracer export`) use.

@@ -27,6 +27,26 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// The most seconds a duration on the command line may be: a year, far past any recording,
+/// and far inside what `Duration` and `Instant` can add without overflow.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Seconds as people write them on a command line (`--duration`, `--checkpoint`,
+/// `--fleet-wait`): a finite number from 0 to [`MAX_SECONDS`]. NaN, infinities, negatives
+/// and larger numbers are refused with a message (as a clap value parser), never a panic.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !value.is_finite() || !(0.0..=MAX_SECONDS).contains(&value) {
+        return Err(format!(
+            "{text:?}: give a number of seconds from 0 to {MAX_SECONDS} (a year)"
+        ));
+    }
+    Ok(value)
+}
+
 /// Bytes as people write them: a number with an optional K, M or G suffix (powers of 1024).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
@@ -50,6 +70,15 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_on_a_command_line_are_finite_and_bounded() {
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        for bad in ["inf", "-inf", "NaN", "1e20", "-1", "ten", ""] {
+            assert!(parse_seconds(bad).is_err(), "{bad} was taken");
+        }
+    }
 
     #[test]
     fn byte_units() {

@@ -337,6 +337,9 @@ fn bad_input_is_refused_before_the_program_starts() {
             vec!["--mode", "pin-all", "--report", setup.dir.to_str().unwrap()],
             "names a directory",
         ),
+        // A wait that cannot be waited: refused, never a panic (#41 item 8).
+        (vec!["--fleet-wait", "inf"], "give a number of seconds"),
+        (vec!["--fleet-wait", "NaN"], "give a number of seconds"),
     ] {
         let output = run(&args);
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -625,6 +625,87 @@ fn a_bad_command_line_gets_an_error_and_loses_nothing() {
     assert_eq!(std::fs::read(&keep).expect("keep"), b"a good history");
 }
 
+/// Durations that are not a finite number of seconds within a year are refused before the
+/// command starts, never a panic (#41 item 8: `--duration inf`, `NaN`, `1e20` and
+/// `--checkpoint inf` exited 101, and `--duration inf` left the command running untraced).
+#[test]
+fn durations_that_cannot_be_waited_are_refused_before_the_command_starts() {
+    let dir = std::env::temp_dir().join(format!("hotpin-durations-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let ran = dir.join("ran");
+    for (option, value) in [
+        ("--duration", "inf"),
+        ("--duration", "NaN"),
+        ("--duration", "1e20"),
+        ("--duration=-1", ""),
+        ("--checkpoint", "inf"),
+    ] {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["record".as_ref(), option.as_ref()];
+        if !value.is_empty() {
+            args.push(value.as_ref());
+        }
+        args.extend([
+            std::ffi::OsStr::new("--"),
+            "touch".as_ref(),
+            ran.as_os_str(),
+        ]);
+        let run = tracer(&args);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_ne!(
+            run.status.code(),
+            Some(101),
+            "{option} {value}: a panic: {stderr}"
+        );
+        assert_refused(&run, "give a number of seconds");
+        assert!(!ran.exists(), "{option} {value}: the command ran");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An output that is the history being read is refused, and the history kept (#41 item 10:
+/// `tracer export -o H H` and `tracer report --html H H` wrote over it).
+#[test]
+fn an_output_that_is_its_own_input_is_refused_and_the_history_kept() {
+    let dir = std::env::temp_dir().join(format!("hotpin-self-output-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let h = dir.join("h.hotpin");
+    let history = tracer_agent::history::MemHistory::new();
+    tracer_agent::dump::write(&history, &h, tracer_agent::dump::Format::Binary, false)
+        .expect("write a history");
+    let before = std::fs::read(&h).expect("read");
+    for args in [
+        vec![
+            "export".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "-o".as_ref(),
+            h.as_os_str(),
+            h.as_os_str(),
+        ],
+        vec![
+            "export".as_ref(),
+            "-o".as_ref(),
+            h.as_os_str(),
+            h.as_os_str(),
+        ],
+        vec![
+            "report".as_ref(),
+            "--html".as_ref(),
+            h.as_os_str(),
+            h.as_os_str(),
+        ],
+    ] {
+        let run = tracer(&args);
+        assert_refused(&run, "is the history being");
+        assert_eq!(
+            std::fs::read(&h).expect("read"),
+            before,
+            "{args:?} changed the history"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_ring_too_large_is_said_as_such() {
     common::require_root();

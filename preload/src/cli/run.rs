@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL")]
     fleet: Option<String>,
     /// The most the fleet's store may hold the program's start, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = hotpin_history::units::parse_seconds)]
     fleet_wait: f64,
     /// Without --history, start from the N latest runs of the program in the fleet's store
     /// (or the local store), merged: an allocation or recycled group is hot where most of the

@@ -2,12 +2,20 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use tracer_agent::{dump, export};
 
 use super::ExportArgs;
 
 pub fn run(args: ExportArgs) -> Result<ExitCode> {
+    if let Some(output) = &args.output
+        && hotpin_history::files::same_file(output, &args.file)
+    {
+        bail!(
+            "-o {} is the history being exported: give another output file",
+            output.display()
+        );
+    }
     let history = dump::read(&args.file)?;
     if args.format == "json" {
         let output = args

@@ -172,10 +172,10 @@ struct RecordArgs {
     /// Write the history so far to the output file every this many seconds while recording
     /// (atomically: a tracer killed with SIGKILL leaves the last checkpoint, which `tracer
     /// report` marks as such). 0 turns checkpoints off.
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = hotpin_history::units::parse_seconds)]
     checkpoint: f64,
     /// Stop after this many seconds (default: when the targets exit, or on Ctrl-C/SIGTERM).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = hotpin_history::units::parse_seconds)]
     duration: Option<f64>,
     /// Kernel ring buffer size in MiB (a power of two).
     #[arg(long, default_value_t = 16, value_name = "MIB")]

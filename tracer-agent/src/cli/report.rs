@@ -18,6 +18,14 @@ use tracer_agent::{
 use super::ReportArgs;
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
+    if let Some(html) = &args.html
+        && hotpin_history::files::same_file(html, &args.file)
+    {
+        bail!(
+            "--html {} is the history being reported: give another output file",
+            html.display()
+        );
+    }
     let history = load(&args.file, &args.store)?;
     let policy = match (args.min_transfers, &args.costs) {
         (Some(min_transfers), _) => HotPolicy {
