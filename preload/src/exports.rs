@@ -121,24 +121,27 @@ extern "C" fn realloc_at(ptr: *mut c_void, size: usize, caller: usize) -> *mut c
     if ptr.is_null() {
         return malloc_at(size, caller);
     }
-    // SAFETY: a live block of libc's (the caller reallocates it).
-    let old = unsafe { libc::malloc_usable_size(ptr) };
-    // Only a block at or above the floor can have been registered: below it, and for the
-    // loader (which grows its thread-local tables so), nothing is looked up.
-    if loader::called_from(caller) || (below_floor(old) && below_floor(size)) {
+    // The loader grows its thread-local tables so: nothing of ours is touched.
+    if loader::called_from(caller) {
         // SAFETY: libc's realloc of a block libc allocated.
         return unsafe { __libc_realloc(ptr, size) };
     }
-    // A block we registered is unregistered before libc may move or free it.
+    // A block we registered is unregistered before libc may move or free it. Only a block at
+    // or above the floor can have been: below it, nothing is looked up (and no thread-local
+    // state touched).
     let mut was_registered = false;
-    if !below_floor(old)
-        && ACTIVE.load(Ordering::Acquire)
-        && !state::forked()
-        && let Some(_busy) = Busy::enter()
-    {
-        judged(|| {
-            was_registered = matches!(state::releasing(ptr, false), state::Release::Unregistered);
-        });
+    let mut old = 0;
+    if ACTIVE.load(Ordering::Acquire) && !state::forked() {
+        // SAFETY: a live block of libc's (the caller reallocates it).
+        old = unsafe { libc::malloc_usable_size(ptr) };
+        if !below_floor(old)
+            && let Some(_busy) = Busy::enter()
+        {
+            judged(|| {
+                was_registered =
+                    matches!(state::releasing(ptr, false), state::Release::Unregistered);
+            });
+        }
     }
     // SAFETY: libc's realloc of a block libc allocated.
     let moved = unsafe { __libc_realloc(ptr, size) };

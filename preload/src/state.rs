@@ -1249,11 +1249,11 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
     let (site, ordinal) = state.identify(caller);
     let group = GroupKey::new(&site, &python);
     let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, true);
-    let score = state
-        .learner
-        .as_ref()
-        .map(|learner| learner.birth_score(&group, size));
     if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
+        let score = state
+            .learner
+            .as_ref()
+            .map(|learner| learner.birth_score(&group, size));
         state.kept_live_bytes += size as u64;
         state.note_peak();
         state.counters.kept_pinned += 1;

@@ -166,18 +166,10 @@ fn finish(child: Child) -> Output {
 
 /// The interposer's report of the run at `prefix` (one process: the program).
 fn report(prefix: &Path) -> Value {
-    let dir = prefix.parent().expect("a folder");
-    let stem = prefix.file_name().expect("a name").to_string_lossy();
-    let path = std::fs::read_dir(dir)
-        .expect("the folder")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{stem}.")))
-        })
-        .unwrap_or_else(|| panic!("no report {stem}.PID.json"));
-    serde_json::from_slice(&std::fs::read(path).expect("read the report")).expect("JSON")
+    common::reports(prefix)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no report {}.PID.json", prefix.display()))
 }
 
 /// Two programs at once under a node budget smaller than their hot sets together (24 MiB

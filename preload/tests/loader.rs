@@ -37,22 +37,10 @@ fn build_libraries(dir: &Path) {
 
 /// The report of the one process a run made.
 fn report(prefix: &Path) -> Value {
-    let dir = prefix.parent().expect("a folder");
-    let stem = prefix
-        .file_name()
-        .expect("a name")
-        .to_string_lossy()
-        .into_owned();
-    let path = std::fs::read_dir(dir)
-        .expect("read the folder")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{stem}.")))
-        })
-        .unwrap_or_else(|| panic!("no report {stem}.<pid>.json in {}", dir.display()));
-    serde_json::from_slice(&std::fs::read(&path).expect("read the report")).expect("JSON")
+    common::reports(prefix)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no report {}.<pid>.json", prefix.display()))
 }
 
 #[test]

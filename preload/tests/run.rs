@@ -73,22 +73,7 @@ fn ground_truth(output: &Output) -> Value {
 
 /// The interposer's report of the process `hotpin run` became (it execs the program).
 fn report(path: &Path) -> Value {
-    let dir = path.parent().expect("a directory");
-    let stem = path
-        .file_name()
-        .expect("a name")
-        .to_string_lossy()
-        .into_owned();
-    let mut reports: Vec<Value> = std::fs::read_dir(dir)
-        .expect("list")
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("{stem}."))
-        })
-        .map(|e| serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("JSON"))
-        .collect();
+    let mut reports = common::reports(path);
     assert_eq!(
         reports.len(),
         1,
@@ -810,22 +795,7 @@ fn auto_mode_tells_blocks_of_one_call_site_apart_by_their_python_line() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/groups.py");
     let prefix = setup.dir.join("groups-report");
     run_python(&setup, &script, &prefix, &[]);
-    // `python3` may be a launcher (pyenv's) whose processes write reports too: the
-    // interpreter's is the one that judged the blocks.
-    let dir = prefix.parent().expect("a folder");
-    let r = std::fs::read_dir(dir)
-        .expect("list")
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("groups-report.")
-        })
-        .map(|e| -> Value {
-            serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("JSON")
-        })
-        .max_by_key(|r| r["decisions"].as_array().map_or(0, Vec::len))
-        .expect("the interpreter's report");
+    let r = interpreter_report(&prefix);
     let c = &r["counters"];
     // 30 results: the group is hot once two retired results repaid a pin, and each after
     // that comes from the cache; none of the 30 scratch blocks does (keyed by the call site
@@ -837,15 +807,8 @@ fn auto_mode_tells_blocks_of_one_call_site_apart_by_their_python_line() {
 /// The report of the Python interpreter among a run's processes (`python3` may be a
 /// launcher, pyenv's, whose processes write reports too): the one that judged the most.
 fn interpreter_report(prefix: &Path) -> Value {
-    let dir = prefix.parent().expect("a folder");
-    let stem = format!("{}.", prefix.file_name().expect("a name").to_string_lossy());
-    std::fs::read_dir(dir)
-        .expect("list")
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&stem))
-        .map(|e| -> Value {
-            serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("JSON")
-        })
+    common::reports(prefix)
+        .into_iter()
         .max_by_key(|r| r["decisions"].as_array().map_or(0, Vec::len))
         .expect("the interpreter's report")
 }

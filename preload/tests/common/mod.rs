@@ -2,7 +2,10 @@
 //! CUDA) installed in a folder of the test's own, and a C program of tests/c compiled
 //! against it.
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 pub struct Setup {
     pub dir: PathBuf,
@@ -50,4 +53,24 @@ pub fn assert_computed_right(output: &std::process::Output) {
         "{verdict}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The interposer's reports of a run given `--report PREFIX`: every `PREFIX.<pid>.json`, one
+/// per process that wrote one.
+#[allow(dead_code, reason = "each test binary uses a different part")]
+pub fn reports(prefix: &Path) -> Vec<serde_json::Value> {
+    let dir = prefix.parent().expect("a folder");
+    let stem = format!("{}.", prefix.file_name().expect("a name").to_string_lossy());
+    std::fs::read_dir(dir)
+        .expect("list the folder")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&stem) && name.ends_with(".json")
+        })
+        .map(|e| {
+            serde_json::from_slice(&std::fs::read(e.path()).expect("read the report"))
+                .expect("the report is JSON")
+        })
+        .collect()
 }
