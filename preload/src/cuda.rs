@@ -10,6 +10,14 @@ use std::{
 /// `cudaHostAllocPortable`, `cudaHostAllocMapped`, `cudaHostAllocWriteCombined`: a program
 /// asking for these depends on the memory being pinned, so it is never demoted.
 pub const HOST_ALLOC_KEEP: c_uint = 1 | 2 | 4;
+/// `cudaHostAllocMapped`, `cudaHostAllocWriteCombined`: what pageable memory cannot stand in
+/// for even while nothing asks (a mapped block's address is a device address under unified
+/// addressing). A portable request is served pageable when the node's arbiter leases it no
+/// room: pageable memory is usable from every context, and pinned on demand (portable) when
+/// the program uses it as only pinned memory can be used.
+pub const HOST_ALLOC_PINNED_ONLY: c_uint = 2 | 4;
+/// `cudaHostAllocPortable` (= `cudaHostRegisterPortable`, `CU_MEMHOSTALLOC_PORTABLE`).
+pub const HOST_ALLOC_PORTABLE: c_uint = 1;
 /// `cudaHostRegisterPortable`, `Mapped`, `IoMemory`, `ReadOnly`: likewise for registrations.
 pub const HOST_REGISTER_KEEP: c_uint = 1 | 2 | 4 | 8;
 /// `cudaErrorInitializationError`: what a call answers when no runtime is there to do it.

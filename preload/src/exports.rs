@@ -235,8 +235,9 @@ unsafe extern "C" fn free_at(ptr: *mut c_void, caller: usize) {
 
 /// Serves a pinned request: CUDA's, or pageable if judged cold. In auto mode a request kept
 /// pinned is leased from the node's arbiter like any pin of hotpin's (#40): without a lease
-/// it is given back to CUDA (`free`) and served pageable, as a cold one is, unless its flags
-/// need it pinned (then it is kept, and counted: the daemon sees it as a pin outside leases).
+/// it is given back to CUDA (`free`) and served pageable, as a cold one is (a portable one
+/// too, pinned portable on demand), unless its flags need it pinned (mapped, write-combined:
+/// then it is kept, and counted: the daemon sees it as a pin outside leases).
 ///
 /// # Safety
 /// `out` is writable; `pinned` is the real CUDA call for this request, and `free` names the
@@ -261,7 +262,7 @@ unsafe fn pinned_request(
     let score = match request {
         PinnedRequest::Demote => {
             // SAFETY: as the caller promises.
-            if unsafe { serve_demoted(out, size) } {
+            if unsafe { serve_demoted(out, size, 0) } {
                 return 0;
             }
             return pinned();
@@ -281,7 +282,7 @@ unsafe fn pinned_request(
     if crate::lease::ask(ptr as usize, size, score) {
         return status;
     }
-    let must_pin = flags & cuda::HOST_ALLOC_KEEP != 0;
+    let must_pin = flags & cuda::HOST_ALLOC_PINNED_ONLY != 0;
     // SAFETY: `free` names the call that frees what `pinned` returned.
     let freed = !must_pin
         && (unsafe { cuda::function::<FreeHost>(free) }).is_some_and(|free| {
@@ -289,7 +290,7 @@ unsafe fn pinned_request(
             unsafe { free(ptr) == 0 }
         });
     // SAFETY: as the caller promises.
-    let demoted = freed && unsafe { serve_demoted(out, size) };
+    let demoted = freed && unsafe { serve_demoted(out, size, flags & cuda::HOST_ALLOC_PORTABLE) };
     judged(|| state::kept_without_lease(size, freed, demoted));
     if freed && !demoted {
         // No memory to serve it pageable: CUDA's answer, as without hotpin.
@@ -299,11 +300,12 @@ unsafe fn pinned_request(
 }
 
 /// Serves a pinned request of `size` bytes pageable: page-aligned memory from libc, as pinned
-/// memory is aligned, written to `out`; false if libc has none.
+/// memory is aligned, written to `out`; false if libc has none. `flags`: the request's (none,
+/// or portable), with which it is pinned on demand.
 ///
 /// # Safety
 /// `out` is writable.
-unsafe fn serve_demoted(out: *mut *mut c_void, size: usize) -> bool {
+unsafe fn serve_demoted(out: *mut *mut c_void, size: usize, flags: c_uint) -> bool {
     // SAFETY: libc's memalign with a valid alignment.
     let ptr = unsafe { __libc_memalign(4096, size.max(1)) };
     if ptr.is_null() {
@@ -311,7 +313,7 @@ unsafe fn serve_demoted(out: *mut *mut c_void, size: usize) -> bool {
     }
     // SAFETY: the caller's out-pointer.
     unsafe { *out = ptr };
-    judged(|| state::demoted(ptr, size));
+    judged(|| state::demoted(ptr, size, flags));
     true
 }
 

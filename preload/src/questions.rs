@@ -56,36 +56,37 @@ fn ask_about(ptr: usize) -> usize {
     asked
 }
 
-/// A pinned block of ours, allocated through one API's allocation call with no flags, as a
-/// demoted request was asked for: what CUDA is asked about in place of a demoted block when
-/// the answer depends on how the block was pinned (its flags). 4 KiB, made at the first
-/// need, kept.
+/// Pinned blocks of ours, allocated through one API's allocation call as demoted requests
+/// are asked for (no flags, or portable): what CUDA is asked about in place of a demoted
+/// block when the answer depends on how the block was pinned (its flags). 4 KiB each, made
+/// at the first need, kept.
 struct PinnedReference {
     alloc: &'static Real,
-    address: AtomicUsize,
+    /// By the request's flags: none, portable.
+    address: [AtomicUsize; 2],
 }
 
 static PINNED_REFERENCE_RUNTIME: PinnedReference = PinnedReference {
     alloc: &cuda::HOST_ALLOC,
-    address: AtomicUsize::new(0),
+    address: [AtomicUsize::new(0), AtomicUsize::new(0)],
 };
 static PINNED_REFERENCE_DRIVER: PinnedReference = PinnedReference {
     alloc: &cuda::CU_HOST_ALLOC,
-    address: AtomicUsize::new(0),
+    address: [AtomicUsize::new(0), AtomicUsize::new(0)],
 };
 
-/// The pinned reference to ask about in place of `ptr` when `ptr` lies in a demoted request.
+/// The pinned reference to ask about in place of `ptr` when `ptr` lies in a demoted request:
+/// one allocated with the request's flags.
 fn demoted_reference(ptr: usize, reference: &PinnedReference) -> Option<usize> {
     if !BELIEVED_PINNED.load(Ordering::Acquire) || ptr == 0 || state::forked() {
         return None;
     }
     let _busy = Busy::enter()?;
-    let mut demoted = false;
+    let mut demoted = None;
     judged(|| demoted = state::in_demoted(ptr));
-    if !demoted {
-        return None;
-    }
-    let known = reference.address.load(Ordering::Acquire);
+    let flags = demoted? & cuda::HOST_ALLOC_PORTABLE;
+    let slot = &reference.address[flags as usize];
+    let known = slot.load(Ordering::Acquire);
     if known != 0 {
         return Some(known);
     }
@@ -93,10 +94,10 @@ fn demoted_reference(ptr: usize, reference: &PinnedReference) -> Option<usize> {
     let alloc = unsafe { cuda::function::<cuda::HostAlloc>(reference.alloc) }?;
     let mut block = std::ptr::null_mut();
     // SAFETY: an out-pointer to a local; the block is ours and never freed.
-    if unsafe { alloc(&mut block, 4096, 0) } != 0 || block.is_null() {
+    if unsafe { alloc(&mut block, 4096, flags) } != 0 || block.is_null() {
         return None;
     }
-    reference.address.store(block as usize, Ordering::Release);
+    slot.store(block as usize, Ordering::Release);
     Some(block as usize)
 }
 
@@ -301,7 +302,8 @@ unsafe fn host_get_flags(
         return cuda::ERROR_NO_RUNTIME;
     };
     // A demoted request's flags are those of a block allocated as the program asked (no
-    // flags: requests with flags are never demoted), in the same API, not a registration's.
+    // flags, or portable: requests with other flags are never demoted), in the same API, not
+    // a registration's.
     let asked = if from_cuda(caller) {
         ptr as usize
     } else {

@@ -216,6 +216,9 @@ pub struct Counters {
 /// A pinned request served from libc.
 struct Demoted {
     size: usize,
+    /// The request's flags (none, or portable): those it is pinned with on demand, and what
+    /// `cudaHostGetFlags` answers for it.
+    flags: u32,
     /// Registered since, because the program used it as only pinned memory can be used.
     pinned_on_demand: bool,
 }
@@ -1266,7 +1269,7 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
             "kept-pinned",
             if pin { why } else { Why::Flags },
         );
-        if state.learner.is_some() && flags & cuda::HOST_ALLOC_KEEP == 0 {
+        if state.learner.is_some() && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0 {
             // Should the node's arbiter lease it no room, it is served pageable, and learned
             // as a demoted request is.
             DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
@@ -1299,13 +1302,14 @@ pub fn kept_without_lease(size: usize, freed: bool, demoted: bool) {
 }
 
 /// A pinned request served pageable at `ptr`.
-pub fn demoted(ptr: *mut c_void, size: usize) {
+pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
     state.demoted.insert(
         ptr as usize,
         Demoted {
             size,
+            flags,
             pinned_on_demand: false,
         },
     );
@@ -1423,22 +1427,23 @@ impl State {
     }
 
     /// The pageable block the program believes pinned that holds part of `[start, start +
-    /// len)`: (start, size, the registration flags that pin it as the program asked: none
-    /// for a demoted request, the program's own for a skipped registration).
+    /// len)`: (start, size, the registration flags that pin it as the program asked: a
+    /// demoted request's (none, or portable), the program's own for a skipped registration).
     fn believed_pinned_block(&self, start: usize, len: usize) -> Option<(usize, usize, u32)> {
         if let Some((block, demoted)) = overlapping(&self.demoted, |d: &Demoted| d.size, start, len)
             && !demoted.pinned_on_demand
         {
-            return Some((block, demoted.size, 0));
+            return Some((block, demoted.size, demoted.flags));
         }
         overlapping(&self.skipped, |(size, _)| *size, start, len)
             .filter(|(block, _)| !self.registered.contains_key(block))
             .map(|(block, &(size, flags))| (block, size, flags))
     }
 
-    /// Whether `ptr` lies in a pinned request served pageable (pinned on demand or not).
-    fn in_demoted(&self, ptr: usize) -> bool {
-        overlapping(&self.demoted, |d: &Demoted| d.size, ptr, 1).is_some()
+    /// The flags of the pinned request served pageable that `ptr` lies in (pinned on demand
+    /// or not), if any.
+    fn in_demoted(&self, ptr: usize) -> Option<u32> {
+        overlapping(&self.demoted, |d: &Demoted| d.size, ptr, 1).map(|(_, d)| d.flags)
     }
 }
 
@@ -1465,9 +1470,9 @@ pub fn hidden_block(ptr: usize) -> Option<usize> {
     lock().as_ref()?.hidden_block(ptr, 1)
 }
 
-/// Whether `ptr` lies in a pinned request hotpin served pageable.
-pub fn in_demoted(ptr: usize) -> bool {
-    lock().as_ref().is_some_and(|state| state.in_demoted(ptr))
+/// The flags of the pinned request hotpin served pageable that `ptr` lies in, if any.
+pub fn in_demoted(ptr: usize) -> Option<u32> {
+    lock().as_ref()?.in_demoted(ptr)
 }
 
 /// Registers every block in `ranges` that the program believes pinned and hotpin left

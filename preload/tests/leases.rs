@@ -240,8 +240,22 @@ fn a_denser_program_reclaims_from_a_less_dense_one_within_the_node_budget() {
 /// 64 MiB pinned against 40 MiB.)
 #[test]
 fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
+    kept_requests_are_leased("pool");
+}
+
+/// As [`requests_kept_pinned_are_leased_and_the_node_budget_holds`], for portable requests
+/// (CuPy's pinned memory pool makes them so): one that finds no lease is served pageable
+/// too, and `cudaHostGetFlags` still answers portable for it. (Before, a portable request
+/// was kept pinned without a lease: the node's budget did not hold.)
+#[test]
+fn portable_requests_kept_pinned_are_leased_too() {
+    kept_requests_are_leased("portable");
+}
+
+/// Two programs of `mode` (online.c's `pool` or `portable`) under a 40 MiB node budget.
+fn kept_requests_are_leased(mode: &str) {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
-    let setup = setup("kept");
+    let setup = setup(&format!("kept-{mode}"));
     let socket = setup.dir.join("lease.sock");
     // A first run without a daemon learns that both requests pay: its history keeps them.
     let learned = setup.dir.join("learned.hotpin");
@@ -250,7 +264,7 @@ fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
         .arg(&learned)
         .arg("--")
         .arg(&setup.program)
-        .args(["pool", "16", "1500", "5"])
+        .args([mode, "16", "1500", "5"])
         .env("LD_LIBRARY_PATH", &setup.standin.dir)
         .env("XDG_STATE_HOME", &setup.dir)
         .output()
@@ -276,7 +290,7 @@ fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
             .arg("--")
             .arg(&setup.program)
             // A second for the daemon to attach before the requests are made.
-            .args(["pool", "16", "3000", "5", "1000"])
+            .args([mode, "16", "3000", "5", "1000"])
             .env("LD_LIBRARY_PATH", &setup.standin.dir)
             .env("XDG_STATE_HOME", &setup.dir)
             .stdout(Stdio::piped())

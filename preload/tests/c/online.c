@@ -38,6 +38,9 @@
  *   pool [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as steady, but the two buffers are pinned
  *          requests (cudaHostAlloc, no flags), as a framework's pinned pool makes them: what
  *          auto mode keeps pinned from a history, and must lease from the node's arbiter.
+ *   portable [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as pool, but the requests are portable
+ *          (cudaHostAllocPortable), as CuPy's pinned memory pool makes them; cudaHostGetFlags
+ *          must answer portable for each.
  *   chunks [MIB]: two malloc'd buffers of MIB MiB, each copied whole there and back at every
  *          step (30): asynchronously and synchronously in turn, and at every 6th step to the
  *          device by one 2D copy (rows of MIB/8 MiB) instead: asynchronous for the first,
@@ -290,11 +293,18 @@ int main(int argc, char **argv) {
         }
         free(buffers[0]);
         free(buffers[1]);
-    } else if (strcmp(which, "pool") == 0) {
+    } else if (strcmp(which, "pool") == 0 || strcmp(which, "portable") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
         if (argc > 5) usleep((useconds_t)(atof(argv[5]) * 1000));
+        unsigned asked = strcmp(which, "portable") == 0 ? cudaHostAllocPortable : 0;
         char *buffers[2];
-        for (int i = 0; i < 2; i++) CUDA_OK(cudaHostAlloc((void **)&buffers[i], size, 0));
+        for (int i = 0; i < 2; i++) {
+            CUDA_OK(cudaHostAlloc((void **)&buffers[i], size, asked));
+            /* CUDA answers with the flags the block was allocated with. */
+            unsigned flags = 0;
+            CUDA_OK(cudaHostGetFlags(&flags, buffers[i]));
+            tally_check(&t, 0, (flags & cudaHostAllocPortable) != asked);
+        }
         double began = now_ms();
         for (unsigned step = 0; now_ms() - began < length; step++) {
             for (int i = 0; i < 2; i++) round_trip(&t, buffers[i], size, step, (unsigned)i, 1);
