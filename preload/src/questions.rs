@@ -85,7 +85,7 @@ fn demoted_reference(ptr: usize, reference: &PinnedReference) -> Option<usize> {
     let mut demoted = None;
     judged(|| demoted = state::in_demoted(ptr));
     let flags = demoted? & cuda::HOST_ALLOC_PORTABLE;
-    let slot = &reference.address[flags as usize];
+    let slot = reference.address.get(flags as usize)?;
     let known = slot.load(Ordering::Acquire);
     if known != 0 {
         return Some(known);
