@@ -15,6 +15,15 @@
 //!   Once the blocks retired from a group (two at least) together lost what pinning one of
 //!   them costs, the next block of the group is pinned at birth. A fresh `.cpu()` result each
 //!   step, copied once, is such a group.
+//! - **Trusted groups** (#40 item 3). Where one copy of a block saves more than registering
+//!   and unregistering it costs (large blocks: on the H200 a pageable copy of 1 GiB takes
+//!   about 130 ms, registering and unregistering it about 60, a pinned copy 20), pinning
+//!   before the first copy repays even a block copied once. Once [`TRUSTED_AFTER`] blocks of
+//!   a group (same call site and Python line, same size) were each worth it on their first
+//!   copy, the group's next blocks are pinned before their first copy: layers streamed from
+//!   CPU memory are pinned during the first forward, not after the second. A block pinned so
+//!   that is not copied again within [`TRUST_IDLE_NS`] is let go (a group of blocks each
+//!   copied once, as a model moved to the GPU at start).
 //!
 //! The interposer pins a large block's copied part alone where that part is small
 //! (`preload/src/online.rs`); the rules here weigh whatever range it would register.
@@ -34,6 +43,12 @@ pub const LARGEST_AT_BIRTH: usize = 64 << 20;
 pub const HYSTERESIS: f64 = 2.0;
 /// How fast a block's density forgets its past copies, by default.
 pub const HALF_LIFE_NS: u64 = 2_000_000_000;
+/// Blocks of a group whose first copy alone was worth pinning them before the group is
+/// trusted: its next blocks are pinned before their first copy.
+pub const TRUSTED_AFTER: u64 = 2;
+/// A block pinned before its first copy on its group's trust, and not copied again within
+/// this long, is let go.
+pub const TRUST_IDLE_NS: u64 = 1_000_000_000;
 
 /// The copies one block served, by direction, and its decayed benefit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -97,6 +112,22 @@ impl Online {
     /// What pinning `len` bytes costs: register and unregister.
     pub fn pin_cost(&self, len: usize) -> f64 {
         self.model.pin_cost(len as u64, 1)
+    }
+
+    /// Whether one copy of `bytes` (`to_device`: host memory read) saves more than pinning a
+    /// block of `len` bytes costs (register and unregister): pinned before that copy, the
+    /// block repays even if it is never copied again.
+    pub fn one_copy_repays(&self, bytes: u64, to_device: bool, len: usize) -> bool {
+        let mut one = TransferStats::default();
+        if to_device {
+            one.h2d_count = 1;
+            one.h2d_bytes = bytes;
+        } else {
+            one.d2h_count = 1;
+            one.d2h_bytes = bytes;
+        }
+        one.transfers = 1;
+        self.model.copy_saving(&one) > self.pin_cost(len)
     }
 
     /// Whether a pageable block of `len` bytes has lost to its copies what pinning it costs.
@@ -190,6 +221,8 @@ struct Group {
     retired_saving_s: f64,
     /// Blocks alive now.
     live: u64,
+    /// Blocks whose first copy alone was worth pinning them before it.
+    first_copies_repaid: u64,
     /// What every copy of any of its blocks saved, decayed as a block's [`Heat`] is.
     decayed_saving_s: f64,
     updated_ns: u64,
@@ -228,6 +261,23 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
         group.decayed_saving_s =
             policy.decay(group.decayed_saving_s, group.updated_ns, now_ns) + saving_s;
         group.updated_ns = group.updated_ns.max(now_ns);
+    }
+
+    /// One of its blocks was copied for the first time, and that copy alone was worth pinning
+    /// it before ([`Online::one_copy_repays`]).
+    pub fn first_copy_repaid(&mut self, site: &K, size: u64) {
+        self.groups
+            .entry((site.clone(), size))
+            .or_default()
+            .first_copies_repaid += 1;
+    }
+
+    /// Whether the group's blocks are pinned before their first copy: [`TRUSTED_AFTER`] of
+    /// them were each worth it on their own first copy.
+    pub fn trusted(&self, site: &K, size: u64) -> bool {
+        self.groups
+            .get(&(site.clone(), size))
+            .is_some_and(|group| group.first_copies_repaid >= TRUSTED_AFTER)
     }
 
     /// Whether the next block of this group is to be pinned at birth: its retired blocks
@@ -282,6 +332,29 @@ mod tests {
             small.copy(&online, 4096, true, i);
         }
         assert!(!online.repays(&small, 1 << 30));
+    }
+
+    #[test]
+    fn a_group_is_trusted_once_two_first_copies_each_repaid_a_pin_before_them() {
+        let online = Online::new(CostModel::default());
+        // Large: one copy saves more than registering and unregistering; small: it does not.
+        assert!(online.one_copy_repays(64 << 20, true, 64 * MIB));
+        assert!(!online.one_copy_repays(64 << 10, true, 64 << 10));
+        // A slice of a large block does not repay pinning all of it.
+        assert!(!online.one_copy_repays(64 << 10, true, 64 * MIB));
+        let mut groups = Groups::new();
+        groups.born(&"layers", 64 << 20);
+        groups.first_copy_repaid(&"layers", 64 << 20);
+        assert!(
+            !groups.trusted(&"layers", 64 << 20),
+            "one block is no pattern"
+        );
+        groups.first_copy_repaid(&"layers", 64 << 20);
+        assert!(groups.trusted(&"layers", 64 << 20));
+        assert!(
+            !groups.trusted(&"layers", 32 << 20),
+            "another size, another group"
+        );
     }
 
     #[test]

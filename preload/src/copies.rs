@@ -34,7 +34,7 @@ use crate::{
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
     exports::judged,
     questions,
-    state::{self, ACTIVE, BELIEVED_PINNED, Busy, CAPTURES_REFUSED, COPIES_WAITED, Touched},
+    state::{self, ACTIVE, BELIEVED_PINNED, Busy, CAPTURES_REFUSED, COPIES_WAITED, FLOOR, Touched},
     turns,
 };
 
@@ -84,6 +84,7 @@ fn guarded(
     if !state::LEARNING.load(Ordering::Acquire) {
         return keeping_promises(ranges, stream, layer, |_| call(&[], false)).0;
     }
+    trusting(ranges);
     let (in_call, cuts) = cleared(ranges, false, in_pieces.then_some(stream));
     let epoch = state::EPOCH.load(Ordering::Acquire);
     state::COPIES_IN_CALL.fetch_add(1, Ordering::AcqRel);
@@ -156,6 +157,17 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
     }
 }
 
+/// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
+/// is pinned first where its group is trusted (`state::before_copy`). A copy smaller than the
+/// floor copies no block whole: nothing looked up.
+fn trusting(ranges: &[Range]) {
+    if host_bytes(ranges) >= FLOOR.load(Ordering::Relaxed)
+        && let Some(_busy) = Busy::enter()
+    {
+        judged(|| state::before_copy(ranges));
+    }
+}
+
 /// Auto mode: counts a completed copy of `ranges`.
 fn count(ranges: &[Range]) {
     if let Some(_busy) = Busy::enter() {
@@ -169,6 +181,7 @@ fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize], bool) 
     if state::forked() || IN_COPY.get() || !state::LEARNING.load(Ordering::Acquire) {
         return call(&[], false);
     }
+    trusting(ranges);
     let cut_on = in_pieces.then_some(std::ptr::null_mut());
     let (in_call, cuts) = cleared(ranges, false, cut_on);
     let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));

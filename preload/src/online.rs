@@ -22,7 +22,7 @@ use hotpin_history::{
 };
 use hotpin_policy::{
     cost::CostModel,
-    online::{Admission, Budget, Groups, Heat, Online},
+    online::{Admission, Budget, Groups, Heat, Online, TRUST_IDLE_NS},
     set::SiteKey,
 };
 
@@ -96,6 +96,9 @@ pub struct Block {
     /// A copy that cannot be cut crossed its chunks (`chunks`): registered in one call from
     /// then on.
     pub one_call: bool,
+    /// Pinned before its first copy on its group's trust, at this time (let go if it is not
+    /// copied again within `TRUST_IDLE_NS`).
+    trusted_ns: Option<u64>,
 }
 
 impl Block {
@@ -250,6 +253,11 @@ pub struct Learner {
     learned: Vec<Learned>,
     started: Instant,
     pub refusals: u64,
+    /// Blocks pinned before their first copy on their group's trust, not copied since.
+    trusting: Vec<usize>,
+    /// Of those, how many were pinned, and let go idle (the report's counters).
+    pub trusted_pins: u64,
+    pub trusted_let_go: u64,
 }
 
 impl Learner {
@@ -262,6 +270,9 @@ impl Learner {
             learned: Vec::new(),
             started: Instant::now(),
             refusals: 0,
+            trusting: Vec::new(),
+            trusted_pins: 0,
+            trusted_let_go: 0,
         }
     }
 
@@ -311,6 +322,7 @@ impl Learner {
                 part: None,
                 no_room: false,
                 one_call: false,
+                trusted_ns: None,
             },
         );
         if let Some(old) = replaced {
@@ -368,6 +380,11 @@ impl Learner {
         let bytes = (block_end.min(end) - base.max(start)) as u64;
         block.touched(base, start, end);
         let one = block.heat.copy(&self.online, bytes, reads, now);
+        if block.heat.stats.transfers == 1 && self.online.one_copy_repays(bytes, reads, block.size)
+        {
+            self.groups
+                .first_copy_repaid(&block.group, block.size as u64);
+        }
         let saving = self.online.model.copy_saving(&one);
         self.groups
             .copied(&self.online, &block.group, block.size as u64, saving, now);
@@ -382,6 +399,88 @@ impl Learner {
         {
             self.consider(base, now, out);
         }
+        if !self.trusting.is_empty() {
+            self.let_idle_trust_go(now, out);
+        }
+    }
+
+    /// Before the copy of `[start, start + len)` (`reads`: to the device) is made: the block
+    /// it copies whole for the first time is pinned first (decided into `out`, for the
+    /// caller to register before it lets the copy go), where its group is trusted and this
+    /// copy alone repays the pin (`hotpin_policy::online`, "Trusted groups").
+    pub fn before_first_copy(
+        &mut self,
+        start: usize,
+        len: usize,
+        reads: bool,
+        out: &mut Decisions,
+    ) {
+        let Some((&base, block)) = self.blocks.range(..=start).next_back() else {
+            return;
+        };
+        // Copied whole: a slice would pin what it does not copy.
+        if start != base
+            || len < block.size
+            || block.pin != Pin::Pageable
+            || block.heat.stats.transfers != 0
+            || !self.groups.trusted(&block.group, block.size as u64)
+            || !self
+                .online
+                .one_copy_repays(block.size as u64, reads, block.size)
+        {
+            return;
+        }
+        let now = self.now_ns();
+        let before = out.pin.len();
+        self.consider(base, now, out);
+        if out.pin.len() > before
+            && let Some(block) = self.blocks.get_mut(&base)
+        {
+            block.trusted_ns = Some(now);
+            self.trusting.push(base);
+            self.trusted_pins += 1;
+        }
+    }
+
+    /// Lets go (into `out.unpin`) each block pinned on its group's trust that was not copied
+    /// again within `TRUST_IDLE_NS`; forgets those copied again (they repaid) or gone.
+    fn let_idle_trust_go(&mut self, now: u64, out: &mut Decisions) {
+        let mut kept = Vec::with_capacity(self.trusting.len());
+        for base in std::mem::take(&mut self.trusting) {
+            let Some(block) = self.blocks.get_mut(&base) else {
+                continue;
+            };
+            let Some(since) = block.trusted_ns else {
+                continue;
+            };
+            if block.heat.stats.transfers > 1
+                || !matches!(block.pin, Pin::Pinned | Pin::Registering)
+            {
+                block.trusted_ns = None;
+                continue;
+            }
+            if block.pin == Pin::Registering || now.saturating_sub(since) < TRUST_IDLE_NS {
+                kept.push(base);
+                continue;
+            }
+            block.trusted_ns = None;
+            let part = block.part.take();
+            let (at, size) = part.unwrap_or((base, block.size));
+            block.pin = Pin::Unpinning;
+            block.set_aside(now);
+            self.budget.release(size as u64);
+            self.trusted_let_go += 1;
+            out.unpin.push(BlockRef {
+                block: base,
+                start: at,
+                len: size,
+                asked_pinned: block.asked_pinned,
+                part: part.is_some(),
+                one_call: block.one_call,
+                score: 0.0,
+            });
+        }
+        self.trusting = kept;
     }
 
     /// A copy of `[start, start + len)` is about to cross the edge of the part registered of

@@ -161,6 +161,11 @@ pub struct Counters {
     /// touched); parts let go because a copy would have crossed their edge.
     pub part_pins: u64,
     pub parts_let_go: u64,
+    /// Auto mode: blocks pinned before their first copy because their group is trusted
+    /// (`hotpin_policy::online`, "Trusted groups"), and those let go for not being copied
+    /// again.
+    pub trusted_pins: u64,
+    pub trusted_let_go: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,
     /// The longest single registration call of ours, and unregistration call, on any
@@ -484,6 +489,8 @@ fn write_report(state: &State, path: &std::path::Path) {
         captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
         questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
         budget_refusals: state.learner.as_ref().map_or(0, |l| l.refusals),
+        trusted_pins: state.learner.as_ref().map_or(0, |l| l.trusted_pins),
+        trusted_let_go: state.learner.as_ref().map_or(0, |l| l.trusted_let_go),
         python_stacks: PYTHON_STACKS.load(Ordering::Relaxed),
         python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
         python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
@@ -1575,6 +1582,30 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
             }
         }
     }
+    carry_out(decisions, false);
+}
+
+/// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
+/// is pinned first, on this thread, where its group is trusted (`Learner::before_first_copy`).
+pub fn before_copy(ranges: &[(usize, usize, bool)]) {
+    let mut decisions = Decisions::default();
+    {
+        let mut guard = lock();
+        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+            return;
+        };
+        for &(start, len, reads) in ranges {
+            if start != 0 {
+                learner.before_first_copy(start, len, reads, &mut decisions);
+            }
+        }
+    }
+    carry_out(decisions, true);
+}
+
+/// Carries out what the copies decided: unpins, then pins (`now`: on this thread, before
+/// the copy that decided them is made; else where their size says).
+fn carry_out(decisions: Decisions, now: bool) {
     if decisions.pin.is_empty() && decisions.unpin.is_empty() {
         return;
     }
@@ -1599,8 +1630,14 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
         unpin_block(block, true);
     }
     for block in decisions.pin {
-        if pays {
-            let off_thread = to_pinner || block.len > OFF_THREAD_ABOVE.load(Ordering::Relaxed);
+        if pays && now && to_pinner {
+            // It would be registered before the unregistration queued ahead of it: not now.
+            if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
+                learner.put_off(&block);
+            }
+        } else if pays {
+            let off_thread =
+                !now && (to_pinner || block.len > OFF_THREAD_ABOVE.load(Ordering::Relaxed));
             if !(off_thread && hand_to_pinner(Job::Pin(block))) {
                 pin_block(block, true);
             }

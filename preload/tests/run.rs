@@ -696,6 +696,29 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
     );
 }
 
+/// A first run of layers streamed from CPU memory (#40 item 3): six buffers of one call site
+/// and size, each copied whole every step. Once two of them were each worth pinning on their
+/// first copy alone, the other four are pinned before their first copy, not after their
+/// second; all stay pinned while they are copied again, and every copy's data is right.
+/// (Before: none pinned before a copy, the first step wholly pageable and the second too.)
+#[test]
+fn a_trusted_group_is_pinned_before_its_first_copy() {
+    let c = online_with_budget("layers", "1G", &["layers", "32", "6", "4"]);
+    assert_eq!(c["trusted_pins"], 4, "{c}");
+    assert_eq!(c["trusted_let_go"], 0, "{c}");
+    assert_eq!(c["register_failures"], 0, "{c}");
+}
+
+/// The same group copied once and then left idle (a model moved to the GPU at the start):
+/// the blocks pinned on the group's trust are let go once not copied again for a second, so
+/// the first run holds pinned no more than what it still copies.
+#[test]
+fn a_trusted_block_not_copied_again_is_let_go() {
+    let c = online_with_budget("layers-idle", "1G", &["layers", "32", "6", "1", "1600"]);
+    assert_eq!(c["trusted_pins"], 4, "{c}");
+    assert_eq!(c["trusted_let_go"], 4, "{c}");
+}
+
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
 /// for `name`: the program's data checked; hotpin's counters.
 fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {

@@ -12,6 +12,8 @@
 # daemon's metrics and /proc every 100 ms (samples.tsv): the budget must hold at every sample.
 # Then once: two dense programs under leases, one killed with SIGKILL after 4 s; how long its
 # leases outlive it, and how long until the other holds its whole hot set (kill.json).
+# SECOND=pool_loop runs the sparse role as CuPy's pinned-pool program (pool_loop.py: its
+# portable pinned requests, kept pinned by hotpin, must be leased too: #40 item 4).
 # Usage: BIN=dir OUT=dir bash bench/gpu/leases/run.sh ROUNDS
 set -u
 BIN=$(cd "${BIN:-target/release}" && pwd)
@@ -22,6 +24,7 @@ SHARE=${SHARE:-160M}
 DENSE=${DENSE:-"200 4 0"}
 SPARSE=${SPARSE:-"60 4 40"}
 PORT=${PORT:-9477}
+SECOND=${SECOND:-hot_loop}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -30,7 +33,7 @@ export PYTHONUNBUFFERED=1
 : > "$OUT/runs.jsonl"
 
 "$BIN/tracer" daemon --store "$OUT/store" --metrics "127.0.0.1:$PORT" --lease-socket "$SOCK" \
-  --node-budget "$BUDGET" --command '*hot_loop*' 2> "$OUT/daemon.log" &
+  --node-budget "$BUDGET" --command '*_loop*' 2> "$OUT/daemon.log" &
 DAEMON=$!
 for _ in $(seq 1 300); do
   grep -q "tracing every CUDA process" "$OUT/daemon.log" && break
@@ -50,7 +53,7 @@ sampler() {
   while :; do
     fetch > "$OUT/.m"
     local pin=0 shm=0 lck=0
-    for pid in $(pgrep -f hot_loop.py); do
+    for pid in $(pgrep -f '(hot|pool)_loop.py'); do
       read -r p s l < <(awk '/^VmPin:/{p=$2} /^RssShmem:/{s=$2} /^VmLck:/{l=$2} END{print p+0, s+0, l+0}' "/proc/$pid/status" 2>/dev/null || echo "0 0 0")
       pin=$((pin + p)); shm=$((shm + s)); lck=$((lck + l))
     done
@@ -66,8 +69,8 @@ SAMPLER=$!
 # run CONFIG ROUND ROLE ARGS...: one program, its line appended to runs.jsonl.
 run() {
   local config=$1 round=$2 role=$3; shift 3
-  local args
-  if [ "$role" = dense ]; then args=$DENSE; else args=$SPARSE; fi
+  local args program=hot_loop
+  if [ "$role" = dense ]; then args=$DENSE; else args=$SPARSE; program=$SECOND; fi
   local tag="$config.$round.$role"
   local began; began=$(date +%s.%N)
   local pre=()
@@ -78,7 +81,7 @@ run() {
     unlimited) pre=("$BIN/hotpin" run --lease-socket off --history "$OUT/$tag.hotpin" --report "$OUT/$tag" --) ;;
   esac
   # shellcheck disable=SC2086
-  timeout 120 "${pre[@]}" python3 "$HERE/hot_loop.py" $args > "$OUT/$tag.out" 2> "$OUT/$tag.err"
+  timeout 120 "${pre[@]}" python3 "$HERE/$program.py" $args > "$OUT/$tag.out" 2> "$OUT/$tag.err"
   local status=$?
   local ended; ended=$(date +%s.%N)
   python3 - "$OUT" "$tag" "$config" "$round" "$role" "$status" "$began" "$ended" >> "$OUT/runs.jsonl" <<'PY'
@@ -99,6 +102,9 @@ for path in glob.glob(f"{out}/{tag}.*.json"):
     line["learned_pins"] = c.get("learned_pins")
     line["node_refusals"] = c.get("node_refusals")
     line["node_reclaims"] = c.get("node_reclaims")
+    line["kept_pinned_bytes"] = c.get("kept_pinned_bytes")
+    line["kept_without_lease"] = c.get("kept_without_lease")
+    line["peak_pinned_bytes"] = c.get("peak_pinned_bytes")
 print(json.dumps(line))
 PY
 }

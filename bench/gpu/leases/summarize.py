@@ -21,8 +21,9 @@ for config in ["plain", "leases", "share", "unlimited"]:
         sparse.append(pair["sparse"]["seconds"])
         total.append(pair["dense"]["seconds"] + pair["sparse"]["seconds"])
         wall.append(max(p["ended"] for p in pair.values()) - min(p["started"] for p in pair.values()))
-        peak_d.append((pair["dense"].get("peak_promoted_bytes") or 0) / 2**20)
-        peak_s.append((pair["sparse"].get("peak_promoted_bytes") or 0) / 2**20)
+        peak = lambda r: r.get("peak_pinned_bytes") or r.get("peak_promoted_bytes") or 0
+        peak_d.append(peak(pair["dense"]) / 2**20)
+        peak_s.append(peak(pair["sparse"]) / 2**20)
     med = lambda v: f"{statistics.median(v):.2f}" if v else "-"
     print(f"| {config} | {med(dense)} | {med(sparse)} | {med(total)} | {med(wall)} | {bad} | {med(peak_d)} | {med(peak_s)} |")
 rows = [l.split("\t") for l in open(f"{out}/samples.tsv").read().splitlines()[1:]]
@@ -37,7 +38,8 @@ leases = [r for r in runs if r["config"] == "leases"]
 for r in leases:
     l = r.get("leases") or {}
     print(f"\nleases round {r['round']} {r['role']}: granted {l.get('granted')} denied {l.get('denied')} "
-          f"reclaims {l.get('reclaims')} given back {l.get('given_back')} peak leased {(l.get('peak_leased_bytes') or 0) / 2**20:.0f} MiB")
+          f"reclaims {l.get('reclaims')} given back {l.get('given_back')} peak leased {(l.get('peak_leased_bytes') or 0) / 2**20:.0f} MiB; "
+          f"kept without lease {r.get('kept_without_lease')}")
 try:
     print("\nkill:", open(f"{out}/kill.json").read().strip())
 except OSError:

@@ -41,6 +41,10 @@
  *   portable [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as pool, but the requests are portable
  *          (cudaHostAllocPortable), as CuPy's pinned memory pool makes them; cudaHostGetFlags
  *          must answer portable for each.
+ *   layers [MIB] [N] [STEPS] [IDLE_MS]: N malloc'd buffers of MIB MiB (default 6), made by one
+ *          call site, each copied whole there and back at every step (STEPS, default 4), as
+ *          layers streamed from CPU memory are; then, for IDLE_MS ms (default 0), only another
+ *          buffer is copied, every 20 ms (the layers idle, as a model moved once is).
  *   chunks [MIB]: two malloc'd buffers of MIB MiB, each copied whole there and back at every
  *          step (30): asynchronously and synchronously in turn, and at every 6th step to the
  *          device by one 2D copy (rows of MIB/8 MiB) instead: asynchronous for the first,
@@ -229,6 +233,22 @@ int main(int argc, char **argv) {
             }
         }
         for (int i = 0; i < 5; i++) free(kept[i]);
+    } else if (strcmp(which, "layers") == 0) {
+        int n = argc > 3 ? atoi(argv[3]) : 6, steps = argc > 4 ? atoi(argv[4]) : 4;
+        double idle = argc > 5 ? atof(argv[5]) : 0;
+        char *layers[64], *other = (char *)malloc(size);
+        if (n > 64) n = 64;
+        for (int i = 0; i < n; i++) layers[i] = (char *)malloc(size);
+        for (int step = 0; step < steps; step++)
+            for (int i = 0; i < n; i++)
+                round_trip(&t, layers[i], size, (unsigned)step, (unsigned)i, 1);
+        double began = now_ms();
+        for (unsigned step = 0; now_ms() - began < idle; step++) {
+            round_trip(&t, other, size, step, 99, 1);
+            usleep(20000);
+        }
+        for (int i = 0; i < n; i++) free(layers[i]);
+        free(other);
     } else if (strcmp(which, "chunks") == 0) {
         char *blocks[2] = {(char *)malloc(size), (char *)malloc(size)};
         char *plain = (char *)malloc(size);
