@@ -7,6 +7,8 @@ pub mod agent;
 pub mod daemon;
 pub mod error;
 pub mod filter;
+pub mod hold;
+pub mod identity;
 pub mod privileges;
 pub mod probes;
 pub mod python;

@@ -186,6 +186,8 @@ impl Recorder {
             resolver,
             watch: config.watch.clone(),
             python,
+            held: crate::hold::Held::default(),
+            identities: crate::identity::Identities::default(),
         };
 
         loop {
@@ -296,6 +298,10 @@ struct Reader {
     watch: Option<Arc<RwLock<ProcessFilter>>>,
     /// The targets running CPython, and their threads' latest Python frames.
     python: PythonLines,
+    /// Targets let go after their stop on a library open, and their parents.
+    held: crate::hold::Held,
+    /// Which files are CUDA libraries and which processes tracers, by their contents.
+    identities: crate::identity::Identities,
 }
 
 impl Reader {
@@ -303,6 +309,12 @@ impl Reader {
     /// sent is in the ring: that first, then what its threads held back, then that it
     /// ended), and the counters published.
     async fn rescan_tick(&mut self, ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Record>>) {
+        if self.probes.stops_on_library_open()
+            && let Err(error) = self.probes.heartbeat()
+        {
+            tracing::warn!(error = %crate::error::chain(&error), "cannot tell the kernel side this agent is alive");
+        }
+        self.held.relay();
         let exited = self.rescan();
         if !exited.is_empty() {
             self.drain(ring, tx).await;
@@ -408,7 +420,7 @@ impl Reader {
                 }) => self.python.frames(pid, tid, &frames[..usize::from(count)]),
                 Ok(TraceEvent::LibraryOpen { pid, fd }) => {
                     if self.watch.is_some() && !self.targets.contains(&pid) {
-                        self.found(pid, &mut batch);
+                        self.found(pid, fd, &mut batch);
                     }
                     self.library_opened(pid, fd);
                 }
@@ -450,7 +462,27 @@ impl Reader {
     /// A process that is no target opened a CUDA library (watching every process; the kernel
     /// made it a target and may hold it stopped): it begins a session of its own, or is left
     /// out by the filter.
-    fn found(&mut self, pid: u32, batch: &mut Vec<Record>) {
+    fn found(&mut self, pid: u32, fd: i32, batch: &mut Vec<Record>) {
+        // Another tracer (or this one) opens CUDA libraries to read their symbols: never a
+        // target, nor stopped again.
+        if self.identities.is_tracer(pid) {
+            tracing::debug!(pid, "leaving out a tracer");
+            if let Err(error) = self.probes.ignore(pid) {
+                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot leave a process out");
+            }
+            self.ignored.push(pid);
+            return;
+        }
+        // A file named like one (`libcudnn*`, a `libhotpin_*.rmeta`) that is no CUDA runtime,
+        // driver or interposer: not a CUDA process, until it opens one.
+        let opened = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+            .map(|path| target::host_path(pid, &path.to_string_lossy()));
+        if opened.is_ok_and(|path| !self.identities.is_cuda_library(&path)) {
+            if let Err(error) = self.probes.remove_target(pid) {
+                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot leave a process out");
+            }
+            return;
+        }
         let admitted = self.watch.as_ref().is_some_and(|filter| {
             filter
                 .read()
@@ -523,9 +555,16 @@ impl Reader {
                 .learn_process(pid);
         }
         if self.probes.stops_on_library_open() {
-            // SAFETY: kill has no memory preconditions; the pid is a process the kernel
-            // stopped.
-            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            // A program another tracer started (`tracer record -- prog` beside the daemon)
+            // is held by that tracer's stop too: that tracer lets it go once it attached, not
+            // this one before it did.
+            let recorded_by_another = self.watch.is_some()
+                && crate::hold::parents(pid)
+                    .into_iter()
+                    .any(|parent| self.identities.is_tracer(parent));
+            if !recorded_by_another {
+                self.held.let_go(pid);
+            }
         }
     }
 

@@ -1196,3 +1196,184 @@ fn an_unreachable_otlp_endpoint_is_warned_of_with_its_cause() {
     );
     assert!(daemon.terminate().success());
 }
+
+/// The copies transfer-bench says it made (its JSON report, the last line of `stdout`).
+fn bench_copies(stdout: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(text.lines().last().unwrap_or_default()).expect("the bench's report");
+    report["copies"].as_u64().expect("its copies")
+}
+
+/// Runs `command` to its end, or kills it after `limit`: its status, or None if it had to be
+/// killed (what a frozen program gets).
+fn finishes_within(mut command: Command, limit: Duration) -> Option<std::process::Output> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the program");
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if child.try_wait().expect("poll").is_some() {
+            return Some(child.wait_with_output().expect("its output"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id() as i32;
+    // SAFETY: kill has no memory preconditions; our child, and whatever it started in its
+    // process group is left to the test's end.
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let _ = child.wait();
+    None
+}
+
+/// A daemon that is itself stopped (SIGSTOP, a debugger, a hung node agent) must not freeze
+/// the node's CUDA programs (#41 item 3): the kernel side stops a program on its library open
+/// only while the daemon's heartbeat is fresh, so a new program runs untraced and finishes.
+/// (Before: it stopped at its first CUDA library load until the daemon was continued.)
+#[test]
+fn a_stopped_daemon_freezes_no_new_cuda_program() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-stopped");
+    let store = standin.dir.join("store");
+    let daemon = Daemon::start(&store, &standin.dir);
+    let pid = daemon.child.id() as i32;
+    // SAFETY: kill has no memory preconditions; the daemon is our child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // Longer than the heartbeat may be stale.
+    std::thread::sleep(Duration::from_millis(800));
+    let bench = common::bench(&standin, &bench_args("1", "100", "0"));
+    let mut command = Command::new(common::workload());
+    command.args(&bench.args).envs(bench.env.iter().cloned());
+    let began = Instant::now();
+    let finished = finishes_within(command, Duration::from_secs(2));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let output = finished.expect("a new CUDA program finished within 2 s beside a stopped daemon");
+    assert!(output.status.success(), "{output:?}");
+    assert!(began.elapsed() < Duration::from_secs(2));
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+}
+
+/// A CUDA job started through `runuser` beside the daemon finishes, and is recorded (#41 item
+/// 2): `runuser` waits for its child with WUNTRACED and stops itself when the child stops for
+/// the daemon's attach; the daemon continues it too. (Before: 14 of 14 such runs left
+/// `runuser` stopped for good.) `setpriv`, which execs the program, is run the same way.
+#[test]
+fn a_cuda_program_under_runuser_finishes_beside_the_daemon() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-runuser");
+    let store = standin.dir.join("store");
+    // `nobody` must read the stand-in and run the bench.
+    let mut open = standin.dir.clone();
+    while open != Path::new("/") {
+        let _ = Command::new("chmod").arg("a+rx").arg(&open).status();
+        open.pop();
+    }
+    let daemon = Daemon::start(&store, &standin.dir);
+    let bench = common::bench(&standin, &bench_args("2", "50", "1"));
+    let mut copies = Vec::new();
+    for wrapper in [
+        &["runuser", "-u", "nobody", "--"][..],
+        &[
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--",
+        ][..],
+    ] {
+        let mut command = Command::new(wrapper[0]);
+        command
+            .args(&wrapper[1..])
+            .arg("env")
+            .arg(format!("LD_LIBRARY_PATH={}", standin.dir.display()))
+            .arg(common::workload())
+            .args(&bench.args);
+        let output = finishes_within(command, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{} never finished beside the daemon", wrapper[0]));
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            wrapper[0],
+            String::from_utf8_lossy(&output.stderr)
+        );
+        copies.push(bench_copies(&output.stdout));
+    }
+    // Both runs recorded whole: each history holds every copy its run made.
+    let start = Instant::now();
+    let found = loop {
+        let found = stored(&store);
+        if found.len() == 2 {
+            break found;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{found:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for (pid, path) in found {
+        let history = dump::read(&path).expect("a whole history");
+        let seen = traffic(&history);
+        assert_eq!(
+            seen.h2d_transfers + seen.d2h_transfers,
+            copies[0],
+            "pid {pid}: {seen:?}"
+        );
+    }
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+}
+
+/// `tracer record` beside the daemon (#41 item 1): the daemon never takes the recording
+/// tracer for a CUDA process (it opens the CUDA runtime to read its symbols), so the store
+/// holds no history of a tracer; the recording sees every copy, 5 runs of 5. (Before: the
+/// store gained a `tracer-...` folder, and 3 of 10 recordings saw 0 transfers.)
+#[test]
+fn a_recording_beside_the_daemon_is_exact_and_no_tracer_is_taken_for_a_target() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-record");
+    let store = standin.dir.join("store");
+    let daemon = Daemon::start_with(&store, &[]);
+    let bench = common::bench(&standin, &bench_args("3", "250", "1"));
+    for run in 0..5 {
+        let out = standin.dir.join(format!("record-{run}.hotpin"));
+        let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+            .arg("record")
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(common::workload())
+            .args(&bench.args)
+            .envs(bench.env.iter().cloned())
+            .output()
+            .expect("run tracer record");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let seen = traffic(&dump::read(&out).expect("the recording"));
+        assert_eq!(
+            seen.h2d_transfers + seen.d2h_transfers,
+            bench_copies(&output.stdout),
+            "run {run}: {seen:?}"
+        );
+    }
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+    let tracers: Vec<String> = Store::open_existing(&store)
+        .programs()
+        .expect("list the store")
+        .into_iter()
+        .map(|program| program.key.to_string())
+        .filter(|key| key.starts_with("tracer"))
+        .collect();
+    assert!(tracers.is_empty(), "the daemon filed a tracer: {tracers:?}");
+}

@@ -163,8 +163,18 @@ pub mod config {
     /// Non-zero: any process that opens a CUDA library becomes a target (`tracer daemon`),
     /// not only those the agent named and their children.
     pub const WATCH_LIBRARY_OPENS: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// The agent's last sign of life (`bpf_ktime_get_ns`'s clock, CLOCK_MONOTONIC), written
+    /// every [`HEARTBEAT_EVERY_NS`](super::HEARTBEAT_EVERY_NS): a target is stopped on a
+    /// library open only while it is at most [`HEARTBEAT_STALE_NS`](super::HEARTBEAT_STALE_NS)
+    /// old, so that an agent that is itself stopped, hung or killed freezes no new program.
+    pub const HEARTBEAT_NS: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
+
+/// How often the agent writes `config::HEARTBEAT_NS` while it stops targets on library opens.
+pub const HEARTBEAT_EVERY_NS: u64 = 100_000_000;
+/// A heartbeat older than this stops no target: the agent is not there to continue it.
+pub const HEARTBEAT_STALE_NS: u64 = 500_000_000;
 
 /// Fields of tracepoint records the kernel programs read, as indexes of the `FIELDS` map. The
 /// agent reads each one's offset from the running kernel's tracefs format files before it

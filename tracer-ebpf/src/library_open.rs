@@ -12,8 +12,8 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use tracer_common::{
-    CUDA_LIBRARY_PREFIX, Event, EventKind, HOTPIN_LIBRARY_PREFIX, MAX_TARGETS, PATH_BYTES, config,
-    counter, field,
+    CUDA_LIBRARY_PREFIX, Event, EventKind, HEARTBEAT_STALE_NS, HOTPIN_LIBRARY_PREFIX, MAX_TARGETS,
+    PATH_BYTES, config, counter, field,
 };
 
 use crate::shared::{CONFIG, EVENTS, TARGETS, bump, header, read_field, traced_thread};
@@ -146,11 +146,10 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
     if traced_thread().is_none() {
         TARGETS.insert(tgid, 0, 0)?;
     }
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
     let mut event = Event {
-        // SAFETY: bpf_ktime_get_ns has no preconditions.
-        header: header(EventKind::LibraryOpen as u16, 0, tgid, tid, unsafe {
-            bpf_ktime_get_ns()
-        }),
+        header: header(EventKind::LibraryOpen as u16, 0, tgid, tid, now),
         ..Event::default()
     };
     event.args[0] = fd as u64;
@@ -160,10 +159,15 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     };
     entry.write(event);
-    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP.
-    if CONFIG
-        .get(config::STOP_ON_LIBRARY_OPEN)
-        .is_some_and(|&stop| stop != 0)
+    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP; only while
+    // the agent shows signs of life, so that one stopped, hung or killed freezes no program.
+    let alive = CONFIG
+        .get(config::HEARTBEAT_NS)
+        .is_some_and(|&beat| now.saturating_sub(beat) <= HEARTBEAT_STALE_NS);
+    if alive
+        && CONFIG
+            .get(config::STOP_ON_LIBRARY_OPEN)
+            .is_some_and(|&stop| stop != 0)
     {
         // SAFETY: signals the current process, which is a target.
         unsafe { bpf_send_signal(SIGSTOP) };
