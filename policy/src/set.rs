@@ -118,6 +118,14 @@ pub enum Why {
 }
 
 impl Why {
+    /// Whether a block left pageable for this reason is one the history found cold: known
+    /// (or of a known recycled group) and not pinned. Such a block is not pinned before its
+    /// first copy on its group's trust (`online`, "Trusted groups"): the history says its
+    /// copies do not repay it.
+    pub fn cold_by_history(self) -> bool {
+        matches!(self, Why::Known | Why::Recycled)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Why::Known => "known",

@@ -99,6 +99,8 @@ pub struct Block {
     /// Pinned before its first copy on its group's trust, at this time (let go if it is not
     /// copied again within `TRUST_IDLE_NS`).
     trusted_ns: Option<u64>,
+    /// The history found it cold: never pinned on its group's trust.
+    cold_by_history: bool,
 }
 
 impl Block {
@@ -323,6 +325,7 @@ impl Learner {
                 no_room: false,
                 one_call: false,
                 trusted_ns: None,
+                cold_by_history: false,
             },
         );
         if let Some(old) = replaced {
@@ -344,6 +347,13 @@ impl Learner {
     pub fn no_room(&mut self, ptr: usize) {
         if let Some(block) = self.blocks.get_mut(&ptr) {
             block.no_room = true;
+        }
+    }
+
+    /// The block at `ptr` is one the history found cold (`Why::cold_by_history`).
+    pub fn cold_by_history(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.cold_by_history = true;
         }
     }
 
@@ -423,6 +433,7 @@ impl Learner {
             || len < block.size
             || block.pin != Pin::Pageable
             || block.heat.stats.transfers != 0
+            || block.cold_by_history
             || !self.groups.trusted(&block.group, block.size as u64)
             || !self
                 .online

@@ -1004,6 +1004,8 @@ impl State {
             learner.track(ptr, size, &birth.site, false, false, birth.python);
             if fate.no_room {
                 learner.no_room(ptr);
+            } else if !fate.pressured && why.cold_by_history() {
+                learner.cold_by_history(ptr);
             }
         }
         None

@@ -719,6 +719,44 @@ fn a_trusted_block_not_copied_again_is_let_go() {
     assert_eq!(c["trusted_let_go"], 4, "{c}");
 }
 
+/// From its history, a group that was copied once is not pinned on trust (#40 items 2 and
+/// 3): the history says each of its blocks was cold, so the second run pins none of them
+/// before a copy, and holds no more pinned than the first. (Before, PyTorch's loop pinned
+/// its 4 cold tensors' last two on trust from the history too: 384 MiB against 224 by hand.)
+#[test]
+fn from_its_history_a_group_copied_once_is_not_pinned_on_trust() {
+    let setup = setup_program("trusted-history", "online");
+    let history = setup.dir.join("layers.hotpin");
+    let run = |name: &str| {
+        let prefix = setup.dir.join(name);
+        let output = hotpin_run_with(
+            &setup,
+            &[
+                "--history",
+                history.to_str().expect("UTF-8"),
+                "--report",
+                prefix.to_str().expect("UTF-8"),
+            ],
+            &[
+                Path::new("layers"),
+                Path::new("32"),
+                Path::new("6"),
+                Path::new("1"),
+            ],
+        );
+        assert_computed_right(&output);
+        counters(&prefix)
+    };
+    let first = run("first");
+    assert_eq!(first["trusted_pins"], 4, "{first}");
+    let again = run("again");
+    assert_eq!(again["trusted_pins"], 0, "{again}");
+    assert!(
+        again["peak_pinned_bytes"].as_u64() <= first["peak_pinned_bytes"].as_u64(),
+        "{again}\n{first}"
+    );
+}
+
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
 /// for `name`: the program's data checked; hotpin's counters.
 fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {
