@@ -757,6 +757,52 @@ fn from_its_history_a_group_copied_once_is_not_pinned_on_trust() {
     );
 }
 
+/// Auto mode given `--history` naming a file that is not a history (#41 item 9): notes, a
+/// JSON configuration, a program are left byte for byte as they were, the program runs and
+/// computes right, and the user is told once; with `--strict` the run is refused before the
+/// program starts. (Before: each was replaced by what the run learned, after only "learning
+/// from scratch".)
+#[test]
+fn a_file_that_is_not_a_history_is_never_written_over() {
+    let setup = setup_program("not-a-history", "online");
+    let notes = setup.dir.join("notes.txt");
+    std::fs::write(&notes, "my notes\n").expect("notes");
+    let config = setup.dir.join("config.json");
+    std::fs::write(&config, "{\"lr\": 0.1}").expect("a configuration");
+    let program = setup.dir.join("true");
+    std::fs::copy("/bin/true", &program).expect("a program");
+    for file in [&notes, &config, &program] {
+        let before = std::fs::read(file).expect("the file");
+        let output = hotpin_run_with(
+            &setup,
+            &["--history", file.to_str().expect("UTF-8")],
+            &[Path::new("fresh")],
+        );
+        assert_computed_right(&output);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("is not a history"), "{stderr}");
+        assert_eq!(stderr.matches("hotpin:").count(), 1, "said once: {stderr}");
+        assert_eq!(
+            std::fs::read(file).expect("the file"),
+            before,
+            "{}",
+            file.display()
+        );
+    }
+    let strict = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--strict", "--history"])
+        .arg(&notes)
+        .arg("--")
+        .arg(&setup.program)
+        .arg("fresh")
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run hotpin");
+    assert!(!strict.status.success(), "refused under --strict");
+    assert!(strict.stdout.is_empty(), "the program did not start");
+    assert_eq!(std::fs::read(&notes).expect("notes"), b"my notes\n");
+}
+
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
 /// for `name`: the program's data checked; hotpin's counters.
 fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {

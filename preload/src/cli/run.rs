@@ -272,7 +272,8 @@ fn use_mode(
 
 /// Auto mode: where it starts from (the history given, else what the last run of this
 /// program learned, else the program's latest in the store) and where it writes what it
-/// learns. A history that cannot inform it is said, not fatal: the run learns from scratch.
+/// learns. A history that cannot inform it is said, not fatal: the run learns from scratch;
+/// where that file is the one it would write, it is left as it is and nothing is written.
 fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString]) -> Result<()> {
     let learned = match &args.history {
         Some(history) => Some(absolute(history)?),
@@ -320,10 +321,29 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
             }
             Err(error) => {
                 command.env_remove("HOTPIN_MERGE");
+                let error = anyhow::Error::from(error);
+                if learned.as_deref() == Some(history.as_path()) {
+                    // Where this run would write what it learned: a file that is not a
+                    // history hotpin can read (notes, a configuration, a program) is never
+                    // written over (#41 item 9).
+                    if args.strict {
+                        bail!(
+                            "{} is not a history hotpin can read ({error:#}): it would be \
+                             written over; give --history another file",
+                            history.display()
+                        );
+                    }
+                    eprintln!(
+                        "hotpin: {} is not a history hotpin can read ({error:#}): it is left \
+                         as it is, and what this run learns is not kept (give --history \
+                         another file)",
+                        history.display()
+                    );
+                    return Ok(());
+                }
                 eprintln!(
-                    "hotpin: the history {} cannot be used ({:#}); learning from scratch",
+                    "hotpin: the history {} cannot be used ({error:#}); learning from scratch",
                     history.display(),
-                    anyhow::Error::from(error)
                 );
             }
         }
