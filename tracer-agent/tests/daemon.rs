@@ -1377,3 +1377,42 @@ fn a_recording_beside_the_daemon_is_exact_and_no_tracer_is_taken_for_a_target() 
         .collect();
     assert!(tracers.is_empty(), "the daemon filed a tracer: {tracers:?}");
 }
+
+/// A store other users may write is refused before the daemon traces anything (#41 item 5):
+/// a world-writable (1777) store, one another user owns, and a store that is a symbolic
+/// link. (Before: with a 1777 store, a link planted by `nobody` and swapped in as a history
+/// was written had the daemon give a root-only file to `nobody`, in 1 run of 20.)
+#[test]
+fn a_store_other_users_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    common::require_root();
+    let standin = common::standin("daemon-open-store");
+    let open = standin.dir.join("open-store");
+    std::fs::create_dir_all(&open).expect("a folder");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let theirs = standin.dir.join("their-store");
+    std::fs::create_dir_all(&theirs).expect("a folder");
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+    let linked = standin.dir.join("linked-store");
+    let real = standin.dir.join("real-store");
+    std::fs::create_dir_all(&real).expect("a folder");
+    std::os::unix::fs::symlink(&real, &linked).expect("a link");
+    for store in [&open, &theirs, &linked] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tracer"));
+        command.arg("daemon").arg("--store").arg(store).args([
+            "--lease-socket",
+            "off",
+            "--metrics",
+            "off",
+        ]);
+        let output = finishes_within(command, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("the daemon ran on with the store {}", store.display()));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{}: {stderr}", store.display());
+        assert!(
+            stderr.contains("another user could plant links") || stderr.contains("symbolic link"),
+            "{}: {stderr}",
+            store.display()
+        );
+    }
+}

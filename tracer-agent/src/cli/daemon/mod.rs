@@ -64,11 +64,40 @@ struct Daemon {
     leases: Option<LeaseServer>,
 }
 
+/// A store another user may write is refused (#41 item 5): a link planted there (a folder
+/// named as a program, a history swapped for a link as it is written) would have the daemon
+/// write, or give a user, files that are not theirs. The daemon writes as its own user, so
+/// the store must be that user's and writable by no one else.
+fn private_store(root: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::symlink_metadata(root)
+        .with_context(|| format!("the history store {}", root.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.file_type().is_symlink() {
+        anyhow::bail!(
+            "the history store {} is a symbolic link: give the folder itself",
+            root.display()
+        );
+    }
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
+        anyhow::bail!(
+            "the history store {} is {} (owner uid {}): another user could plant links in it; \
+             make it this user's alone (chown {me} and chmod go-w) or give --store another folder",
+            root.display(),
+            format_args!("mode {:o}", meta.mode() & 0o7777),
+            meta.uid()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: DaemonArgs) -> Result<ExitCode> {
     privileges::check()?;
     let settings = Settings::load(&args)?;
     let store = Store::open(&settings.store, settings.retention)
         .context("the history store cannot be used")?;
+    private_store(store.root())?;
     let policy = HotPolicy::configured().unwrap_or_else(|error| {
         eprintln!(
             "tracer daemon: the cost file cannot be used ({:#}); judging by the built-in costs",
@@ -320,8 +349,9 @@ impl Daemon {
                 }
                 // Readable by the user whose run it is (`hotpin run --mode use` as that user),
                 // and still by no one else: it holds that process's addresses.
+                // The file itself, never what a link put in its place points at.
                 if let Some(uid) = session.info.uid
-                    && let Err(error) = std::os::unix::fs::chown(&path, Some(uid), None)
+                    && let Err(error) = std::os::unix::fs::lchown(&path, Some(uid), None)
                 {
                     tracing::warn!(path = %path.display(), %error, "cannot give the history to its user");
                 }
@@ -354,12 +384,14 @@ impl Daemon {
                 return;
             }
         };
-        let store = match Store::open(&settings.store, settings.retention) {
+        let store = match Store::open(&settings.store, settings.retention)
+            .map_err(anyhow::Error::from)
+            .and_then(|store| private_store(store.root()).map(|()| store))
+        {
             Ok(store) => store,
             Err(error) => {
                 eprintln!(
-                    "tracer daemon: SIGHUP: keeping the configuration in force: the store: {:#}",
-                    anyhow::Error::from(error)
+                    "tracer daemon: SIGHUP: keeping the configuration in force: the store: {error:#}"
                 );
                 return;
             }
