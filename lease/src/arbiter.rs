@@ -13,7 +13,12 @@
 //!   make room; the room is reserved for the asker for [`RESERVE_NS`], and the asker told
 //!   to ask again. Nothing flaps: a block is never displaced by one barely denser.
 //! - **Trust.** A client's release is checked against the tracer (by the daemon, after a
-//!   grace); one found still pinned marks the client distrusted: its asks are refused.
+//!   grace); one found still pinned marks the client distrusted: its asks are refused. So
+//!   is a client that says it holds (`hold`, after a restart) more than the node's budget or
+//!   its user's cap, and one that keeps a lease asked back for [`DEAF_NS`] (#41 item 6: a
+//!   `hold` of 256 GiB against 6 GiB had every other ask answered `reclaiming` for as long as
+//!   its client stayed). A distrusted client's leases count only as far as the tracer sees
+//!   its process pin, and are never asked back again.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -23,6 +28,8 @@ use crate::wire::{Denial, Lease};
 pub const HYSTERESIS: f64 = 2.0;
 /// How long room reclaimed for an asker is kept for it.
 pub const RESERVE_NS: u64 = 2_000_000_000;
+/// A client that keeps a lease this long after it was asked back is distrusted.
+pub const DEAF_NS: u64 = 5_000_000_000;
 
 /// A connection's number, given by the daemon.
 pub type ClientId = u64;
@@ -160,16 +167,86 @@ impl Arbiter {
     }
 
     /// The leases a client held before it connected (the daemon restarted): taken as held,
-    /// they are real pins whether granted or not.
-    pub fn adopt(&mut self, id: ClientId, holding: &[Lease]) {
-        if let Some(client) = self.clients.get_mut(&id) {
-            for lease in holding {
-                client
-                    .leases
-                    .insert(lease.start, Held::new(lease.len, lease.score));
-            }
-            client.tally.peak_leased_bytes = client.tally.peak_leased_bytes.max(client.leased());
+    /// they are real pins whether granted or not; unless, with what it holds already, they
+    /// pass the node's budget or its user's cap, which no lease could: then none is taken,
+    /// and the client is distrusted (returned: why).
+    pub fn adopt(&mut self, id: ClientId, holding: &[Lease]) -> Option<String> {
+        let claimed = holding
+            .iter()
+            .fold(0u64, |sum, lease| sum.saturating_add(lease.len));
+        let client = self.clients.get(&id)?;
+        let total = client.leased().saturating_add(claimed);
+        let cap = self
+            .limits
+            .per_user
+            .get(&client.uid)
+            .copied()
+            .unwrap_or(u64::MAX)
+            .min(self.limits.node);
+        if total > cap {
+            let why = format!(
+                "said it holds {total} bytes of leases, more than the {cap} bytes it could \
+                 ever be leased"
+            );
+            self.mark_distrusted(id, why.clone());
+            return Some(why);
         }
+        let client = self.clients.get_mut(&id)?;
+        for lease in holding {
+            client
+                .leases
+                .insert(lease.start, Held::new(lease.len, lease.score));
+        }
+        client.tally.peak_leased_bytes = client.tally.peak_leased_bytes.max(client.leased());
+        None
+    }
+
+    fn mark_distrusted(&mut self, id: ClientId, why: String) {
+        if let Some(client) = self.clients.get_mut(&id) {
+            if client.distrusted.is_none() {
+                self.counters.distrusted += 1;
+            }
+            client.distrusted = Some(why);
+        }
+        self.reserved.retain(|r| r.client != id);
+    }
+
+    /// Clients that kept a lease asked back more than [`DEAF_NS`] ago: distrusted now.
+    /// Returns each newly distrusted one, its pid and why.
+    pub fn distrust_deaf(&mut self, now_ns: u64) -> Vec<(ClientId, u32, String)> {
+        let deaf: Vec<(ClientId, u32, u64, u64)> = self
+            .clients
+            .iter()
+            .filter(|(_, client)| client.distrusted.is_none())
+            .filter_map(|(&id, client)| {
+                let kept: Vec<&Held> = client
+                    .leases
+                    .values()
+                    .filter(|held| {
+                        held.reclaimed_at
+                            .is_some_and(|at| now_ns.saturating_sub(at) > DEAF_NS)
+                    })
+                    .collect();
+                (!kept.is_empty()).then(|| {
+                    (
+                        id,
+                        client.pid,
+                        kept.len() as u64,
+                        kept.iter().map(|h| h.len).sum(),
+                    )
+                })
+            })
+            .collect();
+        deaf.into_iter()
+            .map(|(id, pid, blocks, bytes)| {
+                let why = format!(
+                    "kept {blocks} leases ({bytes} bytes) asked back more than {} s ago",
+                    DEAF_NS / 1_000_000_000
+                );
+                self.mark_distrusted(id, why.clone());
+                (id, pid, why)
+            })
+            .collect()
     }
 
     /// A client gone: its leases end, its reservations too.
@@ -228,7 +305,14 @@ impl Arbiter {
     pub fn used(&self) -> u64 {
         let mut leased: HashMap<u32, u64> = HashMap::new();
         for client in self.clients.values() {
-            *leased.entry(client.pid).or_default() += client.leased();
+            // A distrusted client's word is not taken: its process counts at what the tracer
+            // sees it pin.
+            let word = if client.distrusted.is_some() {
+                0
+            } else {
+                client.leased()
+            };
+            *leased.entry(client.pid).or_default() += word;
         }
         let mut used = 0;
         for (pid, &bytes) in &leased {
@@ -367,7 +451,8 @@ impl Arbiter {
         let mut freed: u64 = 0;
         let mut candidates = Vec::new();
         for (&id, client) in &self.clients {
-            if id == asker {
+            // A distrusted client's leases are not counted, so not asked back either.
+            if id == asker || client.distrusted.is_some() {
                 continue;
             }
             for (&start, held) in &client.leases {
@@ -442,17 +527,16 @@ impl Arbiter {
     pub fn distrust(&mut self, id: ClientId, start: u64, len: u64, why: String) {
         if let Some(client) = self.clients.get_mut(&id) {
             client.leases.insert(start, Held::new(len, 0.0));
-            if client.distrusted.is_none() {
-                self.counters.distrusted += 1;
-            }
-            client.distrusted = Some(why);
         }
+        self.mark_distrusted(id, why);
     }
 
-    /// Leases asked back more than `grace_ns` ago and not given back, `(client, start)`.
+    /// Leases asked back more than `grace_ns` ago and not given back, `(client, start)`; a
+    /// distrusted client's are not asked again.
     pub fn overdue(&self, now_ns: u64, grace_ns: u64) -> Vec<(ClientId, u64)> {
         self.clients
             .iter()
+            .filter(|(_, client)| client.distrusted.is_none())
             .flat_map(|(&id, client)| {
                 client.leases.iter().filter_map(move |(&start, held)| {
                     held.reclaimed_at
@@ -494,6 +578,52 @@ mod tests {
         arbiter.connect(1, 100, 1000, "/user.slice/a".into());
         arbiter.connect(2, 200, 1000, "/user.slice/b".into());
         arbiter
+    }
+
+    #[test]
+    fn a_hold_past_the_budget_is_not_taken_and_its_client_distrusted() {
+        let mut a = arbiter(100);
+        // 256 GiB said held against a 100 MiB budget.
+        let why = a.adopt(2, &[lease(0, 256 << 10, 1.0)]);
+        assert!(why.is_some_and(|w| w.contains("more than")));
+        assert_eq!(a.used(), 0, "nothing of it counted");
+        assert_eq!(
+            a.ask(2, lease(0, 10, 9.0), 0).answer,
+            Err(Denial::Distrusted)
+        );
+        assert_eq!(
+            a.ask(1, lease(0, 60, 1.0), 0).answer,
+            Ok(()),
+            "others are granted"
+        );
+        // A hold within the budget is taken as held.
+        a.connect(3, 300, 1000, "/".into());
+        assert_eq!(a.adopt(3, &[lease(1 << 30, 30, 1.0)]), None);
+        assert_eq!(a.used(), 90 * MIB);
+        assert_eq!(a.counters.distrusted, 1);
+    }
+
+    #[test]
+    fn a_client_deaf_to_reclaims_is_distrusted_and_its_word_no_longer_counts() {
+        let mut a = arbiter(100);
+        assert!(a.ask(2, lease(0, 90, 0.1), 0).answer.is_ok());
+        let verdict = a.ask(1, lease(0, 50, 5.0), 10);
+        assert_eq!(verdict.answer, Err(Denial::Reclaiming));
+        assert!(a.distrust_deaf(DEAF_NS).is_empty(), "not yet");
+        let deaf = a.distrust_deaf(DEAF_NS + 20);
+        assert_eq!(deaf.len(), 1, "{deaf:?}");
+        assert_eq!(deaf[0].1, 200);
+        assert!(a.overdue(DEAF_NS + 20, 0).is_empty(), "never asked again");
+        // Its process pins nothing the tracer sees: the room is there.
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.ask(1, lease(0, 50, 5.0), DEAF_NS + 30).answer, Ok(()));
+        // Pins the tracer sees it make still count.
+        a.observe(HashMap::from([(200, 40 * MIB)]));
+        assert_eq!(a.used(), 90 * MIB);
+        assert_eq!(
+            a.ask(1, lease(1 << 30, 20, 5.0), DEAF_NS + 40).answer,
+            Err(Denial::NodeBudget)
+        );
     }
 
     #[test]

@@ -778,3 +778,143 @@ fn the_arbiter_holds_under_churn_and_garbage_and_its_memory_stays_flat() {
     assert!(answer.contains("\"granted\""), "{welcome} {answer}");
     daemon.stop();
 }
+
+/// A client that says it holds far more than the budget, and one that keeps a lease asked
+/// back, cannot take the node's budget (#41 item 6): the first is distrusted at once (its
+/// word counted as nothing), the second once it kept the lease 5 s; a program under `hotpin
+/// run` beside them then gets its leases, and both are said on the daemon's stderr. (Before:
+/// a `hold` of 256 GiB against 6 GiB had every other ask answered `reclaiming` for as long as
+/// its client stayed, 12 of 12, and nothing was said.)
+#[test]
+fn a_hold_past_the_budget_and_a_client_deaf_to_reclaims_are_distrusted() {
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("hoard");
+    let socket = setup.dir.join("lease.sock");
+    let daemon = Daemon::start(&setup, &socket, &["--node-budget", "40M"]);
+    let hello = format!(
+        "{{\"op\":\"hello\",\"version\":1,\"pid\":{}}}\n",
+        std::process::id()
+    );
+    let connect = || {
+        let mut stream = UnixStream::connect(&socket).expect("connect");
+        stream.write_all(hello.as_bytes()).expect("say hello");
+        let mut welcome = String::new();
+        BufReader::new(stream.try_clone().expect("clone"))
+            .read_line(&mut welcome)
+            .expect("welcome");
+        stream
+    };
+    // 256 GiB said held, against 40 MiB.
+    let mut hoarder = connect();
+    hoarder
+        .write_all(b"{\"op\":\"hold\",\"holding\":[{\"start\":4096,\"len\":274877906944,\"score\":1.0}]}\n")
+        .expect("hold");
+    daemon.wait_for_line("more than the", Duration::from_secs(5));
+    // A lease of 32 MiB, barely dense, never given back when asked.
+    let mut deaf = connect();
+    deaf.write_all(
+        b"{\"op\":\"ask\",\"id\":1,\"lease\":{\"start\":1048576,\"len\":33554432,\"score\":1e-12}}\n",
+    )
+    .expect("ask");
+    let mut granted = String::new();
+    BufReader::new(deaf.try_clone().expect("clone"))
+        .read_line(&mut granted)
+        .expect("an answer");
+    assert!(granted.contains("granted"), "{granted}");
+    let prefix = setup.dir.join("beside");
+    let run = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .arg("run")
+        .arg("--lease-socket")
+        .arg(&socket)
+        .arg("--report")
+        .arg(&prefix)
+        .arg("--")
+        .arg(&setup.program)
+        .args(["steady", "16", "9000", "5"])
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hotpin");
+    daemon.wait_for_line("asked back more than", Duration::from_secs(15));
+    finish(run);
+    let leases = report(&prefix)["leases"].clone();
+    assert_eq!(leases["granted"], 2, "{leases}");
+    assert!(daemon.metric("hotpin_lease_clients_distrusted_total") >= 2);
+    drop((hoarder, deaf));
+    daemon.stop();
+}
+
+/// A user who opens thousands of idle lease connections cannot blind the daemon (#41 item
+/// 7): past 256 of one user's, connections are closed at once (said once), so the daemon
+/// keeps the files recording needs, and another user's CUDA run beside the flood is recorded
+/// and leased. (Before: 20,000 idle connections used up the daemon's open-file limit; the
+/// other run was not recorded, and nothing was said.)
+#[test]
+fn a_connection_flood_leaves_others_runs_recorded_and_leased() {
+    use std::os::unix::process::CommandExt as _;
+    const NOBODY: u32 = 65534;
+    let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = setup("flood");
+    let socket = setup.dir.join("lease.sock");
+    let daemon = Daemon::start(&setup, &socket, &["--node-budget", "1G"]);
+    // As nobody: as many connections as its open-file limit lets it open, held 20 s.
+    let mut flood = Command::new("python3")
+        .args([
+            "-c",
+            "import socket, sys, time\n\
+             held = []\n\
+             try:\n\
+             \x20   while len(held) < 30000:\n\
+             \x20       s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); held.append(s)\n\
+             except OSError as e:\n\
+             \x20   pass\n\
+             print(len(held), flush=True)\n\
+             time.sleep(20)\n",
+        ])
+        .arg(&socket)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the flood as nobody");
+    let mut opened = String::new();
+    let mut flood_out = BufReader::new(flood.stdout.take().expect("piped"));
+    flood_out
+        .read_line(&mut opened)
+        .expect("how many it opened");
+    let opened: usize = opened.trim().parse().expect("a count");
+    assert!(opened > 1000, "the flood opened {opened}");
+    let prefix = setup.dir.join("beside");
+    let run = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .arg("run")
+        .arg("--lease-socket")
+        .arg(&socket)
+        .arg("--report")
+        .arg(&prefix)
+        .arg("--")
+        .arg(&setup.program)
+        .args(["steady", "4", "1500", "5"])
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hotpin");
+    finish(run);
+    let leases = report(&prefix)["leases"].clone();
+    assert!(leases["granted"].as_u64() >= Some(1), "{leases}");
+    let began = Instant::now();
+    while stored_accounts(&setup.dir.join("store")).is_empty() {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the run beside the flood was not recorded"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    daemon.wait_for_line("further ones are closed", Duration::from_secs(10));
+    let _ = flood.kill();
+    let _ = flood.wait();
+    daemon.stop();
+}

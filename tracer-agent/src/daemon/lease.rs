@@ -46,6 +46,11 @@ const MALFORMED_IN_A_ROW: u32 = 16;
 /// Answers waiting for a client to read them, at most: one that does not read is cut off
 /// rather than let the daemon's memory grow.
 const OUTBOX: usize = 256;
+/// Lease connections open at once, at most: in all (and never more than a quarter of the
+/// daemon's open-file limit, which recording needs), and per user (#41 item 7: 20,000 idle
+/// connections used up the daemon's files, and another user's CUDA run was not recorded).
+const MAX_CONNECTIONS: usize = 4096;
+const MAX_PER_USER: usize = 256;
 
 /// The node's figures and each client's, for metrics.
 #[derive(Clone, Debug, Default)]
@@ -78,9 +83,53 @@ struct Shared {
     checks: Mutex<Vec<Check>>,
     next_id: AtomicU64,
     started: Instant,
+    /// Connections open now, by the peer's uid.
+    open: Mutex<HashMap<u32, usize>>,
+    /// The most connections open at once (a quarter of the open-file limit, at most
+    /// [`MAX_CONNECTIONS`]).
+    max_open: usize,
+    /// Users already told their connections were cut (said once each).
+    told: Mutex<std::collections::HashSet<u32>>,
+}
+
+/// A connection counted against its user's and the daemon's caps until dropped.
+struct Slot {
+    shared: Arc<Shared>,
+    uid: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self
+            .shared
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.uid) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.uid);
+            }
+        }
+    }
 }
 
 impl Shared {
+    /// A slot for a new connection from `uid`, if neither cap is reached.
+    fn slot(self: &Arc<Self>, uid: u32) -> Option<Slot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let total: usize = open.values().sum();
+        let theirs = open.get(&uid).copied().unwrap_or(0);
+        if total >= self.max_open || theirs >= MAX_PER_USER.min(self.max_open) {
+            return None;
+        }
+        *open.entry(uid).or_default() += 1;
+        Some(Slot {
+            shared: Arc::clone(self),
+            uid,
+        })
+    }
+
     fn arbiter(&self) -> std::sync::MutexGuard<'_, Arbiter> {
         self.arbiter.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -139,6 +188,11 @@ impl LeaseServer {
                 checks: Mutex::new(Vec::new()),
                 next_id: AtomicU64::new(1),
                 started: Instant::now(),
+                open: Mutex::new(HashMap::new()),
+                max_open: open_file_limit().map_or(MAX_CONNECTIONS, |limit| {
+                    (limit / 4).clamp(16, MAX_CONNECTIONS)
+                }),
+                told: Mutex::new(std::collections::HashSet::new()),
             }),
             path: path.to_owned(),
         };
@@ -150,8 +204,32 @@ impl LeaseServer {
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
+                    let uid = stream.peer_cred().map_or(u32::MAX, |peer| peer.uid());
+                    let Some(slot) = self.shared.slot(uid) else {
+                        // Closed at once: past its user's cap, or the daemon's.
+                        self.shared.arbiter().counters.refused_messages += 1;
+                        if self
+                            .shared
+                            .told
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(uid)
+                        {
+                            eprintln!(
+                                "tracer daemon: leases: uid {uid} holds {MAX_PER_USER} \
+                                 connections (or the daemon {} in all): further ones are closed \
+                                 at once, so that recording keeps its files",
+                                self.shared.max_open
+                            );
+                        }
+                        drop(stream);
+                        continue;
+                    };
                     let shared = Arc::clone(&self.shared);
-                    tokio::spawn(serve(shared, stream));
+                    tokio::spawn(async move {
+                        serve(shared, stream).await;
+                        drop(slot);
+                    });
                 }
                 Err(error) => {
                     tracing::warn!(%error, "cannot accept a lease connection");
@@ -231,6 +309,12 @@ impl LeaseServer {
                 );
             }
         }
+        for (_, pid, why) in arbiter.distrust_deaf(shared.now_ns()) {
+            eprintln!(
+                "tracer daemon: leases: pid {pid} {why}: its asks are refused from now on, and \
+                 only what the tracer sees it pin is counted"
+            );
+        }
         let overdue = arbiter.overdue(shared.now_ns(), RECLAIM_GRACE.as_nanos() as u64);
         drop(arbiter);
         for (client, start) in overdue {
@@ -284,6 +368,17 @@ fn cgroup_of(pid: u32) -> String {
                 .find_map(|line| line.strip_prefix("0::").map(str::to_owned))
         })
         .unwrap_or_else(|| "/".into())
+}
+
+/// The soft limit of this process's open files.
+fn open_file_limit() -> Option<usize> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: an out-pointer to a local.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0)
+        .then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
 }
 
 /// A token bucket: how many messages a client may still send now.
@@ -421,7 +516,15 @@ impl Connection {
             Request::Hello { pid, .. } => self.hello(pid),
             _ if !self.said_hello => self.refuse("say hello first".into(), true),
             Request::Hold { holding } => {
-                self.shared.arbiter().adopt(self.id, &holding);
+                let refused = self.shared.arbiter().adopt(self.id, &holding);
+                if let Some(why) = refused {
+                    eprintln!(
+                        "tracer daemon: leases: pid {} (uid {}) {why}: its asks are refused from \
+                         now on, and only what the tracer sees it pin is counted",
+                        self.peer_pid.unwrap_or(0),
+                        self.peer_uid.unwrap_or(0)
+                    );
+                }
                 true
             }
             Request::Ask { id, lease } => {
