@@ -532,10 +532,19 @@ fn stored_history() -> Result<PathBuf, String> {
     };
     let key = ProgramKey::of_current_process()
         .map_err(|e| format!("{}; {:#}", missing(), anyhow::Error::from(e)))?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
     Store::open_existing(&root)
-        .latest_of(&key)
+        .histories_for_user(&key, uid)
         .map_err(|e| format!("{}; {:#}", missing(), anyhow::Error::from(e)))?
-        .ok_or_else(|| format!("{}: the store has none of {key}", missing()))
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            format!(
+                "{}: the store has none of {key} of this user or root",
+                missing()
+            )
+        })
 }
 
 /// The hot set a run starts from: auto mode's history (`HOTPIN_HISTORY` if it exists, else

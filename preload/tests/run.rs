@@ -366,6 +366,79 @@ fn a_typo_in_profile_mode_keeps_the_history_and_a_signal_is_passed_on() {
     );
 }
 
+/// Histories in the store are the user's own (#41 item 4): with a newer history of the same
+/// program given to `nobody` beside root's, root starts from its own, and `nobody` from its
+/// own; one of another user (not root) is never taken. (Before: the newest, whoever's: root
+/// pinned from `nobody`'s, and a user's run failed on another's with Permission denied.)
+#[test]
+fn a_user_starts_only_from_its_own_histories_in_the_store_or_roots() {
+    use std::os::unix::process::CommandExt as _;
+    const NOBODY: u32 = 65534;
+    let setup = setup("store-users");
+    let root = setup.dir.join("store");
+    let store = hotpin_history::store::Store::open(&root, Default::default()).expect("a store");
+    let key = hotpin_history::store::ProgramKey::of_command(setup.program.as_os_str(), &[])
+        .expect("the program's key");
+    let empty = hotpin_history::MemHistory::new();
+    let roots = store.save(&key, &empty, 1, false).expect("save");
+    let nobodys = store.save(&key, &empty, 2, false).expect("save");
+    std::os::unix::fs::chown(&nobodys, Some(NOBODY), Some(NOBODY)).expect("give it to nobody");
+    let others = store.save(&key, &empty, 3, false).expect("save");
+    std::os::unix::fs::chown(&others, Some(12345), Some(12345)).expect("give it to another");
+    // `nobody` must reach the store, the program and the stand-in.
+    let mut open = setup.dir.clone();
+    while open != Path::new("/") {
+        let _ = Command::new("chmod").arg("a+rx").arg(&open).status();
+        open.pop();
+    }
+    let _ = Command::new("chmod")
+        .arg("-R")
+        .arg("a+rX")
+        .arg(&setup.dir)
+        .status();
+    let run = |uid: u32| {
+        let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .args(["run", "--mode", "use", "--store"])
+            .arg(&root)
+            .arg("--")
+            .arg(&setup.program)
+            .env("LD_LIBRARY_PATH", &setup.standin.dir)
+            .uid(uid)
+            .gid(uid)
+            .output()
+            .expect("run hotpin");
+        // Which history it took is what is tested here (as `nobody` the stand-in's pinned
+        // requests may pass the user's mlock limit).
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let as_root = run(0);
+    assert!(
+        as_root.contains(&format!("using {}", roots.display())),
+        "{as_root}"
+    );
+    let as_nobody = run(NOBODY);
+    assert!(
+        as_nobody.contains(&format!("using {}", nobodys.display())),
+        "{as_nobody}"
+    );
+    // Root's own gone: nobody's still never serves root.
+    std::fs::remove_file(&roots).expect("remove");
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--mode", "use", "--store"])
+        .arg(&root)
+        .arg("--")
+        .arg(&setup.program)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run hotpin");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "root took another user's history: {stderr}"
+    );
+    assert!(stderr.contains("needs --history"), "{stderr}");
+}
+
 #[test]
 fn use_mode_without_a_history_takes_the_programs_latest_in_the_store() {
     let setup = setup("store");

@@ -363,6 +363,27 @@ impl Store {
         Ok(self.histories_of(key)?.into_iter().next())
     }
 
+    /// The histories of the program `key` that user `uid` may start from, newest first:
+    /// its own (the daemon gives each history to its run's user), then root's; never another
+    /// user's (#41 item 4: any user's run of `cuda.py` became every user's latest history of
+    /// it, and root's use mode pinned from one `nobody` made). Root takes only root's.
+    pub fn histories_for_user(
+        &self,
+        key: &ProgramKey,
+        uid: u32,
+    ) -> Result<Vec<PathBuf>, StoreError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let owned_by = |path: &PathBuf, owner: u32| {
+            std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file() && meta.uid() == owner)
+        };
+        let all = self.histories_of(key)?;
+        let mut usable: Vec<PathBuf> = all.iter().filter(|p| owned_by(p, uid)).cloned().collect();
+        if uid != 0 {
+            usable.extend(all.into_iter().filter(|p| owned_by(p, 0)));
+        }
+        Ok(usable)
+    }
+
     /// The histories of every program.
     fn all_histories(&self) -> Result<Vec<StoredHistory>, StoreError> {
         let mut histories = Vec::new();

@@ -480,9 +480,12 @@ fn state_file(program: &OsStr, args: &[OsString]) -> Option<PathBuf> {
 
 /// Use mode without --history: the latest history in the store at `root` of the program
 /// `program` with `args` starts (its executable, build id and script), said on stderr.
-/// The program's `runs` latest histories in the store at `root`, newest first (none: empty).
+/// The program's `runs` latest histories in the store at `root` that this user may start
+/// from (its own, then root's: `Store::histories_for_user`), newest first (none: empty).
 fn latest_in_store(root: &Path, key: &ProgramKey, runs: usize) -> Result<Vec<PathBuf>> {
-    let mut histories = Store::open_existing(root).histories_of(key)?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let mut histories = Store::open_existing(root).histories_for_user(key, uid)?;
     histories.truncate(runs);
     Ok(histories)
 }
