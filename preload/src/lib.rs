@@ -73,6 +73,7 @@ mod python;
 mod questions;
 mod real;
 mod shelf;
+mod signals;
 mod state;
 mod turns;
 

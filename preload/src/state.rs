@@ -396,6 +396,7 @@ pub fn init() {
                 Ordering::Relaxed,
             );
             let learning = state.learner.is_some();
+            let writes_at_exit = learning || state.report.is_some();
             *lock() = Some(state);
             if learning {
                 // The interpreter's functions are looked up now, at load, never from inside
@@ -410,6 +411,9 @@ pub fn init() {
                 libc::pthread_atfork(None, None, Some(forked_child));
                 libc::atexit(at_exit);
             }
+            if writes_at_exit {
+                crate::signals::init();
+            }
             FLOOR.store(floor.max(1), Ordering::Relaxed);
             ENABLED.store(true, Ordering::Release);
         }
@@ -423,42 +427,54 @@ pub fn init() {
     }
 }
 
+/// Writes what this run learned (auto mode) and the report, once, whichever comes first:
+/// the program's exit, or a signal that ends it (`signals`). Returns whether a use-mode
+/// history matched none of the program's allocations (said here); None where nothing was
+/// written (a forked child, a second call, no state).
+pub fn write_what_was_learned() -> Option<bool> {
+    // A forked child never takes the lock (a thread of the parent may have held it at the
+    // fork), nor writes the parent's report.
+    if FORKED.load(Ordering::Relaxed) || WRITTEN.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let _busy = Busy::enter()?;
+    let guard = lock();
+    let state = guard.as_ref()?;
+    let unmatched = state.mode == Mode::Use && state.matched == 0 && state.judged_unknown > 0;
+    if unmatched {
+        eprintln!(
+            "hotpin: the history matched none of the {} allocations this program made at \
+             or above the floor (a history of another program, of a build before this one, \
+             or without libc call sites, such as the daemon's): nothing was pinned or \
+             unpinned from it",
+            state.judged_unknown
+        );
+    }
+    if let (Some(learner), Some(path)) = (&state.learner, &state.learn_to)
+        && let Err(error) = learner.write_history(path)
+    {
+        eprintln!(
+            "hotpin: cannot write what this run learned to {}: {error}",
+            path.display()
+        );
+    }
+    if let Some(path) = &state.report {
+        write_report(state, path);
+    }
+    Some(unmatched)
+}
+
+/// What this run learned and its report were written already.
+static WRITTEN: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn forked_child() {
     FORKED.store(true, Ordering::Relaxed);
+    crate::signals::forked();
 }
 
 extern "C" fn at_exit() {
-    // A forked child never takes the lock (a thread of the parent may have held it at the
-    // fork), nor writes the parent's report.
-    if FORKED.load(Ordering::Relaxed) {
+    let Some(unmatched) = write_what_was_learned() else {
         return;
-    }
-    let Some(_busy) = Busy::enter() else { return };
-    let unmatched = {
-        let guard = lock();
-        let Some(state) = guard.as_ref() else { return };
-        let unmatched = state.mode == Mode::Use && state.matched == 0 && state.judged_unknown > 0;
-        if unmatched {
-            eprintln!(
-                "hotpin: the history matched none of the {} allocations this program made at \
-                 or above the floor (a history of another program, of a build before this one, \
-                 or without libc call sites, such as the daemon's): nothing was pinned or \
-                 unpinned from it",
-                state.judged_unknown
-            );
-        }
-        if let (Some(learner), Some(path)) = (&state.learner, &state.learn_to)
-            && let Err(error) = learner.write_history(path)
-        {
-            eprintln!(
-                "hotpin: cannot write what this run learned to {}: {error}",
-                path.display()
-            );
-        }
-        if let Some(path) = &state.report {
-            write_report(state, path);
-        }
-        unmatched
     };
     if unmatched && strict() {
         // SAFETY: the program has finished and its report is written; its output still in

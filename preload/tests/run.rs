@@ -5,7 +5,8 @@
 
 use std::{
     path::Path,
-    process::{Command, Output},
+    process::{Command, Output, Stdio},
+    time::Duration,
 };
 
 use common::Setup;
@@ -874,6 +875,75 @@ fn a_file_that_is_not_a_history_is_never_written_over() {
     assert!(!strict.status.success(), "refused under --strict");
     assert!(strict.stdout.is_empty(), "the program did not start");
     assert_eq!(std::fs::read(&notes).expect("notes"), b"my notes\n");
+}
+
+/// A training job ended by SIGTERM (a scheduler) or SIGINT (Ctrl-C; CPython ends so after
+/// an unhandled `KeyboardInterrupt`) keeps what auto mode learned and its report (#41 item
+/// 11): both are written before the process ends, and it ends by that signal as without
+/// hotpin. (Before: nothing learned was written, and no report.) The program is never shown
+/// hotpin's handler: it asks for SIGTERM's action and is told the default.
+#[test]
+fn sigterm_and_sigint_keep_what_auto_mode_learned() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let setup = setup_program("signals", "online");
+    let ended_by = |name: &str, program: &mut Command, signal: i32| {
+        let history = setup.dir.join(format!("{name}.hotpin"));
+        let prefix = setup.dir.join(format!("{name}-report"));
+        let child = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .args(["run", "--lease-socket", "off", "--history"])
+            .arg(&history)
+            .arg("--report")
+            .arg(&prefix)
+            .arg("--")
+            .arg(program.get_program())
+            .args(program.get_args())
+            .env("LD_LIBRARY_PATH", &setup.standin.dir)
+            .env("XDG_STATE_HOME", &setup.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run hotpin");
+        // Long enough to learn: its hot buffers pinned.
+        std::thread::sleep(Duration::from_millis(2500));
+        // SAFETY: kill has no memory preconditions; hotpin run became the program.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let output = child.wait_with_output().expect("wait");
+        assert_eq!(output.status.signal(), Some(signal), "{name}: {output:?}");
+        let learned = hotpin_history::dump::read(&history)
+            .unwrap_or_else(|e| panic!("{name}: what it learned: {e}"));
+        assert!(
+            learned.stats().transfers > 0,
+            "{name}: {:?}",
+            learned.stats()
+        );
+        // `python3` may be a launcher whose processes report too: the program's is the one
+        // that judged the most.
+        let c = interpreter_report(&prefix)["counters"].clone();
+        assert!(c["learned_pins"].as_u64() >= Some(1), "{name}: {c}");
+        output
+    };
+    let mut steady = Command::new(&setup.program);
+    steady.args(["steady", "4", "60000", "5"]);
+    ended_by("term", &mut steady, libc::SIGTERM);
+    let script = setup.dir.join("endless.py");
+    std::fs::write(
+        &script,
+        "import ctypes, signal, sys\n\
+         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, signal.getsignal(signal.SIGTERM)\n\
+         cuda = ctypes.CDLL(sys.argv[1])\n\
+         size = 8 << 20\n\
+         host = [bytearray(size) for _ in range(2)]\n\
+         dev = ctypes.c_void_p()\n\
+         assert cuda.cudaMalloc(ctypes.byref(dev), size) == 0\n\
+         bufs = [(ctypes.c_char * size).from_buffer(h) for h in host]\n\
+         while True:\n\
+         \x20   for b in bufs:\n\
+         \x20       assert cuda.cudaMemcpy(dev, b, size, 1) == 0\n",
+    )
+    .expect("a script");
+    let mut python = Command::new("python3");
+    python.arg(&script).arg(&setup.standin.runtime);
+    ended_by("int", &mut python, libc::SIGINT);
 }
 
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
