@@ -59,6 +59,20 @@ pub struct Heat {
     pub updated_ns: u64,
 }
 
+/// The counts of one copy of `bytes` (`to_device`: host memory read; else written).
+fn one_copy(bytes: u64, to_device: bool) -> TransferStats {
+    let mut one = TransferStats::default();
+    if to_device {
+        one.h2d_count = 1;
+        one.h2d_bytes = bytes;
+    } else {
+        one.d2h_count = 1;
+        one.d2h_bytes = bytes;
+    }
+    one.transfers = 1;
+    one
+}
+
 impl Heat {
     /// Adds one copy of `bytes` (`to_device`: host memory read; else written) at `now_ns`;
     /// returns that copy's counts.
@@ -69,15 +83,7 @@ impl Heat {
         to_device: bool,
         now_ns: u64,
     ) -> TransferStats {
-        let mut one = TransferStats::default();
-        if to_device {
-            one.h2d_count = 1;
-            one.h2d_bytes = bytes;
-        } else {
-            one.d2h_count = 1;
-            one.d2h_bytes = bytes;
-        }
-        one.transfers = 1;
+        let one = one_copy(bytes, to_device);
         if self.stats.transfers == 0 {
             self.updated_ns = now_ns;
         }
@@ -118,16 +124,7 @@ impl Online {
     /// block of `len` bytes costs (register and unregister): pinned before that copy, the
     /// block repays even if it is never copied again.
     pub fn one_copy_repays(&self, bytes: u64, to_device: bool, len: usize) -> bool {
-        let mut one = TransferStats::default();
-        if to_device {
-            one.h2d_count = 1;
-            one.h2d_bytes = bytes;
-        } else {
-            one.d2h_count = 1;
-            one.d2h_bytes = bytes;
-        }
-        one.transfers = 1;
-        self.model.copy_saving(&one) > self.pin_cost(len)
+        self.model.copy_saving(&one_copy(bytes, to_device)) > self.pin_cost(len)
     }
 
     /// Whether a pageable block of `len` bytes has lost to its copies what pinning it costs.

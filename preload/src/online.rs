@@ -475,21 +475,11 @@ impl Learner {
                 continue;
             }
             block.trusted_ns = None;
-            let part = block.part.take();
-            let (at, size) = part.unwrap_or((base, block.size));
-            block.pin = Pin::Unpinning;
-            block.set_aside(now);
-            self.budget.release(size as u64);
-            self.trusted_let_go += 1;
-            out.unpin.push(BlockRef {
-                block: base,
-                start: at,
-                len: size,
-                asked_pinned: block.asked_pinned,
-                part: part.is_some(),
-                one_call: block.one_call,
-                score: 0.0,
-            });
+            // Let go as a registration a copy would cross is, with no copy to widen it by.
+            if let Some(let_go) = self.let_crossed_go(base, base, 0, false) {
+                self.trusted_let_go += 1;
+                out.unpin.push(let_go);
+            }
         }
         self.trusting = kept;
     }

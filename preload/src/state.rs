@@ -1597,37 +1597,31 @@ fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
 /// heat is counted, and the blocks it makes worth pinning are pinned (displacing less
 /// dense ones under the budget).
 pub fn copied(ranges: &[(usize, usize, bool)]) {
-    let mut decisions = Decisions::default();
-    {
-        let mut guard = lock();
-        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
-            return;
-        };
-        for &(start, len, reads) in ranges {
-            if start != 0 {
-                learner.copied(start, len, reads, &mut decisions);
-            }
-        }
-    }
-    carry_out(decisions, false);
+    carry_out(learn_from(ranges, Learner::copied), false);
 }
 
 /// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
 /// is pinned first, on this thread, where its group is trusted (`Learner::before_first_copy`).
 pub fn before_copy(ranges: &[(usize, usize, bool)]) {
+    carry_out(learn_from(ranges, Learner::before_first_copy), true);
+}
+
+/// What the learner's `look` at each of `ranges` (address, length, read by the copy)
+/// decided, under the lock.
+fn learn_from(
+    ranges: &[(usize, usize, bool)],
+    look: fn(&mut Learner, usize, usize, bool, &mut Decisions),
+) -> Decisions {
     let mut decisions = Decisions::default();
-    {
-        let mut guard = lock();
-        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
-            return;
-        };
+    let mut guard = lock();
+    if let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) {
         for &(start, len, reads) in ranges {
             if start != 0 {
-                learner.before_first_copy(start, len, reads, &mut decisions);
+                look(learner, start, len, reads, &mut decisions);
             }
         }
     }
-    carry_out(decisions, true);
+    decisions
 }
 
 /// Carries out what the copies decided: unpins, then pins (`now`: on this thread, before
