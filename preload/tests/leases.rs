@@ -822,21 +822,7 @@ fn a_hold_past_the_budget_and_a_client_deaf_to_reclaims_are_distrusted() {
         .expect("an answer");
     assert!(granted.contains("granted"), "{granted}");
     let prefix = setup.dir.join("beside");
-    let run = Command::new(env!("CARGO_BIN_EXE_hotpin"))
-        .arg("run")
-        .arg("--lease-socket")
-        .arg(&socket)
-        .arg("--report")
-        .arg(&prefix)
-        .arg("--")
-        .arg(&setup.program)
-        .args(["steady", "16", "9000", "5"])
-        .env("LD_LIBRARY_PATH", &setup.standin.dir)
-        .env("XDG_STATE_HOME", &setup.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run hotpin");
+    let run = spawn(&setup, &socket, &prefix, &["16", "9000", "5"]);
     daemon.wait_for_line("asked back more than", Duration::from_secs(15));
     finish(run);
     let leases = report(&prefix)["leases"].clone();
@@ -887,21 +873,7 @@ fn a_connection_flood_leaves_others_runs_recorded_and_leased() {
     let opened: usize = opened.trim().parse().expect("a count");
     assert!(opened > 1000, "the flood opened {opened}");
     let prefix = setup.dir.join("beside");
-    let run = Command::new(env!("CARGO_BIN_EXE_hotpin"))
-        .arg("run")
-        .arg("--lease-socket")
-        .arg(&socket)
-        .arg("--report")
-        .arg(&prefix)
-        .arg("--")
-        .arg(&setup.program)
-        .args(["steady", "4", "1500", "5"])
-        .env("LD_LIBRARY_PATH", &setup.standin.dir)
-        .env("XDG_STATE_HOME", &setup.dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run hotpin");
+    let run = spawn(&setup, &socket, &prefix, &["4", "1500", "5"]);
     finish(run);
     let leases = report(&prefix)["leases"].clone();
     assert!(leases["granted"].as_u64() >= Some(1), "{leases}");
