@@ -718,10 +718,8 @@ impl State {
             warm: Shelf::default(),
             cache_limit: match mode {
                 Mode::Profile => 0,
-                _ => std::env::var("HOTPIN_CACHE")
-                    .ok()
-                    .and_then(|v| hotpin_history::units::parse_bytes(&v).ok())
-                    .unwrap_or(1 << 30) as usize,
+                // Said (or refused under --strict) when it is not a size, as every setting.
+                _ => size_setting("HOTPIN_CACHE", 1 << 30),
             },
             pressure: Pressure::default(),
             counters,

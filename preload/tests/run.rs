@@ -946,6 +946,35 @@ fn sigterm_and_sigint_keep_what_auto_mode_learned() {
     ended_by("int", &mut python, libc::SIGINT);
 }
 
+/// A command `hotpin run` cannot start ends it as a shell would (#41 item 13): 127 when it
+/// is not found, 126 when it is not runnable, so a wrapper script can tell them from the
+/// program's own failures (before: 1 for both). A cache size that is not one is said.
+#[test]
+fn a_command_that_cannot_start_exits_as_from_a_shell() {
+    let setup = setup_program("cannot-start", "online");
+    let status = |program: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .args(["run", "--"])
+            .arg(program)
+            .output()
+            .expect("run hotpin")
+    };
+    let missing = status(&setup.dir.join("no-such-program"));
+    assert_eq!(missing.status.code(), Some(127), "{missing:?}");
+    let text = setup.dir.join("notes.txt");
+    std::fs::write(&text, "not a program").expect("a file");
+    let not_runnable = status(&text);
+    assert_eq!(not_runnable.status.code(), Some(126), "{not_runnable:?}");
+    let garbage = hotpin_run_env(
+        &setup,
+        &[],
+        &[Path::new("fresh")],
+        &[("HOTPIN_CACHE", Path::new("garbage"))],
+    );
+    let stderr = String::from_utf8_lossy(&garbage.stderr);
+    assert!(stderr.contains("HOTPIN_CACHE=\"garbage\" is not a size"), "{stderr}");
+}
+
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
 /// for `name`: the program's data checked; hotpin's counters.
 fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {

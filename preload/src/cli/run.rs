@@ -147,7 +147,8 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
         command.env("HOTPIN_REPORT", absolute(report)?);
     }
     if static_runtime.is_some() {
-        return Err(command.env_remove("HOTPIN_MODE").exec().into());
+        let error = command.env_remove("HOTPIN_MODE").exec();
+        cannot_start(program, &error);
     }
     let preload = sibling(PRELOAD)?;
     let mut preloads = OsString::from(preload.as_os_str());
@@ -158,7 +159,18 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
     command.env("LD_PRELOAD", preloads);
     // Replaces this process: the program's exit status and signals are its own.
     let error = command.exec();
-    Err(anyhow::Error::from(error).context(format!("cannot start {}", program.to_string_lossy())))
+    cannot_start(program, &error)
+}
+
+/// A command that cannot be run ends `hotpin run` as a shell would: 127 when it is not
+/// found, 126 when it cannot be run (#41 item 13; it was 1, as for any error of hotpin's).
+fn cannot_start(program: &OsStr, error: &std::io::Error) -> ! {
+    eprintln!("hotpin: cannot start {}: {error}", program.to_string_lossy());
+    std::process::exit(if error.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
 }
 
 /// The program's executable, if it carries the CUDA runtime statically (its CUDA calls cannot
