@@ -50,21 +50,43 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
 /// Bytes as people write them: a number with an optional K, M or G suffix (powers of 1024).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let (digits, shift) = match text.as_bytes().last() {
-        Some(b'K' | b'k') => (&text[..text.len() - 1], 10),
-        Some(b'M' | b'm') => (&text[..text.len() - 1], 20),
-        Some(b'G' | b'g') => (&text[..text.len() - 1], 30),
-        Some(b'T' | b't') => (&text[..text.len() - 1], 40),
-        Some(b'P' | b'p') => (&text[..text.len() - 1], 50),
-        Some(b'E' | b'e') => (&text[..text.len() - 1], 60),
-        _ => (text, 0),
+    // "1GiB", "1GB" and "1G" alike (binary units: K is 1024); "512B" is 512 bytes.
+    let unit = text
+        .strip_suffix("iB")
+        .or_else(|| text.strip_suffix("ib"))
+        .or_else(|| {
+            text.strip_suffix('B')
+                .filter(|t| t.ends_with(|c: char| c.is_ascii_alphabetic()))
+        })
+        .unwrap_or(text);
+    let (digits, shift) = match unit.as_bytes().last() {
+        Some(b'K' | b'k') => (&unit[..unit.len() - 1], 10),
+        Some(b'M' | b'm') => (&unit[..unit.len() - 1], 20),
+        Some(b'G' | b'g') => (&unit[..unit.len() - 1], 30),
+        Some(b'T' | b't') => (&unit[..unit.len() - 1], 40),
+        Some(b'P' | b'p') => (&unit[..unit.len() - 1], 50),
+        Some(b'E' | b'e') => (&unit[..unit.len() - 1], 60),
+        Some(b'B' | b'b') => (&unit[..unit.len() - 1], 0),
+        _ => (unit, 0),
     };
-    let value: u64 = digits
+    if let Ok(value) = digits.parse::<u64>() {
+        return value
+            .checked_mul(1 << shift)
+            .ok_or_else(|| format!("size {text:?} is too large (over 16 EiB)"));
+    }
+    // A fraction of a unit ("1.5G"), rounded to a whole byte.
+    let value: f64 = digits
         .parse()
-        .map_err(|e| format!("bad size {text:?}: {e}"))?;
-    value
-        .checked_mul(1 << shift)
-        .ok_or_else(|| format!("size {text:?} is too large (over 16 EiB)"))
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0 && shift > 0 && digits.contains('.'))
+        .ok_or_else(|| {
+            format!("bad size {text:?}: a whole number, or a fraction of K, M, G, T, P or E")
+        })?;
+    let bytes = (value * (1u64 << shift) as f64).round();
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("size {text:?} is too large (over 16 EiB)"));
+    }
+    Ok(bytes as u64)
 }
 
 #[cfg(test)]
@@ -77,6 +99,24 @@ mod tests {
         assert_eq!(parse_seconds("0"), Ok(0.0));
         for bad in ["inf", "-inf", "NaN", "1e20", "-1", "ten", ""] {
             assert!(parse_seconds(bad).is_err(), "{bad} was taken");
+        }
+    }
+
+    #[test]
+    fn sizes_take_binary_units_their_ib_and_b_spellings_and_fractions_of_a_unit() {
+        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("1GB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_bytes("512"), Ok(512));
+        assert_eq!(parse_bytes("512B"), Ok(512));
+        assert_eq!(parse_bytes("64k"), Ok(64 << 10));
+        for bad in ["1.5", "-1G", "G", "", "1e3G", "inf", "NaNG", "1.5X", "20E"] {
+            assert!(
+                parse_bytes(bad).is_err(),
+                "{bad} was taken: {:?}",
+                parse_bytes(bad)
+            );
         }
     }
 

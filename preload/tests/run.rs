@@ -972,7 +972,27 @@ fn a_command_that_cannot_start_exits_as_from_a_shell() {
         &[("HOTPIN_CACHE", Path::new("garbage"))],
     );
     let stderr = String::from_utf8_lossy(&garbage.stderr);
-    assert!(stderr.contains("HOTPIN_CACHE=\"garbage\" is not a size"), "{stderr}");
+    assert!(
+        stderr.contains("HOTPIN_CACHE=\"garbage\" is not a size"),
+        "{stderr}"
+    );
+}
+
+/// Budgets are read in every usual spelling (#41 item 13): `1.5G` and `1GiB` as `512M` and
+/// `25%` are; `--budget 0` is said, since it pins nothing. (Before: `1.5G` and `1GiB` were
+/// refused, and a budget of 0 was silent.)
+#[test]
+fn budgets_in_any_usual_spelling_and_a_zero_budget_is_said() {
+    let setup = setup_program("budget-spellings", "online");
+    for budget in ["1.5G", "1GiB", "512MB"] {
+        let output = hotpin_run_with(&setup, &["--budget", budget], &[Path::new("fresh")]);
+        assert_computed_right(&output);
+        assert!(output.stderr.is_empty(), "{budget}: {output:?}");
+    }
+    let zero = hotpin_run_with(&setup, &["--budget", "0"], &[Path::new("fresh")]);
+    assert_computed_right(&zero);
+    let stderr = String::from_utf8_lossy(&zero.stderr);
+    assert!(stderr.contains("nothing will be pinned"), "{stderr}");
 }
 
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named

@@ -119,8 +119,10 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
         }
         return profile(&args, floor, static_runtime.is_none(), program, rest);
     }
-    if let Some(budget) = &args.budget {
-        hotpin::parse_budget(budget).with_context(|| format!("--budget {budget}"))?;
+    if let Some(budget) = &args.budget
+        && hotpin::parse_budget(budget).with_context(|| format!("--budget {budget}"))? == 0
+    {
+        eprintln!("hotpin: --budget {budget}: nothing will be pinned (the program runs as written)");
     }
     let mut command = Command::new(program);
     command.args(rest).env("HOTPIN_MODE", mode.name());
@@ -165,7 +167,10 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
 /// A command that cannot be run ends `hotpin run` as a shell would: 127 when it is not
 /// found, 126 when it cannot be run (#41 item 13; it was 1, as for any error of hotpin's).
 fn cannot_start(program: &OsStr, error: &std::io::Error) -> ! {
-    eprintln!("hotpin: cannot start {}: {error}", program.to_string_lossy());
+    eprintln!(
+        "hotpin: cannot start {}: {error}",
+        program.to_string_lossy()
+    );
     std::process::exit(if error.kind() == std::io::ErrorKind::NotFound {
         127
     } else {
