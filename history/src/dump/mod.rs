@@ -315,22 +315,54 @@ pub fn read(path: &Path) -> Result<MemHistory, DumpError> {
         path: path.to_path_buf(),
         source,
     };
+    // Its first bytes first: what is not a history is refused before the rest is held
+    // (#41 item 13: `tracer report /dev/zero` held 1 GB before refusing). One handle for
+    // both reads: a pipe can be read once.
+    let file = fs::File::open(path).map_err(io_error)?;
+    let mut bytes = Vec::new();
+    (&file)
+        .take(HEAD_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(io_error)?;
+    if !could_be_a_history(&bytes) {
+        return Err(DumpError::NotAHistory {
+            path: path.to_path_buf(),
+            what: "neither the binary magic bytes nor a JSON object".into(),
+        });
+    }
     // Bounded by what is read: a device or a pipe has no size to check first.
-    let bytes = files::read_bounded(path, MAX_FILE_BYTES).map_err(|error| {
-        if error.kind() == io::ErrorKind::FileTooLarge {
-            DumpError::TooLarge {
-                path: path.to_path_buf(),
-                limit: MAX_FILE_BYTES,
-            }
-        } else {
-            io_error(error)
-        }
-    })?;
+    let rest = MAX_FILE_BYTES
+        .saturating_add(1)
+        .saturating_sub(bytes.len() as u64);
+    (&file)
+        .take(rest)
+        .read_to_end(&mut bytes)
+        .map_err(io_error)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(DumpError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
     let data = decode(&bytes).map_err(|error| error.at(path))?;
     MemHistory::from_data(data).map_err(|source| DumpError::Invalid {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// Bytes read first to tell a history from anything else.
+const HEAD_BYTES: u64 = 4096;
+
+/// Whether a file beginning with `head` may be a dump: the binary magic bytes (or the start
+/// of them, in a file shorter), or a JSON object after white space (or white space alone).
+fn could_be_a_history(head: &[u8]) -> bool {
+    if head.starts_with(MAGIC) || MAGIC.starts_with(head) {
+        return true;
+    }
+    head.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_none_or(|&first| first == b'{')
 }
 
 /// A decoding failure before the file name is attached.

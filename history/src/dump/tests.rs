@@ -379,3 +379,29 @@ fn bounded_random_histories_have_aggregates() {
         .sum();
     assert!(folded > 20, "{folded} aggregates in 20 bounded histories");
 }
+
+/// A device that never ends and is no history (#41 item 13) is refused from its first
+/// bytes, before the rest is held (before: 1 GB read first); a history read through a pipe
+/// (read once) still loads.
+#[test]
+fn what_is_not_a_history_is_refused_from_its_first_bytes() {
+    let error = read(std::path::Path::new("/dev/zero")).expect_err("zeros are no history");
+    assert!(matches!(error, DumpError::NotAHistory { .. }), "{error:?}");
+    let dir = std::env::temp_dir().join(format!("dump-head-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let file = dir.join("h.hotpin");
+    write(&MemHistory::new(), &file, Format::Binary, false).expect("write");
+    let fifo = dir.join("pipe");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let (source, sink) = (file.clone(), fifo.clone());
+    let feeder = std::thread::spawn(move || {
+        std::fs::write(&sink, std::fs::read(&source).expect("the dump")).expect("feed the pipe")
+    });
+    read(&fifo).expect("a history through a pipe");
+    feeder.join().expect("fed");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -122,7 +122,9 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
     if let Some(budget) = &args.budget
         && hotpin::parse_budget(budget).with_context(|| format!("--budget {budget}"))? == 0
     {
-        eprintln!("hotpin: --budget {budget}: nothing will be pinned (the program runs as written)");
+        eprintln!(
+            "hotpin: --budget {budget}: nothing will be pinned (the program runs as written)"
+        );
     }
     let mut command = Command::new(program);
     command.args(rest).env("HOTPIN_MODE", mode.name());
