@@ -346,7 +346,7 @@ fn header(out: &mut String, report: &Report) {
             ),
         );
     }
-    item("CUDA calls", report.calls.to_string());
+    item("CUDA calls", report.calls_text());
     item(
         "transfers",
         format!(

@@ -743,6 +743,17 @@ impl Report {
     }
 
     /// The policy in words: "hot = at least 4 transfers and 2 per MiB".
+    /// The CUDA calls seen, or `-` for a history that counts copies but no calls (what
+    /// `hotpin run`'s auto mode learned: #41 item 13, it read "CUDA calls 0" beside
+    /// "transfers 1100").
+    pub fn calls_text(&self) -> String {
+        if self.calls == 0 && self.transfers > 0 {
+            "- (not counted: copies only)".to_string()
+        } else {
+            self.calls.to_string()
+        }
+    }
+
     fn policy_text(&self) -> String {
         format!(
             "{}{}",
@@ -773,7 +784,7 @@ impl Report {
         let _ = writeln!(
             out,
             "  CUDA calls   {}   transfers {}   host->device {}   device->host {}   lost events {}",
-            self.calls,
+            self.calls_text(),
             self.transfers,
             bytes(self.h2d_bytes),
             bytes(self.d2h_bytes),
@@ -865,6 +876,29 @@ fn table(out: &mut String, rows: &[ReportRow], options: &RenderOptions) {
 mod tests {
     use super::*;
     use hotpin_history::{history::CallSite, registry::CopyDirection};
+
+    /// A history that counts copies but no CUDA calls (auto mode's) does not say "CUDA
+    /// calls 0" beside its transfers (#41 item 13).
+    #[test]
+    fn copies_without_counted_calls_say_so() {
+        let mut h = MemHistory::new();
+        h.alloc(1, 0x10000, 1 << 20, AllocKind::Pageable, None, 0);
+        for t in 0..3 {
+            h.transfer(
+                1,
+                0xd0000000,
+                0x10000,
+                1 << 20,
+                CopyDirection::HostToDevice,
+                t,
+            );
+        }
+        let text = Report::new(&h, HotPolicy::default(), 10).render();
+        assert!(
+            text.contains("CUDA calls   - (not counted: copies only)   transfers 3"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn hot_memory_use_mode_cannot_recognise_is_said_so() {
