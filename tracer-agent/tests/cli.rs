@@ -706,6 +706,58 @@ fn an_output_that_is_its_own_input_is_refused_and_the_history_kept() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tracer export -o -` and `-o /dev/stdout` write to standard output, in both formats
+/// (#41 item 13: `/dev/stdout` was refused as a symbolic link, and `-` wrote a file named
+/// `-`).
+#[test]
+fn export_writes_to_standard_output_for_a_dash_or_dev_stdout() {
+    let dir = std::env::temp_dir().join(format!("hotpin-export-stdout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let h = dir.join("h.hotpin");
+    // A verbose history: one buffer copied twice, its timeline kept.
+    let mut history = tracer_agent::history::MemHistory::new();
+    history.alloc(
+        1,
+        0x10000,
+        4096,
+        tracer_agent::history::AllocKind::Pageable,
+        None,
+        0,
+    );
+    for t in 0..2 {
+        history.transfer(
+            1,
+            0xd000_0000,
+            0x10000,
+            4096,
+            hotpin_history::registry::CopyDirection::HostToDevice,
+            t,
+        );
+    }
+    tracer_agent::dump::write(&history, &h, tracer_agent::dump::Format::Binary, true)
+        .expect("write a history");
+    for output in ["-", "/dev/stdout"] {
+        for format in ["json", "chrome"] {
+            let run = Command::new(env!("CARGO_BIN_EXE_tracer"))
+                .args(["export", "--format", format, "-o", output])
+                .arg(&h)
+                .current_dir(&dir)
+                .output()
+                .expect("run tracer");
+            assert!(run.status.success(), "{output} {format}: {run:?}");
+            let text: serde_json::Value =
+                serde_json::from_slice(&run.stdout).expect("JSON on standard output");
+            if format == "json" {
+                tracer_agent::dump::decode(&run.stdout).expect("a history");
+            } else {
+                assert!(text.get("traceEvents").is_some(), "{text}");
+            }
+        }
+    }
+    assert!(!dir.join("-").exists(), "a file named - was written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_ring_too_large_is_said_as_such() {
     common::require_root();
