@@ -823,10 +823,31 @@ fn a_command_killed_by_a_signal_passes_its_status_on() {
     );
 }
 
+/// An endless input is refused: one that is plainly no history from its first bytes
+/// (`/dev/zero`, #41 item 13: it used to be read to the limit first), and one that begins as
+/// a JSON history and never ends, at the limit.
 #[test]
 fn an_endless_input_is_refused_at_the_limit() {
     let run = tracer(&["report".as_ref(), "/dev/zero".as_ref()]);
+    assert_refused(&run, "not a hotpin history");
+    let dir = std::env::temp_dir().join(format!("hotpin-endless-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let fifo = dir.join("endless.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{{ printf '{{'; exec yes ' '; }} > '{}'",
+            fifo.display()
+        ))
+        .spawn()
+        .expect("a writer that never ends");
+    let run = tracer(&["report".as_ref(), fifo.as_os_str()]);
+    let _ = writer.kill();
+    let _ = writer.wait();
     assert_refused(&run, "limit");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
