@@ -137,7 +137,10 @@ pub fn ask(start: usize, len: usize, score: f64) -> bool {
         let path = path.clone();
         if std::thread::Builder::new()
             .name("hotpin-lease".into())
-            .spawn(move || read_forever(path))
+            .spawn(move || {
+                crate::signals::block_all_on_this_thread();
+                read_forever(path);
+            })
             .is_err()
         {
             eprintln!("hotpin: cannot start the lease thread; keeping to this process's budget");

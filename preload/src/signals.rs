@@ -106,6 +106,19 @@ pub fn init() {
     }
 }
 
+/// Blocks every signal on the calling thread, one of hotpin's own: a signal sent to the
+/// process is then delivered to one of the program's threads, as without hotpin, never to
+/// ours (a program that blocks SIGTERM in every thread and takes it with `sigwait` or a
+/// `signalfd` would otherwise have it delivered to our thread, and handled by its action).
+pub fn block_all_on_this_thread() {
+    // SAFETY: a local signal set filled, then the calling thread's mask set from it.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+}
+
 /// Our handler: the signal's number down the pipe, nothing else. In a forked child (whose
 /// parent's thread reads the pipe), the default action at once, as the child would have had.
 extern "C" fn handler(signal: c_int) {
@@ -156,6 +169,7 @@ pub fn forked() {
 /// The thread: for each signal read, what was learned is written, the default action put
 /// back and the signal sent again.
 fn watch() {
+    block_all_on_this_thread();
     let read_end = READ_END.load(Ordering::Acquire);
     loop {
         let mut byte = 0u8;

@@ -1744,6 +1744,7 @@ fn hand_to_pinner(job: Job) -> bool {
         let started = std::thread::Builder::new()
             .name("hotpin-pinner".into())
             .spawn(move || {
+                crate::signals::block_all_on_this_thread();
                 let _busy = Busy::enter();
                 crate::turns::pinner_thread();
                 // A panic in one job (a bug of ours) is reported and the next is done: the

@@ -946,6 +946,43 @@ fn sigterm_and_sigint_keep_what_auto_mode_learned() {
     ended_by("int", &mut python, libc::SIGINT);
 }
 
+/// A program that blocks SIGTERM in every thread and takes it with `sigtimedwait` (a
+/// graceful stop) still gets it under auto mode (#41 item 11): hotpin's own threads block
+/// every signal, so none is delivered to them. (Before: hotpin's signal thread, started
+/// before `main` blocked SIGTERM, took it, and the process was ended by it.)
+#[test]
+fn a_program_that_takes_sigterm_with_sigwait_still_gets_it() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let setup = setup_program("sigwait", "online");
+    let history = setup.dir.join("sigwait.hotpin");
+    let child = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--lease-socket", "off", "--history"])
+        .arg(&history)
+        .arg("--")
+        .arg(&setup.program)
+        .args(["sigwait", "4", "20000"])
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hotpin");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill has no memory preconditions; hotpin run became the program.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(
+        output.status.signal(),
+        None,
+        "ended by a signal: {output:?}"
+    );
+    assert_computed_right(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("\"took_sigterm\": 1"), "{stdout}");
+    // It ended normally: what it learned is written at exit.
+    hotpin_history::dump::read(&history).expect("what it learned");
+}
+
 /// A command `hotpin run` cannot start ends it as a shell would (#41 item 13): 127 when it
 /// is not found, 126 when it is not runnable, so a wrapper script can tell them from the
 /// program's own failures (before: 1 for both). A cache size that is not one is said.

@@ -41,6 +41,9 @@
  *   portable [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as pool, but the requests are portable
  *          (cudaHostAllocPortable), as CuPy's pinned memory pool makes them; cudaHostGetFlags
  *          must answer portable for each.
+ *   sigwait [MIB] [MS]: SIGTERM blocked in every thread, one buffer copied there and back
+ *          every 5 ms for MS ms (default 5000) or until a SIGTERM is taken with sigtimedwait
+ *          (a graceful stop): detail took_sigterm.
  *   layers [MIB] [N] [STEPS] [IDLE_MS]: N malloc'd buffers of MIB MiB (default 6), made by one
  *          call site, each copied whole there and back at every step (STEPS, default 4), as
  *          layers streamed from CPU memory are; then, for IDLE_MS ms (default 0), only another
@@ -54,6 +57,7 @@
  * Prints one JSON line: checks, mismatches, details (on the stand-in, its count of
  * registration calls made beside a large copy call too: calls_beside_copies). */
 #include <dlfcn.h>
+#include <signal.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -233,6 +237,25 @@ int main(int argc, char **argv) {
             }
         }
         for (int i = 0; i < 5; i++) free(kept[i]);
+    } else if (strcmp(which, "sigwait") == 0) {
+        /* SIGTERM blocked in every thread of the program and taken with sigtimedwait: a
+         * graceful stop, which must reach the program, not end it. */
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &term, NULL);
+        double length = argc > 3 ? atof(argv[3]) : 5000;
+        char *buffer = (char *)malloc(size);
+        struct timespec none = {0, 0};
+        int got = 0;
+        double began = now_ms();
+        for (unsigned step = 0; !got && now_ms() - began < length; step++) {
+            round_trip(&t, buffer, size, step, 1, 1);
+            got = sigtimedwait(&term, NULL, &none) == SIGTERM;
+            usleep(5000);
+        }
+        detail("sigwait", "{\"took_sigterm\": %d}", got);
+        free(buffer);
     } else if (strcmp(which, "layers") == 0) {
         int n = argc > 3 ? atoi(argv[3]) : 6, steps = argc > 4 ? atoi(argv[4]) : 4;
         double idle = argc > 5 ? atof(argv[5]) : 0;
