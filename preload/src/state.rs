@@ -367,10 +367,38 @@ fn setting<T>(
             unsafe { libc::_exit(STRICT_SETTING) };
         }
         Err(wrong) => {
-            eprintln!("hotpin: {name}={text:?} {wrong}; it is {}", shown(&default));
+            say_once(&format!(
+                "hotpin: {name}={text:?} {wrong}; it is {}",
+                shown(&default)
+            ));
             default
         }
     }
+}
+
+/// Says `text` on stderr once per run, not once per process (#41 item 13: a missing cost file
+/// was said 6 times for one `sh -c` pipeline): what was said is marked in the environment
+/// (`HOTPIN_SAID`, a short hash of each text) that the run's later processes inherit. Called
+/// at load, before the program's `main`, while it has one thread.
+fn say_once(text: &str) {
+    let key = format!(
+        "{:x}",
+        text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+    );
+    let said = std::env::var("HOTPIN_SAID").unwrap_or_default();
+    if said.split(',').any(|k| k == key) {
+        return;
+    }
+    eprintln!("{text}");
+    let marked = if said.is_empty() {
+        key
+    } else {
+        format!("{said},{key}")
+    };
+    // SAFETY: at load, before the program's main: no other thread reads the environment.
+    unsafe { std::env::set_var("HOTPIN_SAID", marked) };
 }
 
 /// Reads the environment and the history; on any problem says so once on stderr and leaves
@@ -423,7 +451,7 @@ pub fn init() {
             // SAFETY: ends the process before the program starts, as strict mode asks.
             unsafe { libc::_exit(STRICT_SETTING) };
         }
-        Err(why) => eprintln!("hotpin: {why}; the program runs untouched"),
+        Err(why) => say_once(&format!("hotpin: {why}; the program runs untouched")),
     }
 }
 

@@ -983,6 +983,26 @@ fn a_program_that_takes_sigterm_with_sigwait_still_gets_it() {
     hotpin_history::dump::read(&history).expect("what it learned");
 }
 
+/// What the interposer says at load is said once per run, not once per process (#41 item
+/// 13: a missing cost file was said 6 times for one `sh -c` pipeline): a setting that is not
+/// a size, under a shell that runs the program twice, is said once.
+#[test]
+fn a_problem_is_said_once_per_run_not_once_per_process() {
+    let setup = setup_program("said-once", "online");
+    let program = setup.program.display();
+    let output = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--lease-socket", "off", "--", "sh", "-c"])
+        .arg(format!("{program} fresh && {program} fresh"))
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .env("HOTPIN_CACHE", "garbage")
+        .output()
+        .expect("run hotpin");
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("HOTPIN_CACHE=").count(), 1, "{stderr}");
+}
+
 /// A command `hotpin run` cannot start ends it as a shell would (#41 item 13): 127 when it
 /// is not found, 126 when it is not runnable, so a wrapper script can tell them from the
 /// program's own failures (before: 1 for both). A cache size that is not one is said.
