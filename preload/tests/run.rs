@@ -1003,6 +1003,32 @@ fn a_problem_is_said_once_per_run_not_once_per_process() {
     assert_eq!(stderr.matches("HOTPIN_CACHE=").count(), 1, "{stderr}");
 }
 
+/// The user's own `HOTPIN_MALLOC_FLOOR` stands unless `--floor` is given (#41 item 13: `hotpin
+/// run` always set it from `--floor`'s default): with 64M, none of the program's 8 MiB
+/// buffers is judged; with `--floor 1K` beside it, they are.
+#[test]
+fn the_users_malloc_floor_stands_unless_floor_is_given() {
+    let setup = setup_program("floor-env", "online");
+    let judged = |name: &str, args: &[&str]| {
+        let prefix = setup.dir.join(name);
+        let mut all = vec!["--report", prefix.to_str().expect("UTF-8")];
+        all.extend_from_slice(args);
+        let output = hotpin_run_env(
+            &setup,
+            &all,
+            &[Path::new("fresh")],
+            &[("HOTPIN_MALLOC_FLOOR", Path::new("64M"))],
+        );
+        assert_computed_right(&output);
+        report(&prefix)["decisions"].as_array().map_or(0, Vec::len)
+    };
+    assert_eq!(judged("env", &[]), 0, "the user's 64M floor stands");
+    assert!(
+        judged("given", &["--floor", "1K"]) > 0,
+        "--floor 1K is taken"
+    );
+}
+
 /// A command `hotpin run` cannot start ends it as a shell would (#41 item 13): 127 when it
 /// is not found, 126 when it is not runnable, so a wrapper script can tell them from the
 /// program's own failures (before: 1 for both). A cache size that is not one is said.

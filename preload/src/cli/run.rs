@@ -21,6 +21,9 @@ use hotpin_history::store::{self, ProgramKey, Store};
 /// The interposer's file name, looked for beside the `hotpin` binary.
 const PRELOAD: &str = "libhotpin_preload.so";
 
+/// `--floor` when not given.
+const DEFAULT_FLOOR: &str = "1M";
+
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// auto: learn while the program runs what its copies make worth pinning, starting from
@@ -78,7 +81,7 @@ pub struct RunArgs {
     #[arg(long)]
     verbose: bool,
     /// Allocations below this size go straight to libc (suffixes K, M, G).
-    #[arg(long, default_value = "1M", value_name = "BYTES")]
+    #[arg(long, default_value = DEFAULT_FLOOR, value_name = "BYTES")]
     floor: String,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -134,7 +137,11 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
     if args.verbose {
         command.env("HOTPIN_VERBOSE", "1");
     }
-    command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
+    // The user's own HOTPIN_MALLOC_FLOOR stands unless --floor says otherwise (#41 item 13:
+    // it was always set over); a --floor equal to the default cannot be told from none.
+    if args.floor != DEFAULT_FLOOR || std::env::var_os("HOTPIN_MALLOC_FLOOR").is_none() {
+        command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
+    }
     if mode == Mode::Auto {
         auto(&args, &mut command, program, rest)?;
     }
