@@ -138,16 +138,32 @@ pub fn create_streamed(path: &Path, mode: u32) -> io::Result<fs::File> {
 /// whatever the file's metadata says (a device, a FIFO or a growing file says nothing
 /// true). A FIFO is read like any file: what it gives is what is read.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    let file = fs::File::open(path)?;
     let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    read_rest_bounded(fs::File::open(path)?, &mut bytes, limit).map_err(|error| {
+        if error.kind() == io::ErrorKind::FileTooLarge {
+            io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("{} holds more than {limit} bytes", path.display()),
+            )
+        } else {
+            error
+        }
+    })?;
+    Ok(bytes)
+}
+
+/// Reads what is left of `reader` onto `bytes` (what was read of it already), `bytes` to hold
+/// at most `limit` in all: more is an error of kind `FileTooLarge`.
+pub fn read_rest_bounded(reader: impl Read, bytes: &mut Vec<u8>, limit: u64) -> io::Result<()> {
+    let rest = limit.saturating_add(1).saturating_sub(bytes.len() as u64);
+    reader.take(rest).read_to_end(bytes)?;
     if bytes.len() as u64 > limit {
         return Err(io::Error::new(
             io::ErrorKind::FileTooLarge,
-            format!("{} holds more than {limit} bytes", path.display()),
+            format!("more than {limit} bytes"),
         ));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Whether `path` is something that can be read only once (a FIFO, a pipe such as

@@ -36,7 +36,7 @@ static OURS: [AtomicBool; 3] = [
 ];
 /// The process whose thread reads the pipe: a forked child shares the pipe, not the thread.
 static OWNER: AtomicI32 = AtomicI32::new(0);
-/// libc's `sigaction` and `signal`, looked up at load.
+/// libc's `sigaction` and `signal`, once looked up.
 static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
 
@@ -51,22 +51,28 @@ fn ours(signal: c_int) -> Option<&'static AtomicBool> {
         .and_then(|i| OURS.get(i))
 }
 
-fn real_sigaction() -> Option<Sigaction> {
-    let address = REAL_SIGACTION.load(Ordering::Acquire);
-    // SAFETY: libc's sigaction, of this type, looked up by name.
-    (address != 0).then(|| unsafe { std::mem::transmute::<usize, Sigaction>(address) })
+/// libc's function `name`, looked up once (at load, or at the first call that needs it, which
+/// may come before our load-time code ran) and kept in `cache`.
+fn real(cache: &AtomicUsize, name: &std::ffi::CStr) -> Option<usize> {
+    let known = cache.load(Ordering::Acquire);
+    if known != 0 {
+        return Some(known);
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+    let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    cache.store(found, Ordering::Release);
+    (found != 0).then_some(found)
 }
 
-fn lookup(name: &std::ffi::CStr) -> usize {
-    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
-    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
+fn real_sigaction() -> Option<Sigaction> {
+    let address = real(&REAL_SIGACTION, c"sigaction")?;
+    // SAFETY: libc's sigaction, of this type, looked up by name.
+    Some(unsafe { std::mem::transmute::<usize, Sigaction>(address) })
 }
 
 /// At load, where something is to be written at exit: the pipe, the thread that reads it,
 /// and our handler for each of [`SIGNALS`] the program left at its default action.
 pub fn init() {
-    REAL_SIGACTION.store(lookup(c"sigaction"), Ordering::Release);
-    REAL_SIGNAL.store(lookup(c"signal"), Ordering::Release);
     let Some(sigaction) = real_sigaction() else {
         return;
     };
@@ -152,17 +158,8 @@ extern "C" fn handler(signal: c_int) {
 /// In a forked child: each signal whose action is ours gets the default action back (the
 /// child writes nothing at exit, and the pipe's reader is its parent's thread).
 pub fn forked() {
-    for (&signal, flag) in SIGNALS.iter().zip(&OURS) {
-        if flag.swap(false, Ordering::AcqRel)
-            && let Some(sigaction) = real_sigaction()
-        {
-            // SAFETY: a zeroed sigaction with SIG_DFL is valid.
-            unsafe {
-                let mut default: libc::sigaction = std::mem::zeroed();
-                default.sa_sigaction = libc::SIG_DFL;
-                sigaction(signal, &default, std::ptr::null_mut());
-            }
-        }
+    for &signal in &SIGNALS {
+        put_default_back(signal);
     }
 }
 
@@ -274,10 +271,7 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
-    let Some(real) = real_sigaction().or_else(|| {
-        REAL_SIGACTION.store(lookup(c"sigaction"), Ordering::Release);
-        real_sigaction()
-    }) else {
+    let Some(real) = real_sigaction() else {
         return -1;
     };
     let flag = ours(signal);
@@ -308,13 +302,9 @@ pub unsafe extern "C" fn sigaction(
 /// As signal(2).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    let address = match REAL_SIGNAL.load(Ordering::Acquire) {
-        0 => lookup(c"signal"),
-        known => known,
-    };
-    if address == 0 {
+    let Some(address) = real(&REAL_SIGNAL, c"signal") else {
         return libc::SIG_ERR;
-    }
+    };
     // SAFETY: libc's signal, of this type, looked up by name.
     let real = unsafe { std::mem::transmute::<usize, Signal>(address) };
     let was_ours = ours(signal).is_some_and(|f| f.swap(false, Ordering::AcqRel));

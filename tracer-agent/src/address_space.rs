@@ -14,7 +14,7 @@ use hotpin_history::{
 };
 
 /// CLOCK_MONOTONIC in ns, the clock of the kernel side's timestamps.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

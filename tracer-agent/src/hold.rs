@@ -21,11 +21,11 @@ pub struct Held {
 }
 
 impl Held {
-    /// Lets `pid` go on (SIGCONT), and every parent of it that its stop stopped: those
-    /// first, so that one which continues its child itself once continued (as `runuser`
-    /// does) has done so before the child can stop again at its next library.
-    pub fn let_go(&mut self, pid: u32) {
-        let parents = parents(pid);
+    /// Lets `pid` go on (SIGCONT), and every one of its `parents` ([`parents`]) that its
+    /// stop stopped: those first, so that one which continues its child itself once
+    /// continued (as `runuser` does) has done so before the child can stop again at its next
+    /// library.
+    pub fn let_go(&mut self, pid: u32, parents: Vec<u32>) {
         continue_stopped(&parents);
         // SAFETY: kill has no memory preconditions; `pid` is a process the kernel stopped.
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
@@ -120,7 +120,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(state_and_parent(sh).map(|s| s.0), Some('T'));
         let mut held = Held::default();
-        held.let_go(child);
+        held.let_go(child, parents(child));
         std::thread::sleep(Duration::from_millis(50));
         assert_ne!(
             state_and_parent(sh).map(|s| s.0),

@@ -4,6 +4,7 @@
 //! target and gets a history of its own (a [`Session`](crate::sessions::Session)).
 
 use std::{
+    path::PathBuf,
     sync::{
         Arc, Mutex, PoisonError, RwLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -419,10 +420,11 @@ impl Reader {
                     frames,
                 }) => self.python.frames(pid, tid, &frames[..usize::from(count)]),
                 Ok(TraceEvent::LibraryOpen { pid, fd }) => {
+                    let opened = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
                     if self.watch.is_some() && !self.targets.contains(&pid) {
-                        self.found(pid, fd, &mut batch);
+                        self.found(pid, opened.as_ref().ok(), &mut batch);
                     }
-                    self.library_opened(pid, fd);
+                    self.library_opened(pid, fd, opened);
                 }
                 Ok(TraceEvent::ProcessFork { pid, child }) => {
                     tracing::info!(pid, child, "following a child process");
@@ -462,22 +464,20 @@ impl Reader {
     /// A process that is no target opened a CUDA library (watching every process; the kernel
     /// made it a target and may hold it stopped): it begins a session of its own, or is left
     /// out by the filter.
-    fn found(&mut self, pid: u32, fd: i32, batch: &mut Vec<Record>) {
+    fn found(&mut self, pid: u32, opened: Option<&PathBuf>, batch: &mut Vec<Record>) {
         // Another tracer (or this one) opens CUDA libraries to read their symbols: never a
         // target, nor stopped again.
         if self.identities.is_tracer(pid) {
             tracing::debug!(pid, "leaving out a tracer");
-            if let Err(error) = self.probes.ignore(pid) {
-                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot leave a process out");
-            }
-            self.ignored.push(pid);
+            self.leave_out(pid);
             return;
         }
         // A file named like one (`libcudnn*`, a `libhotpin_*.rmeta`) that is no CUDA runtime,
         // driver or interposer: not a CUDA process, until it opens one.
-        let opened = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
-            .map(|path| target::host_path(pid, &path.to_string_lossy()));
-        if opened.is_ok_and(|path| !self.identities.is_cuda_library(&path)) {
+        if opened.is_some_and(|path| {
+            let host = target::host_path(pid, &path.to_string_lossy());
+            !self.identities.is_cuda_library(&host)
+        }) {
             if let Err(error) = self.probes.remove_target(pid) {
                 tracing::warn!(pid, error = %crate::error::chain(&error), "cannot leave a process out");
             }
@@ -505,19 +505,23 @@ impl Reader {
             }
         } else {
             tracing::info!(pid, "leaving out a CUDA process the filter does not admit");
-            if let Err(error) = self.probes.ignore(pid) {
-                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot leave a process out");
-            }
-            self.ignored.push(pid);
+            self.leave_out(pid);
         }
+    }
+
+    /// Stops tracing `pid` for good: its later library opens make it no target again.
+    fn leave_out(&mut self, pid: u32) {
+        if let Err(error) = self.probes.ignore(pid) {
+            tracing::warn!(pid, error = %crate::error::chain(&error), "cannot leave a process out");
+        }
+        self.ignored.push(pid);
     }
 
     /// A target opened a `libcud*` file: attach to it if it is a CUDA runtime or driver, then
     /// let the process go on if the kernel stopped it.
-    fn library_opened(&mut self, pid: u32, fd: i32) {
+    fn library_opened(&mut self, pid: u32, fd: i32, opened: std::io::Result<PathBuf>) {
         let traced = self.targets.contains(&pid);
-        let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
-        match link {
+        match opened {
             Ok(path) if traced => {
                 let name = path.to_string_lossy().into_owned();
                 if target::is_candidate_name(&name) {
@@ -558,12 +562,13 @@ impl Reader {
             // A program another tracer started (`tracer record -- prog` beside the daemon)
             // is held by that tracer's stop too: that tracer lets it go once it attached, not
             // this one before it did.
+            let parents = crate::hold::parents(pid);
             let recorded_by_another = self.watch.is_some()
-                && crate::hold::parents(pid)
-                    .into_iter()
-                    .any(|parent| self.identities.is_tracer(parent));
+                && parents
+                    .iter()
+                    .any(|&parent| self.identities.is_tracer(parent));
             if !recorded_by_another {
-                self.held.let_go(pid);
+                self.held.let_go(pid, parents);
             }
         }
     }

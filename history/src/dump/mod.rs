@@ -331,19 +331,16 @@ pub fn read(path: &Path) -> Result<MemHistory, DumpError> {
         });
     }
     // Bounded by what is read: a device or a pipe has no size to check first.
-    let rest = MAX_FILE_BYTES
-        .saturating_add(1)
-        .saturating_sub(bytes.len() as u64);
-    (&file)
-        .take(rest)
-        .read_to_end(&mut bytes)
-        .map_err(io_error)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(DumpError::TooLarge {
-            path: path.to_path_buf(),
-            limit: MAX_FILE_BYTES,
-        });
-    }
+    files::read_rest_bounded(&file, &mut bytes, MAX_FILE_BYTES).map_err(|error| {
+        if error.kind() == io::ErrorKind::FileTooLarge {
+            DumpError::TooLarge {
+                path: path.to_path_buf(),
+                limit: MAX_FILE_BYTES,
+            }
+        } else {
+            io_error(error)
+        }
+    })?;
     let data = decode(&bytes).map_err(|error| error.at(path))?;
     MemHistory::from_data(data).map_err(|source| DumpError::Invalid {
         path: path.to_path_buf(),

@@ -206,7 +206,8 @@ impl LeaseServer {
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
-                    let uid = stream.peer_cred().map_or(u32::MAX, |peer| peer.uid());
+                    let peer = stream.peer_cred().ok();
+                    let uid = peer.map_or(u32::MAX, |peer| peer.uid());
                     let Some(slot) = self.shared.slot(uid) else {
                         // Closed at once: past its user's cap, or the daemon's.
                         self.shared.arbiter().counters.refused_messages += 1;
@@ -229,7 +230,7 @@ impl LeaseServer {
                     };
                     let shared = Arc::clone(&self.shared);
                     tokio::spawn(async move {
-                        serve(shared, stream).await;
+                        serve(shared, stream, peer).await;
                         drop(slot);
                     });
                 }
@@ -312,10 +313,7 @@ impl LeaseServer {
             }
         }
         for (_, pid, why) in arbiter.distrust_deaf(shared.now_ns()) {
-            eprintln!(
-                "tracer daemon: leases: pid {pid} {why}: its asks are refused from now on, and \
-                 only what the tracer sees it pin is counted"
-            );
+            say_distrusted(&format!("pid {pid}"), &why);
         }
         let overdue = arbiter.overdue(shared.now_ns(), RECLAIM_GRACE.as_nanos() as u64);
         drop(arbiter);
@@ -372,6 +370,14 @@ fn cgroup_of(pid: u32) -> String {
         .unwrap_or_else(|| "/".into())
 }
 
+/// Says that the client `who` is distrusted for `why` (a claim no lease could make true).
+fn say_distrusted(who: &str, why: &str) {
+    eprintln!(
+        "tracer daemon: leases: {who} {why}: its asks are refused from now on, and only what \
+         the tracer sees it pin is counted"
+    );
+}
+
 /// The soft limit of this process's open files.
 fn open_file_limit() -> Option<usize> {
     let mut limit = libc::rlimit {
@@ -405,8 +411,7 @@ impl Rate {
 }
 
 /// One connection, from its first byte to its close.
-async fn serve(shared: Arc<Shared>, stream: UnixStream) {
-    let peer = stream.peer_cred().ok();
+async fn serve(shared: Arc<Shared>, stream: UnixStream, peer: Option<tokio::net::unix::UCred>) {
     let (mut read, mut write) = stream.into_split();
     let (outbox, mut outgoing) = mpsc::channel::<Reply>(OUTBOX);
     let writer = tokio::spawn(async move {
@@ -520,12 +525,12 @@ impl Connection {
             Request::Hold { holding } => {
                 let refused = self.shared.arbiter().adopt(self.id, &holding);
                 if let Some(why) = refused {
-                    eprintln!(
-                        "tracer daemon: leases: pid {} (uid {}) {why}: its asks are refused from \
-                         now on, and only what the tracer sees it pin is counted",
+                    let who = format!(
+                        "pid {} (uid {})",
                         self.peer_pid.unwrap_or(0),
                         self.peer_uid.unwrap_or(0)
                     );
+                    say_distrusted(&who, &why);
                 }
                 true
             }

@@ -507,16 +507,7 @@ impl Probes {
     /// Tells the kernel side the agent is alive (`config::HEARTBEAT_NS`): targets are stopped
     /// on library opens only while this was written lately.
     pub fn heartbeat(&mut self) -> Result<(), TracerError> {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: an out-pointer to a local.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-        let ns = (now.tv_sec as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(now.tv_nsec as u64);
-        self.set_config(config::HEARTBEAT_NS, ns)
+        self.set_config(config::HEARTBEAT_NS, crate::address_space::monotonic_ns())
     }
 
     /// Sets one of the kernel side's settings (`config::*`).
