@@ -559,6 +559,11 @@ impl Reader {
                 .learn_process(pid);
         }
         if self.probes.stops_on_library_open() {
+            // Released first: once continued, by this agent, another tracer or a parent, it
+            // runs on.
+            if let Err(error) = self.probes.release_hold(pid) {
+                tracing::warn!(pid, error = %crate::error::chain(&error), "cannot release a held process");
+            }
             // A program another tracer started (`tracer record -- prog` beside the daemon)
             // is held by that tracer's stop too: that tracer lets it go once it attached, not
             // this one before it did.

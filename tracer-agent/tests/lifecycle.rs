@@ -2,6 +2,11 @@
 
 mod common;
 
+use std::{
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
 use common::Find;
 
 #[test]
@@ -161,4 +166,70 @@ fn children_exec_kill_and_library_unload_are_followed() {
     }
     assert_eq!(history.stats().lost_events(), 0, "{:?}", history.stats());
     assert_eq!(history.stats().failed_calls, 0);
+}
+
+/// A process held on its CUDA library open that someone else continues before the agent let
+/// it go (`runuser`, `su` and a shell's `fg` continue their child once they are continued) is
+/// stopped again at its next host memory syscall: the loader's mmap of that library, before
+/// any of its code runs. Released by the agent, it runs on. (Before: under load, one of two
+/// runs under `runuser` beside the daemon ran past the driver's open and lost every copy.)
+#[test]
+fn a_held_process_continued_by_another_is_stopped_again_until_let_go() {
+    use tracer_agent::probes::{ProbeOptions, Probes};
+    common::require_root();
+    let _serial = common::one_at_a_time();
+    let standin = common::standin("held-again");
+    let program = common::compile_c(&standin, "held");
+    let mut probes = Probes::load(1 << 20, ProbeOptions::default()).expect("load the probes");
+    probes
+        .set_stop_on_library_open(true)
+        .expect("stop on opens");
+    let mut child = tracer_agent::target::spawn_paused(
+        program.as_os_str(),
+        &[standin.runtime.clone().into_os_string()],
+        |command| {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        },
+    )
+    .expect("spawn");
+    let pid = child.pid();
+    probes.add_target(pid).expect("a target");
+    child.resume().expect("resume");
+    // Kept alive, as the agent's rescan does.
+    let stopped_within = |limit: Duration, probes: &mut Probes| {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            probes.heartbeat().expect("heartbeat");
+            if state(pid) == Some('T') {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    };
+    assert!(
+        stopped_within(Duration::from_secs(10), &mut probes),
+        "held on its open"
+    );
+    for _ in 0..3 {
+        // SAFETY: a signal to the test's own child.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            stopped_within(Duration::from_secs(2), &mut probes),
+            "stopped again after someone else's SIGCONT"
+        );
+    }
+    probes.release_hold(pid).expect("release");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let output = common::wait_with_timeout(child.child, Duration::from_secs(10));
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "loaded\n");
+}
+
+/// A process's state letter, from `/proc/PID/stat` (after the command's closing parenthesis).
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }

@@ -118,8 +118,9 @@ pub mod maps {
     pub const COPY_RUNS: &str = "COPY_RUNS";
     pub const FAULT_RUNS: &str = "FAULT_RUNS";
     pub const PYTHON: &str = "PYTHON";
+    pub const HELD: &str = "HELD";
     /// Every name above.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 12] = [
         EVENTS,
         COUNTERS,
         CONFIG,
@@ -131,6 +132,7 @@ pub mod maps {
         COPY_RUNS,
         FAULT_RUNS,
         PYTHON,
+        HELD,
     ];
 }
 

@@ -6,6 +6,7 @@ use tracer_common::{Event, EventKind, FLAG_NESTED, MAX_ARGS, counter, field};
 
 use crate::{
     copy_runs::send_copy_run,
+    library_open,
     page_faults::send_fault_run,
     shared::{
         DEPTH, EVENTS, FIELDS, PENDING, Pending, PendingKey, bump, header, read_field,
@@ -57,9 +58,10 @@ pub fn host_memory_sys_exit(ctx: TracePointContext) -> u32 {
 }
 
 fn try_host_memory_enter(ctx: &TracePointContext) -> Result<(), i64> {
-    let Some((_, tid)) = traced_thread() else {
+    let Some((tgid, tid)) = traced_thread() else {
         return Ok(());
     };
+    library_open::renew_hold(tgid);
     let nr: i32 = read_field(ctx, field::SYSCALL_NR)?;
     let Some(kind) = host_memory_kind(nr) else {
         return Ok(());

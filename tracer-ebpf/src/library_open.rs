@@ -27,10 +27,20 @@ static OPENING: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
 #[map]
 static IGNORED: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_TARGETS, 0);
 
+/// Processes stopped on a library open that the agent has not let go yet (tgid -> unused).
+/// A SIGCONT from anyone else (`runuser`, `su`, a shell's `fg`, continuing their child once
+/// continued themselves) resumes such a process before the agent attached; its next host
+/// memory syscall stops it again ([`renew_hold`]), and the loader maps the library it opened
+/// with mmap before any of that library's code can run. The agent takes the process out
+/// before its own SIGCONT.
+#[map]
+static HELD: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_TARGETS, 0);
+
 /// Room to read a path into (too large for the BPF stack).
 #[map]
 static PATH_SCRATCH: PerCpuArray<[u8; PATH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
 
+const SIGCONT: u32 = 18;
 const SIGSTOP: u32 = 19;
 
 #[tracepoint]
@@ -159,19 +169,50 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     };
     entry.write(event);
-    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP; only while
-    // the agent shows signs of life, so that one stopped, hung or killed freezes no program.
-    let alive = CONFIG
-        .get(config::HEARTBEAT_NS)
-        .is_some_and(|&beat| now.saturating_sub(beat) <= HEARTBEAT_STALE_NS);
-    if alive
+    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP.
+    if agent_alive(now)
         && CONFIG
             .get(config::STOP_ON_LIBRARY_OPEN)
             .is_some_and(|&stop| stop != 0)
     {
+        // Held before stopped, so the agent, told only after, always finds it to take out.
+        // Not held (map full) only loses the renewal.
+        let _ = HELD.insert(tgid, 1, 0);
         // SAFETY: signals the current process, which is a target.
         unsafe { bpf_send_signal(SIGSTOP) };
     }
     entry.submit(BPF_RB_FORCE_WAKEUP.into());
     Ok(())
+}
+
+/// Whether the agent shows signs of life: only then is a target stopped, so that one
+/// stopped, hung or killed freezes no program.
+fn agent_alive(now: u64) -> bool {
+    CONFIG
+        .get(config::HEARTBEAT_NS)
+        .is_some_and(|&beat| now.saturating_sub(beat) <= HEARTBEAT_STALE_NS)
+}
+
+/// Called at a target's host memory syscalls: a process held for the agent's attach that
+/// someone else continued is stopped again (see [`HELD`]).
+pub(crate) fn renew_hold(tgid: u32) {
+    // SAFETY: only tested for presence.
+    if unsafe { HELD.get(tgid) }.is_none() {
+        return;
+    }
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    if agent_alive(unsafe { bpf_ktime_get_ns() }) {
+        // SAFETY: signals the current process, which is held for the agent.
+        unsafe { bpf_send_signal(SIGSTOP) };
+        // The agent may have let it go between the look above and the stop (it takes the
+        // process out, then continues it): then the stop, still pending while this syscall
+        // runs, is taken back, as a SIGCONT takes back a pending stop.
+        // SAFETY: only tested for presence.
+        if unsafe { HELD.get(tgid) }.is_none() {
+            // SAFETY: signals the current process.
+            unsafe { bpf_send_signal(SIGCONT) };
+        }
+    } else {
+        let _ = HELD.remove(tgid);
+    }
 }

@@ -545,6 +545,12 @@ impl Probes {
         self.insert_pid(maps::IGNORED, pid)
     }
 
+    /// Takes `pid` out of the kernel side's held processes, before it is continued: from then
+    /// on a SIGCONT from anyone lets it run on, not stopped again at its next memory syscall.
+    pub fn release_hold(&mut self, pid: u32) -> Result<(), TracerError> {
+        self.remove_pid(maps::HELD, pid)
+    }
+
     /// Forgets that `pid` was ignored (it exited; the number may be used again).
     pub fn forget_ignored(&mut self, pid: u32) -> Result<(), TracerError> {
         self.remove_pid(maps::IGNORED, pid)
@@ -601,7 +607,7 @@ impl Probes {
         })
     }
 
-    /// Adds `pid` to the process set `name` (TARGETS, IGNORED: hashes keyed by tgid; aya opens
+    /// Adds `pid` to the process set `name` (TARGETS, IGNORED, HELD: hashes keyed by tgid; aya opens
     /// an LRU hash as a `HashMap` too).
     fn insert_pid(&mut self, name: &'static str, pid: u32) -> Result<(), TracerError> {
         self.pid_set(name)?
