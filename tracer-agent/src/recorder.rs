@@ -559,22 +559,14 @@ impl Reader {
                 .learn_process(pid);
         }
         if self.probes.stops_on_library_open() {
-            // Released first: once continued, by this agent, another tracer or a parent, it
-            // runs on.
+            // Released first: once continued, by this agent, a parent or another tracer, it
+            // runs on. A program another tracer holds too (`tracer record -- prog` beside the
+            // daemon) is stopped again by that tracer's kernel side until it lets it go, so
+            // each tracer attaches before the program runs on.
             if let Err(error) = self.probes.release_hold(pid) {
                 tracing::warn!(pid, error = %crate::error::chain(&error), "cannot release a held process");
             }
-            // A program another tracer started (`tracer record -- prog` beside the daemon)
-            // is held by that tracer's stop too: that tracer lets it go once it attached, not
-            // this one before it did.
-            let parents = crate::hold::parents(pid);
-            let recorded_by_another = self.watch.is_some()
-                && parents
-                    .iter()
-                    .any(|&parent| self.identities.is_tracer(parent));
-            if !recorded_by_another {
-                self.held.let_go(pid, parents);
-            }
+            self.held.let_go(pid, crate::hold::parents(pid));
         }
     }
 

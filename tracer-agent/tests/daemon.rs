@@ -1332,8 +1332,9 @@ fn a_cuda_program_under_runuser_finishes_beside_the_daemon() {
 
 /// `tracer record` beside the daemon (#41 item 1): the daemon never takes the recording
 /// tracer for a CUDA process (it opens the CUDA runtime to read its symbols), so the store
-/// holds no history of a tracer; the recording sees every copy, 5 runs of 5. (Before: the
-/// store gained a `tracer-...` folder, and 3 of 10 recordings saw 0 transfers.)
+/// holds no history of a tracer; the recording and the daemon's history each see every copy,
+/// 5 runs of 5. (Before: the store gained a `tracer-...` folder, and 3 of 10 recordings saw
+/// 0 transfers; then the daemon's own history was not always whole.)
 #[test]
 fn a_recording_beside_the_daemon_is_exact_and_no_tracer_is_taken_for_a_target() {
     common::require_root();
@@ -1342,6 +1343,7 @@ fn a_recording_beside_the_daemon_is_exact_and_no_tracer_is_taken_for_a_target() 
     let store = standin.dir.join("store");
     let daemon = Daemon::start_with(&store, &[]);
     let bench = common::bench(&standin, &bench_args("3", "250", "1"));
+    let mut copies = Vec::new();
     for run in 0..5 {
         let out = standin.dir.join(format!("record-{run}.hotpin"));
         let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
@@ -1364,6 +1366,27 @@ fn a_recording_beside_the_daemon_is_exact_and_no_tracer_is_taken_for_a_target() 
             seen.h2d_transfers + seen.d2h_transfers,
             bench_copies(&output.stdout),
             "run {run}: {seen:?}"
+        );
+        copies.push(bench_copies(&output.stdout));
+    }
+    // The daemon's own history of each run is exact too: each tracer's kernel side holds the
+    // program until that tracer attached.
+    let start = Instant::now();
+    let found = loop {
+        let found = stored(&store);
+        if found.len() >= copies.len() {
+            break found;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{found:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(found.len(), copies.len(), "{found:?}");
+    for (pid, path) in found {
+        let seen = traffic(&dump::read(&path).expect("a whole history"));
+        assert_eq!(
+            seen.h2d_transfers + seen.d2h_transfers,
+            copies[0],
+            "the daemon's history of pid {pid}: {seen:?}"
         );
     }
     let status = daemon.terminate();
