@@ -49,10 +49,11 @@ pub static BELIEVED_PINNED: AtomicBool = AtomicBool::new(false);
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 const DEFAULT_FLOOR: usize = 1 << 20;
-/// Exit statuses of strict mode (`HOTPIN_STRICT=1`, `hotpin run --strict`): a setting the
-/// interposer cannot use; a use-mode history that matched none of the program's allocations.
-const STRICT_SETTING: i32 = 2;
-const STRICT_UNMATCHED: i32 = 3;
+/// Exit status of strict mode (`HOTPIN_STRICT=1`, `hotpin run --strict`) for a setting the
+/// interposer cannot use, and for a use-mode history that matched none of the program's
+/// allocations: 125, what `env`, `timeout` and `chroot` give when they, not the command,
+/// failed, so it is not taken for the program's own 2 or 3 (#41 item 13); stderr says which.
+const STRICT_FAILED: i32 = 125;
 
 /// Whether what would only be said is to be an error (`HOTPIN_STRICT=1`).
 fn strict() -> bool {
@@ -364,7 +365,7 @@ fn setting<T>(
         Err(wrong) if strict() => {
             eprintln!("hotpin: {name}={text:?} {wrong}; stopping (HOTPIN_STRICT)");
             // SAFETY: ends the process before the program starts.
-            unsafe { libc::_exit(STRICT_SETTING) };
+            unsafe { libc::_exit(STRICT_FAILED) };
         }
         Err(wrong) => {
             say_once(&format!(
@@ -449,7 +450,7 @@ pub fn init() {
         Err(why) if strict() => {
             eprintln!("hotpin: {why}; stopping (HOTPIN_STRICT)");
             // SAFETY: ends the process before the program starts, as strict mode asks.
-            unsafe { libc::_exit(STRICT_SETTING) };
+            unsafe { libc::_exit(STRICT_FAILED) };
         }
         Err(why) => say_once(&format!("hotpin: {why}; the program runs untouched")),
     }
@@ -510,7 +511,7 @@ extern "C" fn at_exit() {
         // strict mode makes this run a failure.
         unsafe {
             libc::fflush(std::ptr::null_mut());
-            libc::_exit(STRICT_UNMATCHED);
+            libc::_exit(STRICT_FAILED);
         }
     }
 }

@@ -653,7 +653,8 @@ fn settings_that_cannot_be_used_are_said() {
     );
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("the history matched none"), "{stderr}");
-    // --strict makes it an error (exit status 3), the program having run whole.
+    // --strict makes it an error (exit status 125, not one a program gives of its own as
+    // often as 2 or 3), the program having run whole.
     let strict = Command::new(env!("CARGO_BIN_EXE_hotpin"))
         .args(["run", "--strict", "--mode", "use", "--history"])
         .arg(&history)
@@ -664,7 +665,7 @@ fn settings_that_cannot_be_used_are_said() {
         .expect("run hotpin --strict");
     assert_eq!(
         strict.status.code(),
-        Some(3),
+        Some(125),
         "{}",
         String::from_utf8_lossy(&strict.stderr)
     );
@@ -707,7 +708,7 @@ fn settings_that_cannot_be_used_are_said() {
         );
         // Strict: an error, before the program starts (it prints nothing).
         let strict = run("1");
-        assert_eq!(strict.status.code(), Some(2), "{name} strict");
+        assert_eq!(strict.status.code(), Some(125), "{name} strict");
         assert!(
             strict.stdout.is_empty(),
             "{name}: the program did not start"
@@ -1048,6 +1049,16 @@ fn a_command_that_cannot_start_exits_as_from_a_shell() {
     std::fs::write(&text, "not a program").expect("a file");
     let not_runnable = status(&text);
     assert_eq!(not_runnable.status.code(), Some(126), "{not_runnable:?}");
+    // A program's own status passes through, strict or not: 2 and 3 are no longer strict
+    // mode's (it gives 125).
+    for own in ["2", "3"] {
+        let run = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+            .args(["run", "--strict", "--", "sh", "-c"])
+            .arg(format!("exit {own}"))
+            .output()
+            .expect("run hotpin");
+        assert_eq!(run.status.code(), own.parse().ok(), "{run:?}");
+    }
     let garbage = hotpin_run_env(
         &setup,
         &[],

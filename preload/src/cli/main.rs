@@ -47,9 +47,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // hotpin's own failure, not the program's: 125, as `env` and `timeout` give.
         Err(error) => {
             eprintln!("hotpin: {error:#}");
-            ExitCode::FAILURE
+            ExitCode::from(125)
         }
     }
 }

@@ -71,9 +71,10 @@ pub struct RunArgs {
     /// Write the interposer's decisions and counters to FILE.<pid>.json per process.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
-    /// Make what would only be said an error: a setting the interposer cannot use stops the
-    /// program before it starts (exit status 2), and a use-mode history that matched none of
-    /// the program's allocations makes it exit with status 3.
+    /// Make what would only be said an error, exit status 125 (as from `env` or `timeout`
+    /// when they, not the command, failed; stderr says why): a setting the interposer cannot
+    /// use stops the program before it starts, and a use-mode history that matched none of
+    /// the program's allocations fails the run after the program ran whole.
     #[arg(long)]
     strict: bool,
     /// Say what is only worth knowing when something is amiss: where auto mode found no node
