@@ -72,6 +72,7 @@ mod online;
 mod python;
 mod questions;
 mod real;
+mod shared_history;
 mod shelf;
 mod signals;
 mod state;

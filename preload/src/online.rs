@@ -699,7 +699,13 @@ impl Learner {
 
     /// Writes what was learned as a history (`tracer report` and the next run read it):
     /// every judged block in allocation order, its call site, size and copies.
-    pub fn write_history(&self, path: &Path) -> Result<(), String> {
+    /// `at_start`: the file's stamp when this run started; another run that wrote it since
+    /// had what it learned and this run did not kept ([`crate::shared_history`]).
+    pub fn write_history(
+        &self,
+        path: &Path,
+        at_start: Option<crate::shared_history::Stamp>,
+    ) -> Result<(), String> {
         if !self.learned.iter().any(|entry| entry.stats.transfers > 0) {
             // A process that copied nothing (a helper the program ran, say) has nothing to
             // teach, and must not replace what the program wrote.
@@ -721,6 +727,18 @@ impl Learner {
             // Distinct made-up addresses: the history keys live blocks by address.
             let start = 0x1000_0000_0000u64 + (i as u64) * 0x1_0000_0000;
             entry.record_in(&mut history, pid, start);
+        }
+        let _alone = crate::shared_history::lock_directory_of(path);
+        let now = crate::shared_history::stamp(path);
+        if now.is_some() && now != at_start {
+            let theirs = hotpin_history::dump::read(path).map_err(|e| {
+                format!(
+                    "another program wrote it while this one ran, and it is no history hotpin \
+                     can read ({:#}): left as it is",
+                    anyhow::Error::from(e)
+                )
+            })?;
+            crate::shared_history::keep_theirs(&mut history, &theirs);
         }
         hotpin_history::dump::write(&history, path, Format::from_path(path), false)
             .map_err(|e| format!("{:#}", anyhow::Error::from(e)))

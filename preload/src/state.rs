@@ -279,6 +279,8 @@ struct State {
     learner: Option<Learner>,
     /// Auto mode: where what was learned is written at exit (`HOTPIN_LEARN_TO`).
     learn_to: Option<PathBuf>,
+    /// What that file was when this process started (runs sharing it merge at the end).
+    learn_to_at_start: Option<crate::shared_history::Stamp>,
     /// Bytes of the program's pinned requests kept pinned and live (for the peak).
     kept_live_bytes: u64,
 }
@@ -480,7 +482,7 @@ pub fn write_what_was_learned() -> Option<bool> {
         );
     }
     if let (Some(learner), Some(path)) = (&state.learner, &state.learn_to)
-        && let Err(error) = learner.write_history(path)
+        && let Err(error) = learner.write_history(path, state.learn_to_at_start)
     {
         eprintln!(
             "hotpin: cannot write what this run learned to {}: {error}",
@@ -713,6 +715,7 @@ impl State {
         let policy = HotPolicy::configured()
             .map_err(|e| format!("cost file: {:#}", anyhow::Error::from(e)))?;
         let learn_to = std::env::var_os("HOTPIN_LEARN_TO").map(PathBuf::from);
+        let learn_to_at_start = learn_to.as_deref().and_then(crate::shared_history::stamp);
         let hot = starting_hot_set(mode, policy, budget)?;
         let learner = (mode == Mode::Auto).then(|| {
             let limit = budget.or_else(default_budget);
@@ -758,6 +761,7 @@ impl State {
             judged_unknown: 0,
             learner,
             learn_to,
+            learn_to_at_start,
             kept_live_bytes: 0,
         }))
     }

@@ -1685,3 +1685,52 @@ fn auto_mode_pins_nothing_where_the_platform_makes_pinning_pointless() {
         );
     }
 }
+
+/// Four auto runs at once sharing one `--history` (the ranks of one job, #41 item 12): what
+/// each learned is in the file afterwards, each its buffers' size with their copies, every
+/// run computing right. (Before: the last writer won; with 8 at once, the learning of one
+/// survived.)
+#[test]
+fn auto_runs_sharing_one_history_at_once_each_keep_what_they_learned() {
+    let setup = setup_program("auto-shared-history", "online");
+    let history = setup.dir.join("shared.hotpin");
+    let sizes = [2u64, 3, 4, 5];
+    let runs: Vec<_> = sizes
+        .iter()
+        .map(|mib| {
+            Command::new(env!("CARGO_BIN_EXE_hotpin"))
+                .args(["run", "--lease-socket", "off", "--history"])
+                .arg(&history)
+                .arg("--")
+                .arg(&setup.program)
+                .args(["steady", &mib.to_string(), "800"])
+                .env("LD_LIBRARY_PATH", &setup.standin.dir)
+                .env("XDG_STATE_HOME", &setup.dir)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("start hotpin run")
+        })
+        .collect();
+    for run in runs {
+        let output = run.wait_with_output().expect("wait for hotpin run");
+        assert!(output.status.success(), "{output:?}");
+        assert_computed_right(&output);
+    }
+    let learned = hotpin_history::dump::read(&history).expect("the shared history");
+    for mib in sizes {
+        let copies: u64 = learned
+            .allocations()
+            .iter()
+            .filter(|block| block.size == mib << 20)
+            .map(|block| block.stats.transfers)
+            .sum();
+        assert!(copies > 0, "{mib} MiB: what that run learned is kept");
+    }
+    assert_eq!(
+        learned.meta().pids.len(),
+        sizes.len(),
+        "{:?}",
+        learned.meta()
+    );
+}
