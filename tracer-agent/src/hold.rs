@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// How long after a target was let go its parents are looked at.
 pub const RELAY_FOR: Duration = Duration::from_secs(2);
 /// Parents looked at, at most, up from the target.
-const DEPTH: usize = 8;
+pub(crate) const DEPTH: usize = 8;
 
 /// Targets let go lately, with their parents (nearest first) as they were when it was held.
 #[derive(Debug, Default)]
@@ -37,7 +37,7 @@ impl Held {
     /// next library): a parent continued then would continue it before the agent attached.
     pub fn relay(&mut self) {
         self.let_go.retain(|(at, pid, parents)| {
-            if state_and_parent(*pid).is_some_and(|(state, _)| state != 'T') {
+            if state_and_parent(*pid).is_some_and(|(state, _)| state != b'T') {
                 continue_stopped(parents);
             }
             at.elapsed() < RELAY_FOR
@@ -66,7 +66,7 @@ pub fn parents(pid: u32) -> Vec<u32> {
 /// Continues each of `parents` that is stopped (state `T`: not one stopped by a debugger, `t`).
 fn continue_stopped(parents: &[u32]) {
     for &parent in parents {
-        if state_and_parent(parent).is_some_and(|(state, _)| state == 'T') {
+        if state_and_parent(parent).is_some_and(|(state, _)| state == b'T') {
             tracing::info!(
                 pid = parent,
                 "continuing a parent that stopped when its child was held for attach"
@@ -77,14 +77,52 @@ fn continue_stopped(parents: &[u32]) {
     }
 }
 
-/// A process's state letter and parent, from `/proc/PID/stat` (the command, in parentheses,
-/// may hold spaces and parentheses: read after the last `)`).
-fn state_and_parent(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let parent = fields.next()?.parse().ok()?;
+/// The state letter of `pid` and its parent, from `/proc/PID/stat` (read after the command's
+/// last `)`: it may hold spaces and parentheses), without allocating: the watchdog reads it
+/// in a forked child.
+pub(crate) fn state_and_parent(pid: u32) -> Option<(u8, u32)> {
+    let mut path = *b"/proc/\0\0\0\0\0\0\0\0\0\0\0/stat\0\0\0\0\0";
+    let mut at = 6;
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    let mut rest = pid;
+    loop {
+        digits[n] = b'0' + (rest % 10) as u8;
+        n += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for i in (0..n).rev() {
+        path[at] = digits[i];
+        at += 1;
+    }
+    path[at..at + 5].copy_from_slice(b"/stat");
+    path[at + 5] = 0;
+    let mut buffer = [0u8; 512];
+    // SAFETY: `path` is NUL-terminated; `buffer` has room for what is read.
+    let read = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let read = libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len());
+        libc::close(fd);
+        read
+    };
+    let stat = buffer.get(..usize::try_from(read).ok()?)?;
+    // After the command's closing parenthesis: " S PPID ...".
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let fields = stat.get(close + 2..)?;
+    let state = *fields.first()?;
+    let mut parent = 0u32;
+    for &b in fields.get(2..)? {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        parent = parent.checked_mul(10)?.checked_add(u32::from(b - b'0'))?;
+    }
     Some((state, parent))
 }
 
@@ -118,20 +156,24 @@ mod tests {
             libc::kill(sh as i32, libc::SIGSTOP);
         }
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(state_and_parent(sh).map(|s| s.0), Some('T'));
+        assert_eq!(state_and_parent(sh).map(|s| s.0), Some(b'T'));
         let mut held = Held::default();
         held.let_go(child, parents(child));
         std::thread::sleep(Duration::from_millis(50));
         assert_ne!(
             state_and_parent(sh).map(|s| s.0),
-            Some('T'),
+            Some(b'T'),
             "the parent runs again"
         );
         assert_ne!(
             state_and_parent(child).map(|s| s.0),
-            Some('T'),
+            Some(b'T'),
             "the target runs again"
         );
+        let (state, parent) = state_and_parent(std::process::id()).expect("this process");
+        assert!(matches!(state, b'R' | b'S'), "{state}");
+        assert_eq!(parent, std::os::unix::process::parent_id());
+        assert_eq!(state_and_parent(u32::MAX), None);
         let _ = shell.kill();
         // SAFETY: as above.
         unsafe { libc::kill(child as i32, libc::SIGKILL) };

@@ -15,6 +15,7 @@ pub mod python;
 pub mod recorder;
 pub mod sessions;
 pub mod target;
+pub mod watchdog;
 
 /// The history, its dumps and reports live in their own crate (shared with the allocator).
 pub use hotpin_history::{dump, events, export, history, store};

@@ -233,3 +233,139 @@ fn state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
+
+/// An agent that stops answering while a program is held on its library open (hung, or
+/// stopped by a debugger) does not freeze it (#41 item 3): its watchdog, a process of its
+/// own, lets the program go once the heartbeat is `HOLD_LIMIT_NS` old, not before.
+/// (Before: the program stayed stopped until the agent answered again.)
+#[test]
+fn a_program_held_by_an_agent_that_stops_answering_is_let_go_after_the_limit() {
+    use tracer_agent::probes::{ProbeOptions, Probes};
+    common::require_root();
+    let _serial = common::one_at_a_time();
+    let standin = common::standin("held-hung");
+    let program = common::compile_c(&standin, "held");
+    let mut probes = Probes::load(1 << 20, ProbeOptions::default()).expect("load the probes");
+    probes
+        .set_stop_on_library_open(true)
+        .expect("stop on opens");
+    let mut child = tracer_agent::target::spawn_paused(
+        program.as_os_str(),
+        &[standin.runtime.clone().into_os_string()],
+        |command| {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        },
+    )
+    .expect("spawn");
+    let pid = child.pid();
+    probes.add_target(pid).expect("a target");
+    child.resume().expect("resume");
+    let start = Instant::now();
+    while state(pid) != Some('T') {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "held on its open"
+        );
+        probes.heartbeat().expect("heartbeat");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The agent answers no more: no heartbeat, no SIGCONT.
+    probes.heartbeat().expect("a last heartbeat");
+    let last = Instant::now();
+    let output = common::wait_with_timeout(child.child, Duration::from_secs(10));
+    let waited = last.elapsed();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "loaded\n");
+    let limit = Duration::from_nanos(tracer_agent::watchdog::HOLD_LIMIT_NS);
+    assert!(
+        waited >= limit && waited < limit + Duration::from_secs(2),
+        "let go {waited:?} after the last heartbeat"
+    );
+}
+
+/// A tracer killed (SIGKILL) while its program is held on a library open does not leave it
+/// stopped: its watchdog sees it gone and lets the program go, then ends. (Before: the
+/// program stayed stopped for good.)
+#[test]
+fn a_program_held_by_a_tracer_that_is_killed_runs_on() {
+    use std::io::{Read as _, Write as _};
+    common::require_root();
+    let _serial = common::one_at_a_time();
+    let standin = common::standin("held-killed");
+    let program = common::compile_c(&standin, "held");
+    let out = standin.dir.join("killed.hotpin");
+    let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("record")
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "sh", "-c", "read line; exec \"$0\" \"$1\""])
+        .arg(&program)
+        .arg(&standin.runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tracer record");
+    let tracer_pid = tracer.id();
+    // The program, waiting for its line, once the tracer is recording.
+    let start = Instant::now();
+    let target = loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{tracer_pid}/task/{tracer_pid}/children"))
+                .unwrap_or_default();
+        let shell = children
+            .split_whitespace()
+            .filter_map(|pid| pid.parse::<u32>().ok())
+            .find(|&pid| {
+                // Past the start trampoline: the command itself, reading its line.
+                std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|command| command.starts_with("sh\0-c\0read line"))
+            });
+        if let Some(shell) = shell {
+            break shell;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the program started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // Stopped, with its heartbeat still fresh: the program is held on its open.
+    // SAFETY: signals to the test's own child.
+    unsafe { libc::kill(tracer_pid as i32, libc::SIGSTOP) };
+    let mut stdin = tracer.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("write the line");
+    drop(stdin);
+    let start = Instant::now();
+    while state(target) != Some('T') {
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "held on its open: {:?} {:?} {:?}",
+            state(target),
+            std::fs::read_to_string(format!("/proc/{target}/cmdline")),
+            std::fs::read_to_string(format!("/proc/{target}/wchan")),
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(tracer_pid as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    let _ = tracer.wait();
+    let mut stdout = tracer.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = String::new();
+        let _ = stdout.read_to_string(&mut said);
+        let _ = tx.send(said);
+    });
+    let said = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the program ran on and ended");
+    assert_eq!(said, "loaded\n");
+    assert!(
+        killed.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        killed.elapsed()
+    );
+}

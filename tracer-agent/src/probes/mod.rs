@@ -168,6 +168,8 @@ pub struct Probes {
     multi: bool,
     multi_links: Vec<std::os::fd::OwnedFd>,
     stop_on_library_open: bool,
+    /// Lets held programs go if this agent stops answering (while it stops them).
+    watchdog: Option<crate::watchdog::Watchdog>,
     options: ProbeOptions,
 }
 
@@ -189,6 +191,7 @@ impl Probes {
             multi,
             multi_links: Vec::new(),
             stop_on_library_open: false,
+            watchdog: None,
             options,
         };
         if let Some(floor) = options.libc_malloc {
@@ -499,6 +502,15 @@ impl Probes {
     /// Whether a target that opens a CUDA library is stopped until its probes are attached.
     pub fn set_stop_on_library_open(&mut self, stop: bool) -> Result<(), TracerError> {
         self.heartbeat()?;
+        if stop && self.watchdog.is_none() {
+            let (held, settings) = (self.map_fd(maps::HELD), self.map_fd(maps::CONFIG));
+            self.watchdog = Some(crate::watchdog::Watchdog::start(held, settings).map_err(
+                |source| TracerError::Io {
+                    what: "starting the watchdog of held programs".into(),
+                    source,
+                },
+            )?);
+        }
         self.set_config(config::STOP_ON_LIBRARY_OPEN, u64::from(stop))?;
         self.stop_on_library_open = stop;
         Ok(())
@@ -508,6 +520,19 @@ impl Probes {
     /// on library opens only while this was written lately.
     pub fn heartbeat(&mut self) -> Result<(), TracerError> {
         self.set_config(config::HEARTBEAT_NS, crate::address_space::monotonic_ns())
+    }
+
+    /// The descriptor of the kernel side's map `name` (a hash or an array).
+    fn map_fd(&self, name: &'static str) -> std::os::fd::RawFd {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        match self.ebpf.map(name) {
+            Some(
+                aya::maps::Map::Array(data)
+                | aya::maps::Map::HashMap(data)
+                | aya::maps::Map::LruHashMap(data),
+            ) => data.fd().as_fd().as_raw_fd(),
+            _ => unreachable!("the object defines {name} as a hash or an array"),
+        }
     }
 
     /// Sets one of the kernel side's settings (`config::*`).
