@@ -1264,7 +1264,7 @@ fn a_stopped_daemon_freezes_no_new_cuda_program() {
 /// A CUDA job started through `runuser` beside the daemon finishes, and is recorded (#41 item
 /// 2): `runuser` waits for its child with WUNTRACED and stops itself when the child stops for
 /// the daemon's attach; the daemon continues it too. (Before: 14 of 14 such runs left
-/// `runuser` stopped for good.) `setpriv`, which execs the program, is run the same way.
+/// `runuser` stopped for good.) `setpriv`, `su`, `timeout` and `nohup` are run the same way.
 #[test]
 fn a_cuda_program_under_runuser_finishes_beside_the_daemon() {
     common::require_root();
@@ -1280,23 +1280,36 @@ fn a_cuda_program_under_runuser_finishes_beside_the_daemon() {
     let daemon = Daemon::start(&store, &standin.dir);
     let bench = common::bench(&standin, &bench_args("2", "50", "1"));
     let mut copies = Vec::new();
-    for wrapper in [
-        &["runuser", "-u", "nobody", "--"][..],
+    let job: Vec<String> = [
+        "env".to_string(),
+        format!("LD_LIBRARY_PATH={}", standin.dir.display()),
+        common::workload().display().to_string(),
+    ]
+    .into_iter()
+    .chain(bench.args.iter().map(|a| a.to_string_lossy().into_owned()))
+    .collect();
+    let wrappers: [&[&str]; 5] = [
+        &["runuser", "-u", "nobody", "--"],
         &[
             "setpriv",
             "--reuid=nobody",
             "--regid=nogroup",
             "--clear-groups",
             "--",
-        ][..],
-    ] {
+        ],
+        // su runs a shell command line; it waits for it as runuser does.
+        &["su", "-s", "/bin/sh", "nobody", "-c"],
+        &["timeout", "60"],
+        &["nohup"],
+    ];
+    for wrapper in wrappers {
         let mut command = Command::new(wrapper[0]);
-        command
-            .args(&wrapper[1..])
-            .arg("env")
-            .arg(format!("LD_LIBRARY_PATH={}", standin.dir.display()))
-            .arg(common::workload())
-            .args(&bench.args);
+        command.args(&wrapper[1..]);
+        if wrapper[0] == "su" {
+            command.arg(job.join(" "));
+        } else {
+            command.args(&job);
+        }
         let output = finishes_within(command, Duration::from_secs(20))
             .unwrap_or_else(|| panic!("{} never finished beside the daemon", wrapper[0]));
         assert!(
@@ -1311,7 +1324,7 @@ fn a_cuda_program_under_runuser_finishes_beside_the_daemon() {
     let start = Instant::now();
     let found = loop {
         let found = stored(&store);
-        if found.len() == 2 {
+        if found.len() == wrappers.len() {
             break found;
         }
         assert!(start.elapsed() < Duration::from_secs(30), "{found:?}");
