@@ -160,7 +160,7 @@ impl TracerAgent {
         };
         let (stop, stop_rx) = watch::channel(false);
         let thread = std::thread::Builder::new()
-            .name("hotpin-recorder".into())
+            .name(tracer_common::TRACER_THREAD.into())
             .spawn(move || recorder.run(stop_rx))
             .map_err(|source| TracerError::Io {
                 what: "starting the recorder thread".into(),

@@ -46,14 +46,20 @@ impl Daemon {
     }
 
     fn start_with(store: &Path, args: &[String]) -> Self {
+        // Leases are tested in preload/tests/leases.rs, each daemon on a socket of its own.
+        Self::start_leasing(store, Path::new("off"), args)
+    }
+
+    /// [`Self::start_with`], granting leases at `socket` (or "off").
+    fn start_leasing(store: &Path, socket: &Path, args: &[String]) -> Self {
         let port = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_tracer"))
             .arg("daemon")
             .arg("--store")
             .arg(store)
             .args(["--metrics", &format!("127.0.0.1:{port}")])
-            // Leases are tested in preload/tests/leases.rs, each daemon on a socket of its own.
-            .args(["--lease-socket", "off"])
+            .arg("--lease-socket")
+            .arg(socket)
             .args(args)
             .stderr(Stdio::piped())
             .spawn()
@@ -1450,5 +1456,70 @@ fn a_store_other_users_may_write_is_refused() {
             "{}: {stderr}",
             store.display()
         );
+    }
+}
+
+/// Two daemons on one host (#41 item 3): both work. Each tracer's kernel side holds a new
+/// CUDA program until that tracer attached, so each keeps an exact history of every run. A
+/// third daemon on the lease socket a running one serves refuses to start, and says why.
+#[test]
+fn two_daemons_on_one_host_each_record_every_run_and_one_more_on_a_taken_socket_is_refused() {
+    common::require_root();
+    let _alone = common::one_at_a_time();
+    let standin = common::standin("daemon-two");
+    let stores = [standin.dir.join("store-a"), standin.dir.join("store-b")];
+    let socket = standin.dir.join("lease.sock");
+    let first = Daemon::start_leasing(
+        &stores[0],
+        &socket,
+        &["--command".into(), format!("*{}*", standin.dir.display())],
+    );
+    let second = Daemon::start(&stores[1], &standin.dir);
+    let bench = common::bench(&standin, &bench_args("2", "100", "1"));
+    let mut copies = Vec::new();
+    for _ in 0..3 {
+        let output = Command::new(common::workload())
+            .args(&bench.args)
+            .envs(bench.env.iter().cloned())
+            .output()
+            .expect("run the bench");
+        assert!(output.status.success(), "{output:?}");
+        copies.push(bench_copies(&output.stdout));
+    }
+    for store in &stores {
+        let start = Instant::now();
+        let found = loop {
+            let found = stored(store);
+            if found.len() >= copies.len() {
+                break found;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "{found:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(found.len(), copies.len(), "{}: {found:?}", store.display());
+        for (pid, path) in found {
+            let seen = traffic(&dump::read(&path).expect("a whole history"));
+            assert_eq!(
+                seen.h2d_transfers + seen.d2h_transfers,
+                copies[0],
+                "{}: pid {pid}: {seen:?}",
+                store.display()
+            );
+        }
+    }
+    let third = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("daemon")
+        .arg("--store")
+        .arg(standin.dir.join("store-c"))
+        .args(["--metrics", "off", "--lease-socket"])
+        .arg(&socket)
+        .output()
+        .expect("run a third daemon");
+    let said = String::from_utf8_lossy(&third.stderr);
+    assert!(!third.status.success(), "{said}");
+    assert!(said.contains("another daemon grants leases at"), "{said}");
+    for daemon in [first, second] {
+        let status = daemon.terminate();
+        assert!(status.success(), "{status}");
     }
 }

@@ -211,6 +211,12 @@ pub const CUDA_LIBRARY_PREFIX: &[u8; 6] = b"libcud";
 /// The file-name prefix of hotpin's allocator (`libhotpin.so`), which Python loads with ctypes
 /// whenever it likes.
 pub const HOTPIN_LIBRARY_PREFIX: &[u8; 9] = b"libhotpin";
+/// The name of a tracer's thread that attaches probes (it opens CUDA libraries to read their
+/// symbols): the kernel side of every tracer never stops a thread so named on a library open,
+/// so two tracers (two daemons, or a daemon and `tracer record`) cannot stop each other while
+/// each holds a program for the other to let go (they did, until their watchdogs let
+/// everything go 2 s later, untraced).
+pub const TRACER_THREAD: &str = "hotpin-tracer";
 
 /// Largest number of processes traced at once.
 pub const MAX_TARGETS: u32 = 4096;

@@ -5,7 +5,8 @@
 use aya_ebpf::{
     bindings::BPF_RB_FORCE_WAKEUP,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user_str_bytes, bpf_send_signal,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_user_str_bytes, bpf_send_signal,
     },
     macros::{map, tracepoint},
     maps::{LruHashMap, PerCpuArray},
@@ -13,7 +14,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     CUDA_LIBRARY_PREFIX, Event, EventKind, HEARTBEAT_STALE_NS, HOTPIN_LIBRARY_PREFIX, MAX_TARGETS,
-    PATH_BYTES, config, counter, field,
+    PATH_BYTES, TRACER_THREAD, config, counter, field,
 };
 
 use crate::shared::{CONFIG, EVENTS, TARGETS, bump, header, read_field, traced_thread};
@@ -169,8 +170,10 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     };
     entry.write(event);
-    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP.
+    // Stop before submitting, so the agent's SIGCONT cannot overtake the SIGSTOP. Never a
+    // tracer's attaching thread: another tracer stopped there could not let go what it holds.
     if agent_alive(now)
+        && !is_tracer_thread()
         && CONFIG
             .get(config::STOP_ON_LIBRARY_OPEN)
             .is_some_and(|&stop| stop != 0)
@@ -183,6 +186,20 @@ fn try_library_open_exit(ctx: &TracePointContext) -> Result<(), i64> {
     }
     entry.submit(BPF_RB_FORCE_WAKEUP.into());
     Ok(())
+}
+
+/// Whether the current thread is a tracer's that attaches probes (`TRACER_THREAD`).
+fn is_tracer_thread() -> bool {
+    let name = TRACER_THREAD.as_bytes();
+    bpf_get_current_comm().is_ok_and(|comm| {
+        let mut same = name.len() <= comm.len();
+        let mut i = 0;
+        while same && i < name.len() && i < comm.len() {
+            same = comm[i] == name[i];
+            i += 1;
+        }
+        same
+    })
 }
 
 /// Whether the agent shows signs of life: only then is a target stopped, so that one
