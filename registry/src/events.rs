@@ -125,6 +125,8 @@ pub enum TraceEvent {
     /// accounts for its memory).
     HostMemory {
         pid: u32,
+        /// The thread that made it (its Python lines, if sent, are that thread's).
+        tid: u32,
         ts_ns: u64,
         nested: bool,
         /// The syscall failed (its memory did not change).
@@ -241,6 +243,7 @@ fn host_memory(event: &Event, kind: EventKind) -> Option<TraceEvent> {
     };
     Some(TraceEvent::HostMemory {
         pid: event.header.pid,
+        tid: event.header.tid,
         ts_ns: event.header.ts_ns,
         nested: event.header.flags & FLAG_NESTED != 0,
         failed,

@@ -1303,6 +1303,16 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
         purpose: "mmap: arguments",
     },
     TracepointProbe {
+        program: MAPPING_LINES_PROGRAM,
+        category: "syscalls",
+        name: "sys_enter_mmap",
+        feature: KernelFeature::SyscallTracepoint,
+        // Where Python lines are read (`ProbeOptions::python_lines`, on by default).
+        default_on: false,
+        fields: &[field::SYSCALL_ARGS],
+        purpose: "mmap: the Python lines of a large anonymous mapping",
+    },
+    TracepointProbe {
         program: "host_memory_sys_exit",
         category: "syscalls",
         name: "sys_exit_mmap",
@@ -1396,6 +1406,8 @@ pub static TRACEPOINT_PROBES: &[TracepointProbe] = &[
 
 /// The page-fault program, off unless asked for.
 pub const PAGE_FAULT_PROGRAM: &str = "page_fault_user";
+/// The program that sends the Python lines of large anonymous mappings.
+pub const MAPPING_LINES_PROGRAM: &str = "mapping_lines_sys_enter_mmap";
 
 /// A kprobe on a kernel function.
 #[derive(Clone, Copy, Debug)]

@@ -328,7 +328,11 @@ pub fn render_page(report: &Report, charts: &Charts, options: &RenderOptions) ->
 
 /// What was recorded, and the links to the sections.
 fn header(out: &mut String, report: &Report) {
-    let _ = writeln!(out, "<header>\n<h1>hotpin report</h1>\n<dl class=\"meta\">");
+    let _ = writeln!(
+        out,
+        "<header>\n<p class=\"headline\">{}</p>\n<h1>hotpin report</h1>\n<dl class=\"meta\">",
+        escape(&report.headline)
+    );
     let mut item = |name: &str, value: String| {
         let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(name), escape(&value));
     };
@@ -782,7 +786,7 @@ fn site_table(
                 row.push(Cell::text(if site.use_mode_matches { "*" } else { "" }));
             }
             row.extend([
-                Cell::site(&site.call_site, &[], options),
+                Cell::site(&site.call_site, site.python_line.as_slice(), options),
                 Cell::number(site.allocations),
                 Cell::size(site.bytes),
                 Cell::number(site.transfers),

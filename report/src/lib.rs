@@ -82,7 +82,11 @@ pub struct RecycledRow {
 /// A call site the report recommends pinning (or no longer pinning).
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SiteAdvice {
+    /// The call site, or what the memory is where none made it ("anonymous mappings").
     pub call_site: String,
+    /// The innermost Python line that made these allocations (CPython programs): what the
+    /// user changes. Allocations of one call site made at different lines are advised apart.
+    pub python_line: Option<String>,
     pub allocations: u64,
     pub bytes: u64,
     pub transfers: u64,
@@ -101,6 +105,7 @@ impl SiteAdvice {
     fn empty() -> Self {
         Self {
             call_site: String::new(),
+            python_line: None,
             allocations: 0,
             bytes: 0,
             transfers: 0,
@@ -122,6 +127,14 @@ impl SiteAdvice {
         }
     }
 
+    /// Where these allocations are made, as the user finds it: the Python line first.
+    pub fn place(&self) -> String {
+        match &self.python_line {
+            Some(line) => format!("{line} ({})", self.call_site),
+            None => self.call_site.clone(),
+        }
+    }
+
     /// "saves 12.3 ms of copies for 4.0 ms of pinning", under a cost model.
     fn why(&self, policy: &HotPolicy) -> String {
         if policy.cost.is_none() {
@@ -138,6 +151,8 @@ impl SiteAdvice {
 /// Everything `tracer report` shows.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Report {
+    /// What to change, in one line: the report's first ([`headline`]).
+    pub headline: String,
     pub policy: HotPolicy,
     pub pids: Vec<u32>,
     pub command: Vec<String>,
@@ -258,13 +273,16 @@ fn row(history: &MemHistory, a: &Allocation) -> ReportRow {
     }
 }
 
+/// Where allocations are advised together: their call site and their innermost Python line.
+type SiteKey = (Option<CallSiteId>, Option<CallSiteId>);
+
 /// The host allocations sorted into what the report advises: per call site, what to pin and
 /// what to stop pinning; the wasted pinned memory and the pageable memory copied often.
 struct HostAdvice<'a> {
     wasted: Vec<&'a Allocation>,
     candidates: Vec<&'a Allocation>,
-    pin: BTreeMap<Option<CallSiteId>, SiteAdvice>,
-    unpin: BTreeMap<Option<CallSiteId>, SiteAdvice>,
+    pin: BTreeMap<SiteKey, SiteAdvice>,
+    unpin: BTreeMap<SiteKey, SiteAdvice>,
     untracked_hot_bytes: u64,
     folded_host: Vec<&'a hotpin_history::history::SiteAggregate>,
 }
@@ -277,15 +295,15 @@ fn judge_host<'a>(
 ) -> HostAdvice<'a> {
     let mut wasted = Vec::new();
     let mut candidates = Vec::new();
-    let mut pin: BTreeMap<Option<CallSiteId>, SiteAdvice> = BTreeMap::new();
-    let mut pinned_sites: BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)> = BTreeMap::new();
+    let mut pin: BTreeMap<SiteKey, SiteAdvice> = BTreeMap::new();
+    let mut pinned_sites: BTreeMap<SiteKey, (SiteAdvice, bool)> = BTreeMap::new();
     let mut untracked_hot_bytes = 0;
     let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
         .iter()
         .map(|g| (g.pid, g.call_site, g.size))
         .collect();
     for g in groups {
-        pin.entry(Some(g.call_site))
+        pin.entry((Some(g.call_site), g.python))
             .or_insert_with(SiteAdvice::empty)
             .count(
                 g.allocations,
@@ -299,8 +317,11 @@ fn judge_host<'a>(
             .call_site
             .is_some_and(|site| in_group.contains(&(a.pid, site, a.size)));
         let hot = policy.is_hot(a) || grouped;
+        let line = history.python_line(a.id);
         if hot && !grouped && a.kind != AllocKind::Untracked {
-            let entry = pin.entry(a.call_site).or_insert_with(SiteAdvice::empty);
+            let entry = pin
+                .entry((a.call_site, line))
+                .or_insert_with(SiteAdvice::empty);
             entry.use_mode_matches &= a.call_site.is_some() && a.kind != AllocKind::Mmap;
             entry.count(
                 1,
@@ -314,7 +335,7 @@ fn judge_host<'a>(
                 wasted.push(*a);
             }
             let (entry, any_hot) = pinned_sites
-                .entry(a.call_site)
+                .entry((a.call_site, line))
                 .or_insert_with(|| (SiteAdvice::empty(), false));
             entry.count(
                 1,
@@ -325,7 +346,7 @@ fn judge_host<'a>(
             *any_hot |= hot;
         } else if hot && !grouped {
             candidates.push(*a);
-            if a.call_site.is_none() {
+            if a.call_site.is_none() && line.is_none() {
                 untracked_hot_bytes += a.size;
             }
         }
@@ -354,7 +375,7 @@ fn folded_host<'a>(
     history: &'a MemHistory,
     policy: &HotPolicy,
     in_group: &BTreeSet<(u32, CallSiteId, u64)>,
-    pinned_sites: &mut BTreeMap<Option<CallSiteId>, (SiteAdvice, bool)>,
+    pinned_sites: &mut BTreeMap<SiteKey, (SiteAdvice, bool)>,
 ) -> Vec<&'a hotpin_history::history::SiteAggregate> {
     let folded_host: Vec<&hotpin_history::history::SiteAggregate> = history
         .compacted()
@@ -366,7 +387,7 @@ fn folded_host<'a>(
             .call_site
             .is_some_and(|site| in_group.contains(&(g.pid, site, g.size)));
         let (entry, any_hot) = pinned_sites
-            .entry(g.call_site)
+            .entry((g.call_site, None))
             .or_insert_with(|| (SiteAdvice::empty(), false));
         let live = g.peak_live.max(1);
         entry.count(
@@ -408,19 +429,82 @@ fn cold_list<'a>(host: &[&'a Allocation], policy: &HotPolicy) -> (Vec<&'a Alloca
     (cold, hidden_mappings, hidden_mapping_bytes)
 }
 
-fn advice(
-    history: &MemHistory,
-    sites: BTreeMap<Option<CallSiteId>, SiteAdvice>,
-) -> Vec<SiteAdvice> {
+fn advice(history: &MemHistory, sites: BTreeMap<SiteKey, SiteAdvice>) -> Vec<SiteAdvice> {
     let mut list: Vec<_> = sites
         .into_iter()
-        .map(|(site, mut advice)| {
-            advice.call_site = site_name(history, site);
+        .map(|((site, line), mut advice)| {
+            advice.call_site = match site {
+                Some(_) => site_name(history, site),
+                None if line.is_some() => "anonymous mappings".to_owned(),
+                None => site_name(history, site),
+            };
+            advice.python_line = line.map(|line| site_name(history, Some(line)));
             advice
         })
         .collect();
     list.sort_by(|a, b| b.transfers.cmp(&a.transfers).then(b.bytes.cmp(&a.bytes)));
     list
+}
+
+/// The report's first line: what to change, where (the Python line first), and what it
+/// brings; what to stop pinning where nothing is worth pinning; else that nothing is.
+fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) -> String {
+    let these = |n: u64| match n {
+        1 => "the allocation".to_owned(),
+        n => format!("the {n} allocations"),
+    };
+    let best = pin_sites.iter().max_by(|a, b| {
+        a.saving_s
+            .total_cmp(&b.saving_s)
+            .then(a.transfers.cmp(&b.transfers))
+    });
+    if let Some(best) = best {
+        let mut line = format!("Pin {} made at {}", these(best.allocations), best.place());
+        if costed {
+            let _ = write!(
+                line,
+                ": saves {} of copies for {} of pinning, {} pinned",
+                seconds(best.saving_s),
+                seconds(best.cost_s),
+                bytes(best.bytes)
+            );
+        } else {
+            let _ = write!(
+                line,
+                ": copied {} times, {} pinned",
+                best.transfers,
+                bytes(best.bytes)
+            );
+        }
+        match pin_sites.len() - 1 {
+            0 => {}
+            1 => line.push_str(" (1 more place below)"),
+            more => {
+                let _ = write!(line, " ({more} more places below)");
+            }
+        }
+        return line;
+    }
+    if let Some(worst) = unpin_sites.iter().max_by_key(|site| site.bytes) {
+        return format!(
+            "Stop pinning {} made at {}: {} pinned and copied too rarely to repay it",
+            these(worst.allocations),
+            worst.place(),
+            bytes(worst.bytes)
+        );
+    }
+    "Nothing to change: no host memory is copied often enough to repay pinning it, and none \
+     is pinned for nothing"
+        .to_owned()
+}
+
+/// A site advice's place as rendered: its Python line, then its call site named as the
+/// options say.
+fn site_place(site: &SiteAdvice, options: &RenderOptions) -> String {
+    match &site.python_line {
+        Some(line) => format!("{line} ({})", options.name(&site.call_site)),
+        None => options.name(&site.call_site),
+    }
 }
 
 /// Device memory still allocated at the end of the history (leaks, for a program that had
@@ -460,7 +544,9 @@ impl Report {
             folded_host,
         } = host_advice;
         let pin_sites = advice(history, pin);
+        let unpin_sites = advice(history, unpin);
         Report {
+            headline: headline(&pin_sites, &unpin_sites, policy.cost.is_some()),
             policy,
             pids: history.meta().pids.clone(),
             command: history.meta().command.clone(),
@@ -506,7 +592,7 @@ impl Report {
                 .collect(),
             pin_bytes: pin_sites.iter().map(|s| s.bytes).sum(),
             pin_sites,
-            unpin_sites: advice(history, unpin),
+            unpin_sites,
             untracked_hot_bytes,
         }
     }
@@ -582,7 +668,7 @@ impl Report {
                     } else {
                         " "
                     },
-                    names::shorten(&options.name(&site.call_site), 56),
+                    names::shorten(&site_place(site, options), 56),
                     site.allocations,
                     bytes(site.bytes),
                     site.transfers,
@@ -663,7 +749,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "  stop pinning {} ({} allocations, {}, {} transfers{})",
-                options.name(&site.call_site),
+                site_place(site, options),
                 site.allocations,
                 bytes(site.bytes),
                 site.transfers,
@@ -767,7 +853,8 @@ impl Report {
     }
 
     fn header(&self, out: &mut String) {
-        let _ = writeln!(out, "hotpin report");
+        let _ = writeln!(out, "{}", self.headline);
+        let _ = writeln!(out, "\nhotpin report");
         if !self.command.is_empty() {
             let _ = writeln!(out, "  command      {}", self.command.join(" "));
         }

@@ -20,7 +20,7 @@ use tracer_common::BuildIdFrame;
 use crate::{
     address_space::AddressSpaces,
     error::TracerError,
-    events::{self, ApiCall, Op, RawSite, TraceEvent},
+    events::{self, ApiCall, HostOp, Op, RawSite, TraceEvent},
     filter::ProcessFilter,
     history::{CallSite, MemHistory, Retention},
     probes::registry::CopyDirection,
@@ -437,6 +437,18 @@ impl Reader {
                         Vec::new(),
                     ));
                 }
+                // A large mapping of the program's own: the Python lines its thread sent
+                // just before it.
+                Ok(
+                    event @ TraceEvent::HostMemory {
+                        pid,
+                        tid,
+                        nested: false,
+                        failed: false,
+                        op: HostOp::Map { .. },
+                        ..
+                    },
+                ) => batch.push(Record::Event(event, Vec::new(), self.python.take(pid, tid))),
                 Ok(event) => batch.push(Record::Event(event, Vec::new(), Vec::new())),
                 Err(error) => {
                     self.shared
@@ -809,6 +821,18 @@ fn apply(
         }
         // Handled by the reader: the process may be waiting for it.
         TraceEvent::LibraryOpen { .. } => {}
+        TraceEvent::HostMemory {
+            pid,
+            op: HostOp::Map { addr, .. },
+            ..
+        } if !python.is_empty() => {
+            history.apply_kernel(event, target::heap_start);
+            let python = python
+                .iter()
+                .map(|site| history.intern_call_site(site.clone()))
+                .collect();
+            history.record_mapping_lines(pid, addr, python);
+        }
         _ => history.apply_kernel(event, target::heap_start),
     }
 }

@@ -104,7 +104,7 @@ fn sigterm_while_events_stream_leaves_a_whole_history() {
     // A workload copying for minutes, traced by --pid and stopped with SIGTERM mid-stream.
     let mut workload = common::spawn_bench(&common::long_bench(&standin));
     let history = standin.dir.join("streaming.hotpin");
-    let tracer = Command::new(env!("CARGO_BIN_EXE_tracer"))
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_tracer"))
         .args(["--pid", &workload.id().to_string(), "-o"])
         .arg(&history)
         .arg("--cuda-runtime")
@@ -114,11 +114,14 @@ fn sigterm_while_events_stream_leaves_a_whole_history() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start tracer");
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Recording (its start takes 1-2 s, the verifier's), then streaming for a second.
+    let mut said = std::io::BufReader::new(tracer.stderr.take().expect("stderr"));
+    let mut stderr = common::until_recording(&mut said);
+    std::thread::sleep(std::time::Duration::from_secs(1));
     // SAFETY: kill has no memory preconditions; the pid is our child.
     unsafe { libc::kill(tracer.id() as i32, libc::SIGTERM) };
+    std::io::Read::read_to_string(&mut said, &mut stderr).expect("read the tracer");
     let output = tracer.wait_with_output().expect("wait for tracer");
-    let stderr = String::from_utf8_lossy(&output.stderr);
     if let Some(status) = workload.try_wait().expect("poll") {
         let output = workload.wait_with_output();
         panic!(

@@ -243,3 +243,75 @@ fn python_lines_can_be_turned_off() {
         saved.call_sites()
     );
 }
+
+/// A plain `tracer record` of a Python program whose hot buffer is an anonymous mapping (a
+/// large bytearray: malloc maps it, as it maps PyTorch's and NumPy's large arrays) names the
+/// line that made it (#42 item 1): in the report's first line, and in section 1 of the
+/// text, the JSON and the HTML; the cold buffer's line is advised nowhere. (Before: the hot
+/// row read `(…) 1 allocations` and "32.0 MiB of hot memory has no allocating call site".)
+#[test]
+fn a_plain_recording_names_the_line_of_a_hot_mapping_first() {
+    common::require_root();
+    let standin = common::standin("python-mapped");
+    let history = standin.dir.join("mapped.hotpin");
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mapped_lines.py");
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "-o"])
+        .arg(&history)
+        .args(["--", "python3"])
+        .arg(&program)
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(output.status.success(), "{output:?}");
+    let truth = truth_of(&output.stdout);
+    let hot = format!("mapped_lines.py:{} in main", truth["hot"]["line"]);
+    let cold = format!("mapped_lines.py:{} in main", truth["cold"]["line"]);
+    let report = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+            .arg("report")
+            .args(args)
+            .arg(&history)
+            .output()
+            .expect("run tracer report");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let text = report(&[]);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("Pin the allocation made at ") && first.contains(&hot),
+        "{text}"
+    );
+    let section = text
+        .split("\n1. ")
+        .nth(1)
+        .and_then(|rest| rest.split("\n2. ").next())
+        .expect("section 1");
+    assert!(section.contains(&hot), "{section}");
+    assert!(!section.contains("no allocating call site"), "{section}");
+    let json: serde_json::Value = serde_json::from_str(&report(&["--json"])).expect("JSON");
+    assert!(
+        json["headline"].as_str().is_some_and(|h| h.contains(&hot)),
+        "{json}"
+    );
+    let sites = json["pin_sites"].as_array().expect("pin sites");
+    assert_eq!(sites.len(), 1, "{sites:?}");
+    assert_eq!(sites[0]["python_line"], hot.as_str());
+    assert_eq!(sites[0]["transfers"], truth["hot"]["transfers"]);
+    assert_eq!(json["untracked_hot_bytes"], 0);
+    let page = standin.dir.join("mapped.html");
+    report(&["--html", page.to_str().expect("a path")]);
+    let html = std::fs::read_to_string(&page).expect("the page");
+    let pin = html
+        .split("1. What to pin")
+        .nth(1)
+        .and_then(|rest| rest.split("2. Pinned and wasted").next())
+        .expect("section 1 of the page");
+    assert!(pin.contains(&hot), "{pin}");
+    assert!(html.contains("class=\"headline\">Pin the allocation made at "));
+    for advice in [section, pin] {
+        assert!(!advice.contains(&format!("{cold} (")), "{advice}");
+    }
+}

@@ -218,6 +218,12 @@ pub const HOTPIN_LIBRARY_PREFIX: &[u8; 9] = b"libhotpin";
 /// everything go 2 s later, untraced).
 pub const TRACER_THREAD: &str = "hotpin-tracer";
 
+/// Anonymous mappings at least this large, made outside any CUDA or hotpin call by a CPython
+/// target, are sent with the Python lines that made them (a large `malloc` is a mapping:
+/// PyTorch's and NumPy's CPU arrays), as allocation calls are. glibc maps every block from
+/// 128 KiB (its threshold, before it adapts).
+pub const MAPPING_LINES_FLOOR: u64 = 128 << 10;
+
 /// Largest number of processes traced at once.
 pub const MAX_TARGETS: u32 = 4096;
 

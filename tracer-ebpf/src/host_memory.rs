@@ -16,7 +16,7 @@ use crate::{
 
 /// Arguments of the host memory syscalls read at entry (mmap has the most: six).
 const SYSCALL_ARGS: usize = 6;
-const MAP_ANONYMOUS: u64 = 0x20;
+pub(crate) const MAP_ANONYMOUS: u64 = 0x20;
 
 /// The host memory syscall with this number, by architecture.
 #[cfg(bpf_target_arch = "x86_64")]

@@ -25,6 +25,8 @@ mod libc_blocks;
 #[cfg(target_arch = "bpf")]
 mod library_open;
 #[cfg(target_arch = "bpf")]
+mod mapping_lines;
+#[cfg(target_arch = "bpf")]
 mod page_faults;
 #[cfg(target_arch = "bpf")]
 mod process_fork;

@@ -973,6 +973,18 @@ impl MemHistory {
         self.alloc(pid, addr, len, AllocKind::Mmap, None, ts_ns)
     }
 
+    /// Gives the anonymous mapping just made at `addr` the Python lines (call sites of
+    /// `PYTHON_MODULE`, innermost first) that made it, as an allocation call's callers.
+    pub fn record_mapping_lines(&mut self, pid: u32, addr: u64, python: Vec<CallSiteId>) {
+        let made = self.regions.get(&(pid, addr)).copied().filter(|&id| {
+            self.allocation(id)
+                .is_some_and(|a| a.kind == AllocKind::Mmap)
+        });
+        if let Some(id) = made {
+            self.record_callers(id, python);
+        }
+    }
+
     /// Records `munmap(addr, len)`: mappings inside the range end; one that straddles an end
     /// keeps its part outside the range (a part after the range continues as a new mapping).
     pub fn unmap(&mut self, pid: u32, addr: u64, len: u64, ts_ns: u64) {

@@ -131,7 +131,9 @@ impl ProbeOptions {
     }
 
     fn wants(self, probe: &registry::TracepointProbe) -> bool {
-        probe.default_on || (self.page_faults && probe.program == registry::PAGE_FAULT_PROGRAM)
+        probe.default_on
+            || (self.page_faults && probe.program == registry::PAGE_FAULT_PROGRAM)
+            || (self.python_lines && probe.program == registry::MAPPING_LINES_PROGRAM)
     }
 }
 
