@@ -94,6 +94,9 @@ pub struct SiteAdvice {
     pub saving_s: f64,
     /// ... and what pinning and unpinning them costs.
     pub cost_s: f64,
+    /// Of `bytes`, what the program pins already (its own pinned requests): advice to keep,
+    /// not to act on.
+    pub pinned_already_bytes: u64,
     /// Whether hotpin's use mode can recognise these allocations when the program runs again:
     /// not memory known only as a mapping or with no call site (a history recorded without
     /// libc's allocator, such as the daemon's), which no allocation call names.
@@ -106,6 +109,7 @@ impl SiteAdvice {
         Self {
             call_site: String::new(),
             python_line: None,
+            pinned_already_bytes: 0,
             allocations: 0,
             bytes: 0,
             transfers: 0,
@@ -298,6 +302,9 @@ fn judge_host<'a>(
     let mut pin: BTreeMap<SiteKey, SiteAdvice> = BTreeMap::new();
     let mut pinned_sites: BTreeMap<SiteKey, (SiteAdvice, bool)> = BTreeMap::new();
     let mut untracked_hot_bytes = 0;
+    // The hot allocations advised one by one, per place: they count the most of them alive
+    // at once, not their sum (a fresh buffer every step needs one or two pinned at a time).
+    let mut one_by_one: BTreeMap<SiteKey, Vec<&Allocation>> = BTreeMap::new();
     let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
         .iter()
         .map(|g| (g.pid, g.call_site, g.size))
@@ -319,9 +326,13 @@ fn judge_host<'a>(
         let hot = policy.is_hot(a) || grouped;
         let line = history.python_line(a.id);
         if hot && !grouped && a.kind != AllocKind::Untracked {
+            one_by_one.entry((a.call_site, line)).or_default().push(*a);
             let entry = pin
                 .entry((a.call_site, line))
                 .or_insert_with(SiteAdvice::empty);
+            if a.kind.is_pinned() {
+                entry.pinned_already_bytes += a.size;
+            }
             entry.use_mode_matches &= a.call_site.is_some() && a.kind != AllocKind::Mmap;
             entry.count(
                 1,
@@ -351,6 +362,14 @@ fn judge_host<'a>(
             }
         }
     }
+    for (key, blocks) in one_by_one {
+        if let Some(entry) = pin.get_mut(&key) {
+            let sum: u64 = blocks.iter().map(|a| a.size).sum();
+            let peak = peak_live_bytes(&blocks);
+            entry.bytes = entry.bytes - sum + peak;
+            entry.pinned_already_bytes = entry.pinned_already_bytes.min(peak);
+        }
+    }
     let folded_host = folded_host(history, policy, &in_group, &mut pinned_sites);
     candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
     wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
@@ -367,6 +386,30 @@ fn judge_host<'a>(
         untracked_hot_bytes,
         folded_host,
     }
+}
+
+/// The most bytes of `blocks` alive at once (one still alive at the end counts to the end).
+fn peak_live_bytes(blocks: &[&Allocation]) -> u64 {
+    let mut changes: Vec<(u64, bool, u64)> = Vec::with_capacity(blocks.len() * 2);
+    for a in blocks {
+        changes.push((a.alloc_ns, true, a.size));
+        if let Some(free) = a.free_ns {
+            changes.push((free, false, a.size));
+        }
+    }
+    // At one instant, frees before allocations: a block freed and another made then are not
+    // both alive.
+    changes.sort_by_key(|&(at, born, _)| (at, born));
+    let (mut live, mut peak) = (0u64, 0u64);
+    for (_, born, size) in changes {
+        if born {
+            live += size;
+            peak = peak.max(live);
+        } else {
+            live = live.saturating_sub(size);
+        }
+    }
+    peak
 }
 
 /// The history's folded host allocations; its folded pinned ones are counted in
@@ -453,7 +496,12 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
         1 => "the allocation".to_owned(),
         n => format!("the {n} allocations"),
     };
-    let best = pin_sites.iter().max_by(|a, b| {
+    // What the program pins already is advice to keep, not a change.
+    let to_pin: Vec<&SiteAdvice> = pin_sites
+        .iter()
+        .filter(|site| site.pinned_already_bytes < site.bytes)
+        .collect();
+    let best = to_pin.iter().copied().max_by(|a, b| {
         a.saving_s
             .total_cmp(&b.saving_s)
             .then(a.transfers.cmp(&b.transfers))
@@ -476,7 +524,7 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
                 bytes(best.bytes)
             );
         }
-        match pin_sites.len() - 1 {
+        match to_pin.len() - 1 {
             0 => {}
             1 => line.push_str(" (1 more place below)"),
             more => {
@@ -491,6 +539,17 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
             these(worst.allocations),
             worst.place(),
             bytes(worst.bytes)
+        );
+    }
+    if let Some(kept) = pin_sites
+        .iter()
+        .max_by(|a, b| a.saving_s.total_cmp(&b.saving_s))
+    {
+        return format!(
+            "Nothing to change: the memory copied often is pinned already ({} made at {}, {})",
+            these(kept.allocations),
+            kept.place(),
+            bytes(kept.bytes)
         );
     }
     "Nothing to change: no host memory is copied often enough to repay pinning it, and none \
@@ -984,6 +1043,105 @@ mod tests {
         assert!(
             text.contains("CUDA calls   - (not counted: copies only)   transfers 3"),
             "{text}"
+        );
+    }
+
+    /// The first line names what to change (#42 item 5): the fresh mappings made at one
+    /// Python line every step, pinned at most four at a time (not their sum), before the
+    /// program's own pinned buffers, which are advice to keep; with only those, nothing to
+    /// change.
+    #[test]
+    fn the_first_line_names_the_line_to_change_and_what_is_pinned_at_once() {
+        const MIB: u64 = 1 << 20;
+        let line = |h: &mut MemHistory, n: u64| {
+            h.intern_call_site(CallSite {
+                module: format!("{}offload.py", hotpin_history::history::PYTHON_MODULE),
+                offset: n,
+                symbol: Some("<module>".into()),
+            })
+        };
+        let pinned_buffers = |h: &mut MemHistory| {
+            let site = h.intern_call_site(CallSite {
+                module: "libtorch_cuda.so".into(),
+                offset: 0xcc0bd3,
+                symbol: Some("allocate_host_memory_slowpath".into()),
+            });
+            let at = line(h, 50);
+            for i in 0..5u64 {
+                let host = 0x1000_0000 + i * 64 * MIB;
+                let id = h.alloc(1, host, 32 * MIB, AllocKind::Pinned, Some(site), 0);
+                h.record_callers(id, vec![at]);
+                for t in 0..48 {
+                    h.transfer(
+                        1,
+                        0xd000_0000,
+                        host,
+                        32 * MIB,
+                        CopyDirection::HostToDevice,
+                        t,
+                    );
+                }
+            }
+        };
+        let mut h = MemHistory::new();
+        pinned_buffers(&mut h);
+        let fresh = line(&mut h, 52);
+        let mut t = 100;
+        for step in 0..20u64 {
+            for i in 0..4u64 {
+                let host = 0x7f00_0000_0000 + (step * 4 + i) * 64 * MIB;
+                h.map(1, host, 32 * MIB, t);
+                h.record_mapping_lines(1, host, vec![fresh]);
+                h.transfer(
+                    1,
+                    host,
+                    0xd000_0000,
+                    32 * MIB,
+                    CopyDirection::DeviceToHost,
+                    t + 1,
+                );
+                h.transfer(
+                    1,
+                    0xd000_0000,
+                    host,
+                    32 * MIB,
+                    CopyDirection::HostToDevice,
+                    t + 2,
+                );
+            }
+            for i in 0..4u64 {
+                h.unmap(
+                    1,
+                    0x7f00_0000_0000 + (step * 4 + i) * 64 * MIB,
+                    32 * MIB,
+                    t + 3,
+                );
+            }
+            t += 10;
+        }
+        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert!(
+            report
+                .headline
+                .starts_with("Pin the 80 allocations made at offload.py:52 in <module> (anonymous mappings): saves "),
+            "{}",
+            report.headline
+        );
+        assert!(
+            report.headline.contains(", 128.0 MiB pinned"),
+            "{}",
+            report.headline
+        );
+        assert!(report.render().starts_with(&report.headline));
+        let mut kept = MemHistory::new();
+        pinned_buffers(&mut kept);
+        let report = Report::new(&kept, HotPolicy::default(), 10);
+        assert!(
+            report.headline.starts_with(
+                "Nothing to change: the memory copied often is pinned already (the 5 allocations made at offload.py:50"
+            ),
+            "{}",
+            report.headline
         );
     }
 
