@@ -219,6 +219,8 @@ pub enum InvalidHistory {
         site: CallSiteId,
         count: usize,
     },
+    #[error("process {pid}'s pinned memory is accounted twice")]
+    DuplicateAccount { pid: u32 },
     #[error("allocations {first} and {second} are both live at {start:#x} in process {pid}")]
     DuplicateLive {
         pid: u32,
@@ -356,6 +358,12 @@ fn check(data: &HistoryData) -> Result<(), InvalidHistory> {
             });
         }
     }
+    // The tracer writes one account per process (found by the fuzzer: two of one process
+    // were merged into one on the next write).
+    let mut accounted = std::collections::HashSet::new();
+    if let Some(twice) = data.pinned.iter().find(|a| !accounted.insert(a.pid)) {
+        return Err(InvalidHistory::DuplicateAccount { pid: twice.pid });
+    }
     Ok(())
 }
 
@@ -445,6 +453,8 @@ impl MemHistory {
                 ..PinnedAccount::default()
             })
             .collect();
+        // In the order they are written (by process).
+        history.data.pinned.sort_by_key(|account| account.pid);
         history
     }
 

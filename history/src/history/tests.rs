@@ -654,3 +654,33 @@ fn pinned_memory_is_accounted_per_process_with_its_leases() {
     assert_eq!(back.pinned_accounts(), expected);
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// What loads comes back unchanged from a dump (the fuzzer's round trip): two accounts of
+/// one process are refused, and accounts out of order are put in the order they are written.
+#[test]
+fn pinned_accounts_load_once_per_process_in_order() {
+    use crate::history::{LeaseAccount, PinnedAccount};
+    let account = |pid, denied| PinnedAccount {
+        pid,
+        leases: Some(LeaseAccount {
+            denied,
+            ..LeaseAccount::default()
+        }),
+        ..PinnedAccount::default()
+    };
+    let mut data = HistoryData::default();
+    data.pinned = vec![account(1, 10), account(241, 1), account(1, 0)];
+    assert!(matches!(
+        MemHistory::from_data(data.clone()),
+        Err(InvalidHistory::DuplicateAccount { pid: 1 })
+    ));
+    data.pinned.pop();
+    data.pinned.reverse();
+    let history = MemHistory::from_data(data).expect("consistent");
+    for format in [crate::dump::Format::Json, crate::dump::Format::Binary] {
+        let encoded = crate::dump::encode(history.data(), format, true).expect("encodes");
+        let reloaded = MemHistory::from_data(crate::dump::decode(&encoded).expect("decodes"))
+            .expect("consistent");
+        assert_eq!(reloaded.data(), history.data(), "{format:?}");
+    }
+}
