@@ -480,15 +480,26 @@ fn read_folder(folder: &Path) -> Result<Vec<fs::DirEntry>, StoreError> {
 }
 
 /// Creates `folder` and its missing parents, mode 0755 (less the umask).
+/// Makes a program's folder; one that is there as a symbolic link (or anything but a folder)
+/// is refused, never written through (#41: a link standing as a program folder had the
+/// history written where it pointed).
 fn create_folder(folder: &Path) -> Result<(), StoreError> {
+    let refused = |source| StoreError::Create {
+        path: folder.to_path_buf(),
+        source,
+    };
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(folder)
-        .map_err(|source| StoreError::Create {
-            path: folder.to_path_buf(),
-            source,
-        })
+        .map_err(refused)?;
+    match fs::symlink_metadata(folder) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(refused(std::io::Error::other(
+            "it is a symbolic link or not a folder: the store never follows links",
+        ))),
+        Err(source) => Err(refused(source)),
+    }
 }
 
 fn unix_ms() -> u64 {

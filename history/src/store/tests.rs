@@ -795,3 +795,34 @@ fn any_script_name_keys_one_folder_inside_the_store() {
         );
     }
 }
+
+/// A symbolic link standing as a program's folder is never written through (#41): the save
+/// is refused, saying why, and nothing lands where the link points.
+#[test]
+fn a_link_standing_as_a_program_folder_is_not_written_through() {
+    let dir = TempDir::new("store-folder-link");
+    let store = Store::open(dir.path().join("histories"), Retention::default()).expect("open");
+    let elsewhere = dir.path().join("elsewhere");
+    fs::create_dir_all(&elsewhere).expect("a folder");
+    let program = key("app-0123456789ab");
+    std::os::unix::fs::symlink(&elsewhere, store.root().join(program.as_str())).expect("a link");
+    let refused = store
+        .save(&program, &history(), 42, false)
+        .expect_err("refused");
+    assert!(
+        error_chain(&refused).contains("symbolic link"),
+        "{refused:?}"
+    );
+    assert_eq!(fs::read_dir(&elsewhere).expect("list").count(), 0);
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(next) = source {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        source = next.source();
+    }
+    text
+}
