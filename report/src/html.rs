@@ -527,7 +527,7 @@ fn wasted_section(out: &mut String, report: &Report, options: &RenderOptions) {
             bytes(report.wasted_pinned_bytes)
         ),
     );
-    for account in &report.pinned {
+    for account in report.wasting_accounts() {
         para(out, &crate::pinned_summary(account));
     }
     if !report.wasted_pinned.is_empty() {

@@ -656,6 +656,15 @@ impl Report {
         }
     }
 
+    /// The processes whose pinned memory wastes some (pinned and never copied, or copied too
+    /// rarely to repay it): those section 2 lists. All are in [`Report::pinned`].
+    pub fn wasting_accounts(&self) -> impl Iterator<Item = &PinnedAccount> {
+        self.pinned.iter().filter(|account| {
+            account.never_copied_bytes > 0
+                || self.wasted_pinned.iter().any(|row| row.pid == account.pid)
+        })
+    }
+
     /// The report as text for a terminal, with the default options.
     pub fn render(&self) -> String {
         self.render_with(&RenderOptions::default())
@@ -798,7 +807,7 @@ impl Report {
             "\n2. Pinned and wasted: {} pinned and copied too rarely to repay it (largest first)",
             bytes(self.wasted_pinned_bytes)
         );
-        for account in &self.pinned {
+        for account in self.wasting_accounts() {
             let _ = writeln!(out, "  {}", pinned_summary(account));
         }
         if !self.wasted_pinned.is_empty() {
@@ -1583,10 +1592,31 @@ mod tests {
                 h.transfer(7, 0xd000_0000, start, size, CopyDirection::HostToDevice, t);
             }
         }
+        // A process whose pinned memory is all copied often wastes none: not in section 2
+        // (#42 item 3: a CuPy program's 64 MiB, all copied, was listed there).
+        h.alloc(8, 0x5000_0000, 4 * mib, AllocKind::Pinned, Some(program), 0);
+        for t in 0..10 {
+            h.transfer(
+                8,
+                0xd000_0000,
+                0x5000_0000,
+                4 * mib,
+                CopyDirection::HostToDevice,
+                t,
+            );
+        }
         let report = Report::new(&h, HotPolicy::default(), 10);
         assert_eq!(
-            report.pinned,
-            vec![PinnedAccount {
+            report
+                .pinned
+                .iter()
+                .find(|a| a.pid == 8)
+                .map(|a| a.never_copied_bytes),
+            Some(0)
+        );
+        assert_eq!(
+            report.pinned[..1],
+            [PinnedAccount {
                 pid: 7,
                 pinned_bytes: 14 * mib,
                 by_hotpin_bytes: 8 * mib,
@@ -1599,7 +1629,12 @@ mod tests {
                     of it copied, 2.0 MiB never";
         let text = report.render();
         assert!(text.contains(line), "{text}");
+        assert!(!text.contains("pid 8:"), "{text}");
         let page = crate::html::render(&report, &h, &RenderOptions::default());
         assert!(page.contains(line), "the HTML report says the same");
+        assert!(
+            !page.contains("pid 8:"),
+            "the HTML report leaves it out too"
+        );
     }
 }
