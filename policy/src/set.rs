@@ -60,7 +60,15 @@ pub struct HotSet {
     groups: HashMap<(SiteKey, Line, u64), Verdict>,
     /// Per call site and Python line: (hot allocations, all allocations).
     sites: HashMap<(SiteKey, Line), (u32, u32)>,
+    /// Anonymous mappings the history knows only by the Python line that made them (a
+    /// recording's view of a large malloc, which no allocation call names, such as the
+    /// daemon's): per line, each mapping's length and whether it was hot.
+    mapped: HashMap<(String, u32), Vec<(u64, bool)>>,
 }
+
+/// A mapping of `length` bytes holds a malloc of `size` bytes: malloc's header and its
+/// alignment (PyTorch asks 64 bytes) round it up to whole pages, within this much.
+const MAPPING_SLACK: u64 = 64 << 10;
 
 /// How an allocation was judged, for the statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,6 +354,23 @@ impl HotSet {
                 entry.3 = entry.3.max(bytes);
             }
         }
+        for history in runs {
+            for a in history.allocations() {
+                if a.kind != AllocKind::Mmap || a.call_site.is_some() {
+                    continue;
+                }
+                let Some((file, line)) = history
+                    .python_line(a.id)
+                    .and_then(|site| history.python_file_line(site))
+                else {
+                    continue;
+                };
+                set.mapped
+                    .entry((file.to_string(), line))
+                    .or_default()
+                    .push((a.size, policy.is_hot(a)));
+            }
+        }
         let mut units: Vec<(f64, u64, Unit)> = Vec::new();
         for (unit, (made, hot, merits, bytes)) in merged {
             match &unit {
@@ -413,9 +438,38 @@ impl HotSet {
         if let Some(&verdict) = self.groups.get(&(site.clone(), line.clone(), size)) {
             return Judged::Recycled(verdict);
         }
-        match self.sites.get(&(site.clone(), line)) {
+        match self.sites.get(&(site.clone(), line.clone())) {
             Some(&(hot, total)) if 2 * hot > total => Judged::SiteHot,
-            _ => Judged::Unknown,
+            Some(_) => Judged::Unknown,
+            None => self.judge_by_mapping(line, size),
+        }
+    }
+
+    /// Whether the history judges some allocations by the Python lines that made them: those
+    /// must then be read as the program allocates.
+    pub fn knows_lines(&self) -> bool {
+        !self.mapped.is_empty()
+            || self.allocations.values().any(|(line, _)| line.is_some())
+            || self.groups.keys().any(|(_, line, _)| line.is_some())
+    }
+
+    /// An allocation the history knows only as mappings made at its Python line (the
+    /// history names no allocation call, as the daemon's): hot where most of that line's
+    /// mappings that could hold it were.
+    fn judge_by_mapping(&self, line: Line, size: u64) -> Judged {
+        let Some(mappings) = line.and_then(|line| self.mapped.get(&line)) else {
+            return Judged::Unknown;
+        };
+        let (hot, total) = mappings
+            .iter()
+            .filter(|&&(length, _)| length >= size && length - size <= MAPPING_SLACK)
+            .fold((0, 0), |(hot, total), &(_, is_hot)| {
+                (hot + u32::from(is_hot), total + 1)
+            });
+        if 2 * hot > total {
+            Judged::SiteHot
+        } else {
+            Judged::Unknown
         }
     }
 

@@ -295,6 +295,9 @@ pub static QUESTIONS_HIDDEN: AtomicU64 = AtomicU64::new(0);
 static JUDGED: AtomicU64 = AtomicU64::new(0);
 /// Auto mode is on: copies are counted (and may pin what they touch).
 pub static LEARNING: AtomicBool = AtomicBool::new(false);
+/// An allocation's Python lines are read (auto mode, and use mode from a history that judges
+/// by them).
+static READS_LINES: AtomicBool = AtomicBool::new(false);
 /// Bumped whenever a block becomes or stops being registered behind the program's back: a
 /// copy that saw it change while it ran is waited for (it may have been queued as a copy of
 /// pinned memory).
@@ -427,12 +430,18 @@ pub fn init() {
                 Ordering::Relaxed,
             );
             let learning = state.learner.is_some();
+            // Use mode reads Python lines too where its history judges by them (a recording
+            // knows a Python program's large buffers only by the lines of their mappings).
+            let reads_lines = learning || state.hot.as_ref().is_some_and(HotSet::knows_lines);
             let writes_at_exit = learning || state.report.is_some();
             *lock() = Some(state);
-            if learning {
+            if reads_lines {
                 // The interpreter's functions are looked up now, at load, never from inside
                 // an allocation (where the loader may be at work: loader.rs).
                 crate::python::find_interpreter();
+                READS_LINES.store(true, Ordering::Release);
+            }
+            if learning {
                 // Every free at or above the floor is looked up: a learned block is forgotten.
                 ACTIVE.store(true, Ordering::Release);
                 LEARNING.store(true, Ordering::Release);
@@ -1813,7 +1822,7 @@ fn hand_to_pinner(job: Job) -> bool {
 /// The calling thread's Python frames, in auto mode (what it learns names the Python line
 /// that made each block); the time taken is counted for the report.
 fn python_frames() -> Vec<crate::python::PyFrame> {
-    if !LEARNING.load(Ordering::Acquire) {
+    if !READS_LINES.load(Ordering::Acquire) {
         return Vec::new();
     }
     let began = std::time::Instant::now();

@@ -1734,3 +1734,70 @@ fn auto_runs_sharing_one_history_at_once_each_keep_what_they_learned() {
         learned.meta()
     );
 }
+
+/// Use mode from a plain recording, which knows a Python program's large buffers only as
+/// mappings made at Python lines (a daemon's history too; #42 item 6): the buffer made at the
+/// hot mapping's line, of a size such a mapping holds, is pinned (`site-hot`); the cold one
+/// is not; the history is not said to match nothing. (Before: "the history matched none of
+/// the N allocations", nothing pinned.)
+#[test]
+fn use_mode_pins_by_the_python_line_of_a_recorded_mapping() {
+    let setup = setup_program("use-mapped-lines", "online");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tracer-agent/tests/python/mapped_lines.py");
+    let history = setup.dir.join("recorded.hotpin");
+    let tracer = Path::new(env!("CARGO_BIN_EXE_hotpin")).with_file_name("tracer");
+    let recorded = Command::new(&tracer)
+        .args(["record", "-o"])
+        .arg(&history)
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg(&setup.standin.runtime)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(recorded.status.success(), "{recorded:?}");
+    let prefix = setup.dir.join("use-report");
+    let run = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        .args(["run", "--lease-socket", "off", "--mode", "use", "--history"])
+        .arg(&history)
+        .arg("--report")
+        .arg(&prefix)
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg(&setup.standin.runtime)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .output()
+        .expect("run hotpin");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(!stderr.contains("matched none"), "{stderr}");
+    let truth: Value = serde_json::from_str(
+        String::from_utf8_lossy(&run.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default(),
+    )
+    .expect("the program's ground truth");
+    let report = interpreter_report(&prefix);
+    // A bytearray of N bytes asks malloc for N + 1 (its terminating NUL).
+    let decided = |size: &Value| {
+        let size = size.as_u64().expect("a size");
+        report["decisions"]
+            .as_array()
+            .expect("decisions")
+            .iter()
+            .find(|d| {
+                d["size"]
+                    .as_u64()
+                    .is_some_and(|s| (size..=size + 1).contains(&s))
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no decision of {size} bytes: {report}"))
+    };
+    let hot = decided(&truth["hot"]["size"]);
+    assert_eq!(hot["why"], "site-hot", "{hot}");
+    assert_eq!(hot["action"], "promoted", "{hot}");
+    let cold = decided(&truth["cold"]["size"]);
+    assert_eq!(cold["action"], "pageable", "{cold}");
+}

@@ -478,8 +478,9 @@ fn pin_summary(report: &Report, unmatched: bool) -> String {
     if unmatched {
         text.push_str(
             "; use mode recognises only those marked * when the program runs again (the others \
-             are memory known only as a mapping or with no call site: record with libc's \
-             allocator, `tracer record --libc-malloc`, as `hotpin run --mode profile` does)",
+             are memory known only as a mapping made outside Python, or with no call site: \
+             record with libc's allocator, `tracer record --libc-malloc`, as `hotpin run --mode \
+             profile` does)",
         );
     }
     text

@@ -98,8 +98,8 @@ pub struct SiteAdvice {
     /// not to act on.
     pub pinned_already_bytes: u64,
     /// Whether hotpin's use mode can recognise these allocations when the program runs again:
-    /// not memory known only as a mapping or with no call site (a history recorded without
-    /// libc's allocator, such as the daemon's), which no allocation call names.
+    /// by their call site, or mappings by the Python line that made them; not memory with
+    /// neither (a mapping outside Python, untracked memory), which no allocation call names.
     pub use_mode_matches: bool,
 }
 
@@ -333,7 +333,12 @@ fn judge_host<'a>(
             if a.kind.is_pinned() {
                 entry.pinned_already_bytes += a.size;
             }
-            entry.use_mode_matches &= a.call_site.is_some() && a.kind != AllocKind::Mmap;
+            // Use mode names an allocation by its call site, or a mapping by its Python line.
+            entry.use_mode_matches &= if a.kind == AllocKind::Mmap {
+                line.is_some()
+            } else {
+                a.call_site.is_some()
+            };
             entry.count(
                 1,
                 a.size,
@@ -720,9 +725,9 @@ impl Report {
                 },
                 if unmatched {
                     "; use mode recognises only those marked * when the program runs again \
-                     (the others are memory known only as a mapping or with no call site: \
-                     record with libc's allocator, `tracer record --libc-malloc`, as `hotpin \
-                     run --mode profile` does)"
+                     (the others are memory known only as a mapping made outside Python, or with no \
+                     call site: record with libc's allocator, `tracer record --libc-malloc`, as \
+                     `hotpin run --mode profile` does)"
                 } else {
                     ""
                 }
