@@ -668,8 +668,10 @@ fn pinned_accounts_load_once_per_process_in_order() {
         }),
         ..PinnedAccount::default()
     };
-    let mut data = HistoryData::default();
-    data.pinned = vec![account(1, 10), account(241, 1), account(1, 0)];
+    let mut data = HistoryData {
+        pinned: vec![account(1, 10), account(241, 1), account(1, 0)],
+        ..HistoryData::default()
+    };
     assert!(matches!(
         MemHistory::from_data(data.clone()),
         Err(InvalidHistory::DuplicateAccount { pid: 1 })
