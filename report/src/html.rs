@@ -424,6 +424,13 @@ fn pin_section(out: &mut String, report: &Report, options: &RenderOptions) {
         let unmatched = report.pin_sites.iter().any(|site| !site.use_mode_matches);
         para(out, &pin_summary(report, unmatched));
         site_table(out, report, &report.pin_sites, unmatched, options);
+        for staging in report
+            .pin_sites
+            .iter()
+            .filter_map(|site| site.staging.as_ref())
+        {
+            para(out, &staging.advice());
+        }
     }
     if report.untracked_hot_bytes > 0 {
         para(

@@ -79,6 +79,64 @@ pub struct RecycledRow {
     pub peak_live: u64,
 }
 
+/// A framework's pinned staging buffer that is hot (CuPy copies a NumPy array on the CPU into
+/// a block of its pinned pool, then copies that block): the change is upstream of it, in the
+/// program's own arrays.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct Staging {
+    /// The framework, as its folder under `site-packages` names it (`cupy`).
+    pub framework: String,
+    /// The program's own Python line that passed its arrays to the framework.
+    pub user_line: String,
+    /// Bytes copied on the CPU into the staging buffer before going to the GPU.
+    pub cpu_copy_bytes: u64,
+}
+
+/// Where a Python file of an installed package lives, and the package: the folder after
+/// `site-packages` or `dist-packages`.
+fn installed_package(file: &str) -> Option<&str> {
+    let rest = ["/site-packages/", "/dist-packages/"]
+        .iter()
+        .find_map(|folder| file.split_once(folder).map(|(_, rest)| rest))?;
+    let package = rest.split('/').next()?;
+    Some(package.strip_suffix(".py").unwrap_or(package))
+}
+
+/// If `a` is a framework's staging buffer (pinned, made by an installed package's code
+/// called from the program's own): that framework and the program's line.
+fn staging_of(history: &MemHistory, a: &Allocation) -> Option<(String, CallSiteId)> {
+    if !a.kind.is_pinned() {
+        return None;
+    }
+    let python: Vec<(CallSiteId, &str)> = history
+        .callers(a.id)
+        .iter()
+        .filter_map(|&id| history.python_file_line(id).map(|(file, _)| (id, file)))
+        .collect();
+    let framework = installed_package(python.first()?.1)?;
+    let user = python
+        .iter()
+        .find(|(_, file)| installed_package(file).is_none())?;
+    Some((framework.to_owned(), user.0))
+}
+
+impl Staging {
+    /// What to change: the program's arrays, pinned where they are made.
+    pub fn advice(&self) -> String {
+        let how = match self.framework.as_str() {
+            "cupy" => "cupyx.empty_pinned, or `hotpin run`",
+            _ => "or run it under `hotpin run`",
+        };
+        format!(
+            "Put the arrays passed at {} in pinned memory ({how}): they reach the GPU through \
+             {}'s pinned staging buffer, copied once more on the CPU ({} in all)",
+            self.user_line,
+            self.framework,
+            bytes(self.cpu_copy_bytes)
+        )
+    }
+}
+
 /// A call site the report recommends pinning (or no longer pinning).
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct SiteAdvice {
@@ -95,8 +153,10 @@ pub struct SiteAdvice {
     /// ... and what pinning and unpinning them costs.
     pub cost_s: f64,
     /// Of `bytes`, what the program pins already (its own pinned requests): advice to keep,
-    /// not to act on.
+    /// not to act on, unless it is a framework's staging buffer.
     pub pinned_already_bytes: u64,
+    /// Where these are a framework's pinned staging buffer: what to change instead.
+    pub staging: Option<Staging>,
     /// Whether hotpin's use mode can recognise these allocations when the program runs again:
     /// by their call site, or mappings by the Python line that made them; not memory with
     /// neither (a mapping outside Python, untracked memory), which no allocation call names.
@@ -110,6 +170,7 @@ impl SiteAdvice {
             call_site: String::new(),
             python_line: None,
             pinned_already_bytes: 0,
+            staging: None,
             allocations: 0,
             bytes: 0,
             transfers: 0,
@@ -333,6 +394,14 @@ fn judge_host<'a>(
             if a.kind.is_pinned() {
                 entry.pinned_already_bytes += a.size;
             }
+            if let Some((framework, user)) = staging_of(history, a) {
+                let staging = entry.staging.get_or_insert_with(|| Staging {
+                    framework,
+                    user_line: site_name(history, Some(user)),
+                    cpu_copy_bytes: 0,
+                });
+                staging.cpu_copy_bytes += a.stats.h2d_bytes;
+            }
             // Use mode names an allocation by its call site, or a mapping by its Python line.
             entry.use_mode_matches &= if a.kind == AllocKind::Mmap {
                 line.is_some()
@@ -504,7 +573,7 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
     // What the program pins already is advice to keep, not a change.
     let to_pin: Vec<&SiteAdvice> = pin_sites
         .iter()
-        .filter(|site| site.pinned_already_bytes < site.bytes)
+        .filter(|site| site.pinned_already_bytes < site.bytes || site.staging.is_some())
         .collect();
     let best = to_pin.iter().copied().max_by(|a, b| {
         a.saving_s
@@ -512,8 +581,13 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
             .then(a.transfers.cmp(&b.transfers))
     });
     if let Some(best) = best {
-        let mut line = format!("Pin {} made at {}", these(best.allocations), best.place());
-        if costed {
+        let mut line = match &best.staging {
+            Some(staging) => staging.advice(),
+            None => format!("Pin {} made at {}", these(best.allocations), best.place()),
+        };
+        if best.staging.is_some() {
+            // What it saves is the CPU's copies, which no cost model here weighs.
+        } else if costed {
             let _ = write!(
                 line,
                 ": saves {} of copies for {} of pinning, {} pinned",
@@ -747,6 +821,9 @@ impl Report {
                     site.transfers,
                     site.why(&self.policy)
                 );
+                if let Some(staging) = &site.staging {
+                    let _ = writeln!(out, "      {}", staging.advice());
+                }
             }
         }
         if self.untracked_hot_bytes > 0 {

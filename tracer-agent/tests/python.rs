@@ -315,3 +315,57 @@ fn a_plain_recording_names_the_line_of_a_hot_mapping_first() {
         assert!(!advice.contains(&format!("{cold} (")), "{advice}");
     }
 }
+
+/// A framework's pinned staging buffer that is hot (CuPy copies a NumPy array on the CPU into
+/// its pinned pool's block, then copies that) is advised where the change is: the program's
+/// line that passes its arrays, their bytes copied once more on the CPU (#42 item 4), first in
+/// the report and in section 1 of the text, JSON and HTML. (Before: the first line asked to
+/// pin the staging buffer, pinned already.)
+#[test]
+fn a_hot_framework_staging_buffer_names_the_programs_line() {
+    common::require_root();
+    let standin = common::standin("python-staged");
+    let history = standin.dir.join("staged.hotpin");
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/staged_lines.py");
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "-o"])
+        .arg(&history)
+        .args(["--", "python3"])
+        .arg(&program)
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(output.status.success(), "{output:?}");
+    let truth = truth_of(&output.stdout);
+    let user = format!("staged_lines.py:{} in main", truth["line"]);
+    let advice = format!("Put the arrays passed at {user} in pinned memory");
+    let report = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+            .arg("report")
+            .args(args)
+            .arg(&history)
+            .output()
+            .expect("run tracer report");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let text = report(&[]);
+    assert!(text.starts_with(&advice), "{text}");
+    assert!(text.contains("stager's pinned staging buffer"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&report(&["--json"])).expect("JSON");
+    let staging = json["pin_sites"]
+        .as_array()
+        .expect("pin sites")
+        .iter()
+        .find_map(|site| site.get("staging").filter(|s| !s.is_null()))
+        .cloned()
+        .unwrap_or_else(|| panic!("no staging advice: {json}"));
+    assert_eq!(staging["framework"], "stager");
+    assert_eq!(staging["user_line"], user.as_str());
+    assert_eq!(staging["cpu_copy_bytes"], truth["bytes"]);
+    let page = standin.dir.join("staged.html");
+    report(&["--html", page.to_str().expect("a path")]);
+    let html = std::fs::read_to_string(&page).expect("the page");
+    assert!(html.contains(&advice), "the HTML report says it too");
+}
