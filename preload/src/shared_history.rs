@@ -12,10 +12,7 @@ use std::{
     path::Path,
 };
 
-use hotpin_history::{
-    history::{AllocKind, Allocation, Copies, MemHistory},
-    registry::CopyDirection,
-};
+use hotpin_history::history::{AllocKind, Allocation, MemHistory};
 
 /// What a file was: device, inode, modification time (ns) and length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,36 +105,13 @@ pub fn keep_theirs(ours: &mut MemHistory, theirs: &MemHistory) -> usize {
             .map(|site| ours.intern_call_site(site))
             .collect();
         ours.record_callers(id, callers);
-        let s = &block.stats;
-        for (count, bytes, direction, dst, src) in [
-            (
-                s.h2d_count,
-                s.h2d_bytes,
-                CopyDirection::HostToDevice,
-                0,
-                start,
-            ),
-            (
-                s.d2h_count,
-                s.d2h_bytes,
-                CopyDirection::DeviceToHost,
-                start,
-                0,
-            ),
-        ] {
-            if let Some(each) = bytes.checked_div(count) {
-                ours.transfers_on(Copies {
-                    pid: block.pid,
-                    dst,
-                    src,
-                    bytes: each,
-                    direction,
-                    ts_ns: s.first_transfer_ns.unwrap_or(block.alloc_ns),
-                    count,
-                    queue: Default::default(),
-                });
-            }
-        }
+        crate::online::record_copies(
+            ours,
+            block.pid,
+            start,
+            &block.stats,
+            block.stats.first_transfer_ns.unwrap_or(block.alloc_ns),
+        );
         if let Some(free_ns) = block.free_ns {
             ours.free(block.pid, start, free_ns);
         }
@@ -151,7 +125,10 @@ pub fn keep_theirs(ours: &mut MemHistory, theirs: &MemHistory) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hotpin_history::history::CallSite;
+    use hotpin_history::{
+        history::{CallSite, Copies},
+        registry::CopyDirection,
+    };
 
     fn run(pid: u32, size: u64, line: u64) -> MemHistory {
         let mut history = MemHistory::new();

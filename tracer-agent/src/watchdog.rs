@@ -92,8 +92,9 @@ unsafe fn watch(agent: libc::pid_t, held: RawFd, settings: RawFd) -> ! {
         loop {
             libc::nanosleep(&LOOK_EVERY, std::ptr::null_mut());
             let gone = libc::getppid() != agent;
-            let stale = heartbeat(settings)
-                .is_none_or(|beat| monotonic_ns().saturating_sub(beat) >= HOLD_LIMIT_NS);
+            let stale = heartbeat(settings).is_none_or(|beat| {
+                crate::address_space::monotonic_ns().saturating_sub(beat) >= HOLD_LIMIT_NS
+            });
             if gone || stale {
                 let_all_go(held);
             }
@@ -122,18 +123,6 @@ unsafe fn close_from_to(first: libc::c_int, last: libc::c_int) {
             libc::close(fd);
         }
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// `union bpf_attr` for the map element commands.

@@ -8,6 +8,7 @@ use std::{
 };
 
 use common::Find;
+use tracer_agent::probes::{ProbeOptions, Probes};
 
 #[test]
 fn a_runtime_dlopened_after_the_start_is_attached_before_its_first_call() {
@@ -175,26 +176,11 @@ fn children_exec_kill_and_library_unload_are_followed() {
 /// runs under `runuser` beside the daemon ran past the driver's open and lost every copy.)
 #[test]
 fn a_held_process_continued_by_another_is_stopped_again_until_let_go() {
-    use tracer_agent::probes::{ProbeOptions, Probes};
     common::require_root();
     let _serial = common::one_at_a_time();
     let standin = common::standin("held-again");
-    let program = common::compile_c(&standin, "held");
-    let mut probes = Probes::load(1 << 20, ProbeOptions::default()).expect("load the probes");
-    probes
-        .set_stop_on_library_open(true)
-        .expect("stop on opens");
-    let mut child = tracer_agent::target::spawn_paused(
-        program.as_os_str(),
-        &[standin.runtime.clone().into_os_string()],
-        |command| {
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        },
-    )
-    .expect("spawn");
+    let (mut probes, child) = held_program(&standin);
     let pid = child.pid();
-    probes.add_target(pid).expect("a target");
-    child.resume().expect("resume");
     // Kept alive, as the agent's rescan does.
     let stopped_within = |limit: Duration, probes: &mut Probes| {
         let start = Instant::now();
@@ -228,23 +214,10 @@ fn a_held_process_continued_by_another_is_stopped_again_until_let_go() {
     assert_eq!(String::from_utf8_lossy(&output.stdout), "loaded\n");
 }
 
-/// A process's state letter, from `/proc/PID/stat` (after the command's closing parenthesis).
-fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
-}
-
-/// An agent that stops answering while a program is held on its library open (hung, or
-/// stopped by a debugger) does not freeze it (#41 item 3): its watchdog, a process of its
-/// own, lets the program go once the heartbeat is `HOLD_LIMIT_NS` old, not before.
-/// (Before: the program stayed stopped until the agent answered again.)
-#[test]
-fn a_program_held_by_an_agent_that_stops_answering_is_let_go_after_the_limit() {
-    use tracer_agent::probes::{ProbeOptions, Probes};
-    common::require_root();
-    let _serial = common::one_at_a_time();
-    let standin = common::standin("held-hung");
-    let program = common::compile_c(&standin, "held");
+/// Probes that stop a target on its CUDA library opens, and tests/c/held.c started as their
+/// target, about to open the stand-in's runtime.
+fn held_program(standin: &cuda_standin::Scratch) -> (Probes, tracer_agent::target::PausedChild) {
+    let program = common::compile_c(standin, "held");
     let mut probes = Probes::load(1 << 20, ProbeOptions::default()).expect("load the probes");
     probes
         .set_stop_on_library_open(true)
@@ -257,9 +230,28 @@ fn a_program_held_by_an_agent_that_stops_answering_is_let_go_after_the_limit() {
         },
     )
     .expect("spawn");
-    let pid = child.pid();
-    probes.add_target(pid).expect("a target");
+    probes.add_target(child.pid()).expect("a target");
     child.resume().expect("resume");
+    (probes, child)
+}
+
+/// A process's state letter, from `/proc/PID/stat` (after the command's closing parenthesis).
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// An agent that stops answering while a program is held on its library open (hung, or
+/// stopped by a debugger) does not freeze it (#41 item 3): its watchdog, a process of its
+/// own, lets the program go once the heartbeat is `HOLD_LIMIT_NS` old, not before.
+/// (Before: the program stayed stopped until the agent answered again.)
+#[test]
+fn a_program_held_by_an_agent_that_stops_answering_is_let_go_after_the_limit() {
+    common::require_root();
+    let _serial = common::one_at_a_time();
+    let standin = common::standin("held-hung");
+    let (mut probes, child) = held_program(&standin);
+    let pid = child.pid();
     let start = Instant::now();
     while state(pid) != Some('T') {
         assert!(

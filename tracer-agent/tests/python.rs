@@ -108,6 +108,38 @@ fn record_program(
     (saved, output)
 }
 
+/// `tracer record -o H -- python3 tests/python/SCRIPT LIBCUDART`, no flags: the history's
+/// path, and the program's ground truth.
+fn record_plainly(standin: &cuda_standin::Installed, script: &str) -> (PathBuf, serde_json::Value) {
+    let history = standin.dir.join(format!("{script}.hotpin"));
+    let program = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "-o"])
+        .arg(&history)
+        .args(["--", "python3"])
+        .arg(&program)
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(output.status.success(), "{output:?}");
+    (history, truth_of(&output.stdout))
+}
+
+/// `tracer report ARGS HISTORY`'s output.
+fn report_of(history: &Path, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("report")
+        .args(args)
+        .arg(history)
+        .output()
+        .expect("run tracer report");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 fn truth_of(stdout: &[u8]) -> serde_json::Value {
     let text = String::from_utf8_lossy(stdout);
     serde_json::from_str(text.lines().last().unwrap_or_default())
@@ -253,31 +285,10 @@ fn python_lines_can_be_turned_off() {
 fn a_plain_recording_names_the_line_of_a_hot_mapping_first() {
     common::require_root();
     let standin = common::standin("python-mapped");
-    let history = standin.dir.join("mapped.hotpin");
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mapped_lines.py");
-    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
-        .args(["record", "-o"])
-        .arg(&history)
-        .args(["--", "python3"])
-        .arg(&program)
-        .arg(&standin.runtime)
-        .env("LD_LIBRARY_PATH", &standin.dir)
-        .output()
-        .expect("run tracer record");
-    assert!(output.status.success(), "{output:?}");
-    let truth = truth_of(&output.stdout);
+    let (history, truth) = record_plainly(&standin, "mapped_lines.py");
     let hot = format!("mapped_lines.py:{} in main", truth["hot"]["line"]);
     let cold = format!("mapped_lines.py:{} in main", truth["cold"]["line"]);
-    let report = |args: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
-            .arg("report")
-            .args(args)
-            .arg(&history)
-            .output()
-            .expect("run tracer report");
-        assert!(output.status.success(), "{output:?}");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
+    let report = |args: &[&str]| report_of(&history, args);
     let text = report(&[]);
     let first = text.lines().next().unwrap_or_default();
     assert!(
@@ -325,31 +336,10 @@ fn a_plain_recording_names_the_line_of_a_hot_mapping_first() {
 fn a_hot_framework_staging_buffer_names_the_programs_line() {
     common::require_root();
     let standin = common::standin("python-staged");
-    let history = standin.dir.join("staged.hotpin");
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/staged_lines.py");
-    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
-        .args(["record", "-o"])
-        .arg(&history)
-        .args(["--", "python3"])
-        .arg(&program)
-        .arg(&standin.runtime)
-        .env("LD_LIBRARY_PATH", &standin.dir)
-        .output()
-        .expect("run tracer record");
-    assert!(output.status.success(), "{output:?}");
-    let truth = truth_of(&output.stdout);
+    let (history, truth) = record_plainly(&standin, "staged_lines.py");
     let user = format!("staged_lines.py:{} in main", truth["line"]);
     let advice = format!("Put the arrays passed at {user} in pinned memory");
-    let report = |args: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
-            .arg("report")
-            .args(args)
-            .arg(&history)
-            .output()
-            .expect("run tracer report");
-        assert!(output.status.success(), "{output:?}");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
+    let report = |args: &[&str]| report_of(&history, args);
     let text = report(&[]);
     assert!(text.starts_with(&advice), "{text}");
     assert!(text.contains("stager's pinned staging buffer"), "{text}");
