@@ -29,7 +29,7 @@
 //! cut waits while a grid it crosses is being registered or unregistered
 //! (`state::unpin_straddled`), and a new grid waits until no grid overlaps it.
 
-use crate::state::Busy;
+use crate::guard::Busy;
 use std::{
     collections::BTreeMap,
     ffi::{c_int, c_void},
@@ -343,7 +343,7 @@ pub fn register(
 ) -> Registered {
     loop {
         let mut grids = grids();
-        if crate::state::overlapping(&grids, |grid| grid.0, start, len).is_none() {
+        if crate::guard::overlapping(&grids, |grid| grid.0, start, len).is_none() {
             grids.insert(start, (len, GridState::Registering));
             break;
         }

@@ -32,9 +32,9 @@ use std::{
 use crate::{
     chunks,
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
-    exports::judged,
+    guard::{Busy, judged},
     questions,
-    state::{self, ACTIVE, BELIEVED_PINNED, Busy, CAPTURES_REFUSED, COPIES_WAITED, FLOOR, Touched},
+    state::{self, ACTIVE, BELIEVED_PINNED, CAPTURES_REFUSED, COPIES_WAITED, FLOOR, Touched},
     turns,
 };
 

@@ -11,19 +11,19 @@
 
 use std::{
     ffi::{CStr, c_int, c_uint, c_void},
-    panic::{AssertUnwindSafe, catch_unwind},
     sync::atomic::Ordering,
 };
 
 use crate::{
     copies,
     cuda::{self, FreeHost, HostAlloc, HostRegister, HostUnregister, MallocHost},
+    guard::{Busy, judged},
     loader, questions,
     real::{
         __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc,
         valid_posix_alignment,
     },
-    state::{self, ACTIVE, Busy, ENABLED, FLOOR, PinnedRequest},
+    state::{self, ACTIVE, ENABLED, FLOOR, PinnedRequest},
 };
 
 stub!(malloc(size: usize) -> *mut c_void, "rsi", "x1", malloc_at);
@@ -48,14 +48,6 @@ fn below_floor(size: usize) -> bool {
 #[inline(always)]
 fn libcs(size: usize, caller: usize) -> bool {
     below_floor(size) || loader::called_from(caller)
-}
-
-/// Runs the judged part of a call; a panic in it (a bug of ours) is reported once and the
-/// call is served as libc or CUDA would, never unwound into C.
-pub(crate) fn judged(work: impl FnOnce()) {
-    if catch_unwind(AssertUnwindSafe(work)).is_err() {
-        eprintln!("hotpin: internal error; this call was served without hotpin");
-    }
 }
 
 /// An allocation at or above the floor: judged, and served by `from_libc` unless a cached

@@ -271,7 +271,7 @@ fn connect(inner: &mut Inner, path: &PathBuf, again: bool, say: bool) -> Option<
 
 /// The lease thread: reads the daemon's messages, sends scores, and reconnects.
 fn read_forever(path: PathBuf) {
-    let _busy = crate::state::Busy::enter();
+    let _busy = crate::guard::Busy::enter();
     let mut reader = lock()
         .as_mut()
         .and_then(|inner| inner.writer.as_ref().and_then(|w| w.try_clone().ok()));

@@ -66,6 +66,7 @@ mod chunks;
 mod copies;
 mod cuda;
 mod exports;
+mod guard;
 mod lease;
 mod loader;
 mod online;

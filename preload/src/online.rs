@@ -17,8 +17,7 @@ use crate::python::PyFrame;
 use hotpin_history::history::PYTHON_MODULE;
 use hotpin_history::{
     dump::Format,
-    history::{AllocKind, CallSite, Copies, MemHistory, TransferStats},
-    registry::CopyDirection,
+    history::{AllocKind, CallSite, MemHistory, TransferStats},
 };
 use hotpin_policy::{
     cost::CostModel,
@@ -210,50 +209,10 @@ impl Learned {
             })
             .collect();
         history.record_callers(id, callers);
-        record_copies(history, pid, start, &self.stats, self.alloc_ns);
+        crate::shared_history::record_copies(history, pid, start, &self.stats, self.alloc_ns);
         // Addresses are never reused here, so a block may be closed at once.
         if let Some(free_ns) = self.free_ns {
             history.free(pid, start, free_ns);
-        }
-    }
-}
-
-/// Puts `stats`' copies, by direction, on process `pid`'s block at the made-up address
-/// `start` of `history`, as one run of copies each way at `ts_ns`.
-pub(crate) fn record_copies(
-    history: &mut MemHistory,
-    pid: u32,
-    start: u64,
-    stats: &TransferStats,
-    ts_ns: u64,
-) {
-    for (count, bytes, direction, dst, src) in [
-        (
-            stats.h2d_count,
-            stats.h2d_bytes,
-            CopyDirection::HostToDevice,
-            0,
-            start,
-        ),
-        (
-            stats.d2h_count,
-            stats.d2h_bytes,
-            CopyDirection::DeviceToHost,
-            start,
-            0,
-        ),
-    ] {
-        if let Some(each) = bytes.checked_div(count) {
-            history.transfers_on(Copies {
-                pid,
-                dst,
-                src,
-                bytes: each,
-                direction,
-                ts_ns,
-                count,
-                queue: Default::default(),
-            });
         }
     }
 }

@@ -19,8 +19,8 @@ use std::{
 
 use crate::{
     cuda::{self, Real},
-    exports::judged,
-    state::{self, ACTIVE, BELIEVED_PINNED, Busy, QUESTIONS_HIDDEN},
+    guard::{Busy, judged},
+    state::{self, ACTIVE, BELIEVED_PINNED, QUESTIONS_HIDDEN},
 };
 
 /// Pageable memory of ours that is never registered: what CUDA is asked about in place of a

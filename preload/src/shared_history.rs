@@ -4,7 +4,8 @@
 //! the file's directory, a file another run wrote since is read, and what it learned that
 //! this run did not (blocks of another call site, Python line or size) is carried into this
 //! run's history before that is written. A run that started from the file and finds it
-//! unchanged replaces it, as one run after another always did.
+//! unchanged replaces it, as one run after another always did. Also how a learned block's
+//! copies are put in a history ([`record_copies`]), for this run's blocks and those carried.
 
 use std::{
     collections::HashSet,
@@ -12,7 +13,10 @@ use std::{
     path::Path,
 };
 
-use hotpin_history::history::{AllocKind, Allocation, MemHistory};
+use hotpin_history::{
+    history::{AllocKind, Allocation, Copies, MemHistory, TransferStats},
+    registry::CopyDirection,
+};
 
 /// What a file was: device, inode, modification time (ns) and length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,7 +109,7 @@ pub fn keep_theirs(ours: &mut MemHistory, theirs: &MemHistory) -> usize {
             .map(|site| ours.intern_call_site(site))
             .collect();
         ours.record_callers(id, callers);
-        crate::online::record_copies(
+        record_copies(
             ours,
             block.pid,
             start,
@@ -122,13 +126,50 @@ pub fn keep_theirs(ours: &mut MemHistory, theirs: &MemHistory) -> usize {
     carried as usize
 }
 
+/// Puts `stats`' copies, by direction, on process `pid`'s block at the made-up address
+/// `start` of `history`, as one run of copies each way at `ts_ns`.
+pub(crate) fn record_copies(
+    history: &mut MemHistory,
+    pid: u32,
+    start: u64,
+    stats: &TransferStats,
+    ts_ns: u64,
+) {
+    for (count, bytes, direction, dst, src) in [
+        (
+            stats.h2d_count,
+            stats.h2d_bytes,
+            CopyDirection::HostToDevice,
+            0,
+            start,
+        ),
+        (
+            stats.d2h_count,
+            stats.d2h_bytes,
+            CopyDirection::DeviceToHost,
+            start,
+            0,
+        ),
+    ] {
+        if let Some(each) = bytes.checked_div(count) {
+            history.transfers_on(Copies {
+                pid,
+                dst,
+                src,
+                bytes: each,
+                direction,
+                ts_ns,
+                count,
+                queue: Default::default(),
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hotpin_history::{
-        history::{CallSite, Copies},
-        registry::CopyDirection,
-    };
+    use hotpin_history::history::CallSite;
 
     fn run(pid: u32, size: u64, line: u64) -> MemHistory {
         let mut history = MemHistory::new();

@@ -5,7 +5,6 @@
 //! at the fork): every entry point checks [`forked`] first.
 
 use std::{
-    cell::Cell,
     collections::{BTreeMap, HashMap},
     ffi::c_void,
     path::PathBuf,
@@ -29,6 +28,7 @@ use serde::Serialize;
 
 use crate::{
     chunks, cuda,
+    guard::{Busy, judged, overlapping},
     online::{BlockRef, Decisions, GroupKey, Learner, Pin},
     real::__libc_free,
     shelf::Shelf,
@@ -61,33 +61,6 @@ fn strict() -> bool {
 }
 /// Decisions kept for the report file, at most.
 const MAX_LOGGED: usize = 100_000;
-
-thread_local! {
-    /// This thread is inside the interposer: whatever it allocates goes straight to libc.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Marks this thread busy while it lives; None if it already was (a nested call).
-pub struct Busy(());
-
-impl Busy {
-    pub fn enter() -> Option<Self> {
-        BUSY.with(|busy| {
-            if busy.get() {
-                None
-            } else {
-                busy.set(true);
-                Some(Busy(()))
-            }
-        })
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        BUSY.with(|busy| busy.set(false));
-    }
-}
 
 /// What became of one judged allocation, for the report file.
 #[derive(Clone, Debug, Serialize)]
@@ -227,19 +200,6 @@ struct Demoted {
     flags: u32,
     /// Registered since, because the program used it as only pinned memory can be used.
     pinned_on_demand: bool,
-}
-
-/// The block of `map` (start -> size; blocks do not overlap) that overlaps `[start, start +
-/// len)`, if any: only the last block starting before the range's end can.
-pub(crate) fn overlapping<V>(
-    map: &BTreeMap<usize, V>,
-    size: impl Fn(&V) -> usize,
-    start: usize,
-    len: usize,
-) -> Option<(usize, &V)> {
-    let end = start.saturating_add(len.max(1));
-    let (&block, value) = map.range(..end).next_back()?;
-    (block.saturating_add(size(value)) > start).then_some((block, value))
 }
 
 struct State {
@@ -1793,12 +1753,12 @@ fn hand_to_pinner(job: Job) -> bool {
                 // thread lives on, and the count of queued unpins stays right.
                 for job in jobs {
                     match job {
-                        Job::Pin(block) => crate::exports::judged(|| pin_block(block, false)),
+                        Job::Pin(block) => judged(|| pin_block(block, false)),
                         Job::Unpin(block) => {
-                            crate::exports::judged(|| unpin_block(block, false));
+                            judged(|| unpin_block(block, false));
                             UNPINS_QUEUED.fetch_sub(1, Ordering::AcqRel);
                         }
-                        Job::Free { start, len, block } => crate::exports::judged(|| {
+                        Job::Free { start, len, block } => judged(|| {
                             unregister(start);
                             forget_pinned(start, len);
                             // SAFETY: a libc block the program freed, which we kept until
