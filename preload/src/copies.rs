@@ -26,7 +26,7 @@
 use std::{
     cell::Cell,
     ffi::{CStr, c_int, c_void},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::atomic::Ordering,
 };
 
 use crate::{
@@ -146,7 +146,7 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
                 continue;
             }
             if !cuts.is_empty() {
-                COPIES_CUT.fetch_add(1, Ordering::Relaxed);
+                state::COPIES_CUT.fetch_add(1, Ordering::Relaxed);
             }
             return (in_call, cuts);
         }
@@ -283,9 +283,6 @@ fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
 fn host_bytes(ranges: &[Range]) -> usize {
     ranges.iter().map(|range| range.1).max().unwrap_or(0)
 }
-
-/// Copies cut at the edges of registrations made in chunks (the report's `copies_cut`).
-pub static COPIES_CUT: AtomicU64 = AtomicU64::new(0);
 
 /// What stream 0 means to a `_ptsz` entry point: the calling thread's default stream.
 fn per_thread(stream: Stream) -> Stream {

@@ -118,9 +118,21 @@ fn lock() -> MutexGuard<'static, Option<Inner>> {
 
 /// Leases are asked for at `socket` (auto mode), or not at all; with `say`, a socket with no
 /// daemon is said once (it is always in the report).
-pub fn configure(socket: Option<(PathBuf, bool)>) {
+pub fn configure(socket: Option<(PathBuf, bool)>, answers: Answers) {
     let _ = SOCKET.set(socket);
+    let _ = ANSWERS.set(answers);
 }
+
+/// What the client asks of the blocks it leased when the arbiter speaks: given by `state`,
+/// which holds them, so that this file needs nothing of it.
+pub struct Answers {
+    /// Lets go of the blocks at these starts (a reclaim); how many it let go.
+    pub give_back: fn(&[u64]) -> usize,
+    /// Each block's score now (net saving per pinned byte), for the arbiter's reclaims.
+    pub lease_scores: fn(&[u64]) -> Vec<(u64, f64)>,
+}
+
+static ANSWERS: OnceLock<Answers> = OnceLock::new();
 
 /// Whether `start..start+len` (of score `score`) may be pinned: granted, or no daemon to ask
 /// (the process's own budget then decides alone).
@@ -351,7 +363,9 @@ fn handle(reply: Reply) {
             if let Some(inner) = lock().as_mut() {
                 inner.counters.reclaims += starts.len() as u64;
             }
-            let given = crate::state::give_back(&starts);
+            let given = ANSWERS
+                .get()
+                .map_or(0, |answers| (answers.give_back)(&starts));
             if let Some(inner) = lock().as_mut() {
                 inner.counters.given_back += given as u64;
             }
@@ -396,7 +410,9 @@ fn send_scores() {
     if starts.is_empty() {
         return;
     }
-    let scores = crate::state::lease_scores(&starts);
+    let scores = ANSWERS
+        .get()
+        .map_or_else(Vec::new, |answers| (answers.lease_scores)(&starts));
     let mut guard = lock();
     let Some(inner) = guard.as_mut() else { return };
     for (start, score) in &scores {

@@ -17,10 +17,11 @@
 
 use std::{
     ffi::c_int,
-    sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering},
+    sync::{
+        OnceLock,
+        atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering},
+    },
 };
-
-use crate::state;
 
 /// The signals handled so.
 const SIGNALS: [c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
@@ -36,6 +37,21 @@ static OURS: [AtomicBool; 3] = [
 ];
 /// The process whose thread reads the pipe: a forked child shares the pipe, not the thread.
 static OWNER: AtomicI32 = AtomicI32::new(0);
+/// What writes what was learned, and the report (given by `state` at [`init`]).
+static WRITE_WHAT_WAS_LEARNED: OnceLock<fn()> = OnceLock::new();
+
+/// Writes what was learned, once (the writer keeps it to once).
+fn write_what_was_learned() {
+    if let Some(write) = WRITE_WHAT_WAS_LEARNED.get() {
+        write();
+    }
+}
+
+/// Whether this is a forked child of the process that set the handlers up.
+fn forked_child() -> bool {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() != OWNER.load(Ordering::Relaxed) }
+}
 /// libc's `sigaction` and `signal`, once looked up.
 static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
@@ -71,8 +87,10 @@ fn real_sigaction() -> Option<Sigaction> {
 }
 
 /// At load, where something is to be written at exit: the pipe, the thread that reads it,
-/// and our handler for each of [`SIGNALS`] the program left at its default action.
-pub fn init() {
+/// and our handler for each of [`SIGNALS`] the program left at its default action; `write`
+/// writes what was learned, before a signal ends the process.
+pub fn init(write: fn()) {
+    let _ = WRITE_WHAT_WAS_LEARNED.set(write);
     let Some(sigaction) = real_sigaction() else {
         return;
     };
@@ -174,7 +192,7 @@ fn watch() {
         let n = unsafe { libc::read(read_end, (&raw mut byte).cast(), 1) };
         if n == 1 {
             let signal = c_int::from(byte);
-            state::write_what_was_learned();
+            write_what_was_learned();
             put_default_back(signal);
             // SAFETY: kill has no memory preconditions: this process, the signal it got.
             unsafe { libc::syscall(libc::SYS_kill, libc::getpid(), signal) };
@@ -222,8 +240,8 @@ fn ends_the_process(signal: c_int) -> bool {
 
 /// Before this process sends itself `signal`: written first if it ends the process.
 fn before_sending_self(signal: c_int) {
-    if !state::forked() && ends_the_process(signal) {
-        state::write_what_was_learned();
+    if !forked_child() && ends_the_process(signal) {
+        write_what_was_learned();
         put_default_back(signal);
     }
 }

@@ -250,6 +250,8 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 /// counters at exit.
 pub static COPIES_WAITED: AtomicU64 = AtomicU64::new(0);
 pub static CAPTURES_REFUSED: AtomicU64 = AtomicU64::new(0);
+/// Copies cut at the edges of registrations made in chunks (the report's `copies_cut`).
+pub static COPIES_CUT: AtomicU64 = AtomicU64::new(0);
 pub static QUESTIONS_HIDDEN: AtomicU64 = AtomicU64::new(0);
 /// Allocations judged, for a cheap check in tests and the report.
 static JUDGED: AtomicU64 = AtomicU64::new(0);
@@ -412,7 +414,9 @@ pub fn init() {
                 libc::atexit(at_exit);
             }
             if writes_at_exit {
-                crate::signals::init();
+                crate::signals::init(|| {
+                    let _ = write_what_was_learned();
+                });
             }
             FLOOR.store(floor.max(1), Ordering::Relaxed);
             ENABLED.store(true, Ordering::Release);
@@ -501,7 +505,7 @@ fn write_report(state: &State, path: &std::path::Path) {
     }
     let counters = Counters {
         copies_waited: COPIES_WAITED.load(Ordering::Relaxed),
-        copies_cut: crate::copies::COPIES_CUT.load(Ordering::Relaxed),
+        copies_cut: COPIES_CUT.load(Ordering::Relaxed),
         captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
         questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
         budget_refusals: state.learner.as_ref().map_or(0, |l| l.refusals),
@@ -695,12 +699,18 @@ impl State {
         // said; the default one only with `HOTPIN_VERBOSE=1` (`hotpin run --verbose`): a
         // job wrapped on a node without the daemon runs quietly. The report says it always.
         let verbose = std::env::var_os("HOTPIN_VERBOSE").is_some_and(|v| v == "1");
-        crate::lease::configure(match std::env::var("HOTPIN_LEASE_SOCKET") {
-            _ if mode != Mode::Auto => None,
-            Ok(path) if path == "off" => None,
-            Ok(path) => Some((PathBuf::from(path), true)),
-            Err(_) => Some((PathBuf::from(hotpin_lease::DEFAULT_SOCKET), verbose)),
-        });
+        crate::lease::configure(
+            match std::env::var("HOTPIN_LEASE_SOCKET") {
+                _ if mode != Mode::Auto => None,
+                Ok(path) if path == "off" => None,
+                Ok(path) => Some((PathBuf::from(path), true)),
+                Err(_) => Some((PathBuf::from(hotpin_lease::DEFAULT_SOCKET), verbose)),
+            },
+            crate::lease::Answers {
+                give_back,
+                lease_scores,
+            },
+        );
         let mut counters = Counters::default();
         if let Some(learner) = &learner {
             counters.budget = learner.budget.limit;
