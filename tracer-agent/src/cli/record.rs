@@ -91,6 +91,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         protect,
     };
 
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Before the start is said or the command resumed: a SIGINT or SIGTERM from then on ends
+    // the recording with its history written, never the default action.
+    let signals = {
+        let _guard = runtime.enter();
+        Signals::new()?
+    };
     let mut agent = TracerAgent::with_config(config);
     agent.start().context("starting the tracer")?;
     report_probes(&agent, child.is_some());
@@ -99,11 +108,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     } else {
         announce(&agent, &args);
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let child_status =
-        runtime.block_on(wait(&agent, child.as_mut(), args.duration, &checkpoints))?;
+    let child_status = runtime.block_on(wait(
+        &agent,
+        child.as_mut(),
+        args.duration,
+        &checkpoints,
+        signals,
+    ))?;
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
@@ -396,6 +407,24 @@ impl Checkpoints {
     }
 }
 
+/// The signals the recording answers, registered before it starts.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    /// The command's exit wakes the loop at once (the tick is for checkpoints and --pid).
+    child_exited: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            child_exited: signal(SignalKind::child())?,
+        })
+    }
+}
+
 /// Waits for the end of the recording, writing checkpoints meanwhile; returns the started
 /// command's exit status.
 async fn wait(
@@ -403,12 +432,14 @@ async fn wait(
     mut child: Option<&mut PausedChild>,
     duration: Option<f64>,
     checkpoints: &Checkpoints,
+    signals: Signals,
 ) -> Result<Option<std::process::ExitStatus>> {
     let mut checkpointed = Instant::now();
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    // The command's exit wakes the loop at once (the tick is for checkpoints and --pid).
-    let mut child_exited = signal(SignalKind::child())?;
+    let Signals {
+        mut interrupt,
+        mut terminate,
+        mut child_exited,
+    } = signals;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let started = Instant::now();
     let deadline = duration.map(|s| started + Duration::from_secs_f64(s));

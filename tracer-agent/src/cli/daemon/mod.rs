@@ -111,6 +111,10 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         .enable_all()
         .build()?;
     let _guard = runtime.enter();
+    // Before anything else: a SIGTERM, SIGINT or SIGHUP that comes while the daemon starts
+    // (or right after it said it traces) is seen by the loop, never the default action
+    // (a daemon stopped and continued just after its start was killed by SIGTERM so).
+    let signals = Signals::new()?;
     // Bound before anything is attached: an address in use is said at once.
     let listener = bind_metrics(&runtime, settings.metrics)?;
     let leases = match &settings.leases {
@@ -149,8 +153,25 @@ pub fn run(args: DaemonArgs) -> Result<ExitCode> {
         store_errors: 0,
         without_calls: 0,
     };
-    runtime.block_on(daemon.serve(&agent, listener, &args))?;
+    runtime.block_on(daemon.serve(&agent, listener, &args, signals))?;
     daemon.finish(agent)
+}
+
+/// The signals the daemon's loop answers, registered before its start.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
 }
 
 impl Daemon {
@@ -252,10 +273,13 @@ impl Daemon {
         agent: &TracerAgent,
         listener: Option<TcpListener>,
         args: &DaemonArgs,
+        signals: Signals,
     ) -> Result<()> {
-        let mut terminate = signal(SignalKind::terminate())?;
-        let mut interrupt = signal(SignalKind::interrupt())?;
-        let mut hangup = signal(SignalKind::hangup())?;
+        let Signals {
+            mut terminate,
+            mut interrupt,
+            mut hangup,
+        } = signals;
         let mut collect = tokio::time::interval(COLLECT_EVERY);
         let mut lease_tick = tokio::time::interval(LEASE_TICK);
         let started_unix_ns = unix_ns();
