@@ -311,7 +311,17 @@ fn a_tracer_killed_with_sigkill_leaves_its_last_checkpoint() {
     )
     .spawn()
     .expect("start tracer");
-    std::thread::sleep(std::time::Duration::from_millis(3500));
+    // Killed once a checkpoint was written, and a second later (its start takes 1-2 s, the
+    // verifier's: a fixed wait raced it).
+    let start = std::time::Instant::now();
+    while !history.exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no checkpoint was written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     tracer.kill().expect("SIGKILL the tracer");
     let _ = tracer.wait();
     // The workload it started runs on; the kernel detached the probes with the tracer.
