@@ -24,7 +24,7 @@ use crate::{
     python_frames::send_python_frames,
     shared::{
         DEPTH, EVENTS, PENDING, Pending, PendingKey, WAKEUP_BYTES, bump, depth_of, header,
-        traced_thread,
+        inside_probed_call, traced_thread,
     },
     stacks::{STACKS, call_site, keep_stack_frames, return_address, stack_pointer},
 };
@@ -73,8 +73,7 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     // the frames once.
     if cookie.want_site() {
         // SAFETY: read only.
-        let outer = unsafe { DEPTH.get(tid) }.is_none_or(|d| d.allocator == 0 && d.runtime == 0);
-        if outer {
+        if !inside_probed_call(tid) {
             send_python_frames(tgid, tid);
         }
     }

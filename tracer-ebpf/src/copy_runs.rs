@@ -12,7 +12,7 @@ use tracer_common::{
 
 use crate::{
     page_faults::send_fault_run,
-    shared::{DEPTH, MAX_PENDING, Pending, header, send_event},
+    shared::{MAX_PENDING, Pending, header, inside_probed_call, send_event},
 };
 
 /// Each thread's driver copies not sent yet ([`CopyRuns`]). A plain hash: when it is full, a
@@ -34,12 +34,8 @@ static RUNS_SCRATCH: PerCpuArray<CopyRuns> = PerCpuArray::with_max_entries(1, 0)
 /// see [`CopyRuns`].
 pub(crate) fn send_at_entry(cookie: ProbeCookie, tgid: u32, tid: u32, pending: &Pending, sp: u64) {
     let mut flags = FLAG_AT_ENTRY;
-    if let Some(depth) = DEPTH.get_ptr(tid) {
-        // SAFETY: this thread's entry, read while this thread runs this program.
-        let depth = unsafe { &*depth };
-        if depth.runtime > 0 || depth.allocator > 0 {
-            flags |= FLAG_NESTED;
-        }
+    if inside_probed_call(tid) {
+        flags |= FLAG_NESTED;
     }
     let kind = cookie.kind();
     // SAFETY: a user read of the return address at the stack pointer on entry.

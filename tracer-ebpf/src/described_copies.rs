@@ -16,7 +16,7 @@ use tracer_common::{
 use crate::{
     copy_runs::send_copy_run,
     page_faults::send_fault_run,
-    shared::{DEPTH, Pending, bump_by, header, send_event},
+    shared::{Pending, bump_by, header, inside_probed_call, send_event},
 };
 
 /// Layouts of the structures described copies point at, by the index in their cookie; set
@@ -70,12 +70,8 @@ pub(crate) fn send_batch(cookie: ProbeCookie, tgid: u32, tid: u32, pending: &Pen
     send_copy_run(tid);
     send_fault_run(tid);
     let mut flags = FLAG_AT_ENTRY;
-    if let Some(depth) = DEPTH.get_ptr(tid) {
-        // SAFETY: this thread's entry, read while this thread runs this program.
-        let depth = unsafe { &*depth };
-        if depth.runtime > 0 || depth.allocator > 0 {
-            flags |= FLAG_NESTED;
-        }
+    if inside_probed_call(tid) {
+        flags |= FLAG_NESTED;
     }
     let Some(event) = ELEMENT_SCRATCH.get_ptr_mut(0) else {
         return;

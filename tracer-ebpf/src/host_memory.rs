@@ -9,7 +9,7 @@ use crate::{
     library_open,
     page_faults::send_fault_run,
     shared::{
-        DEPTH, EVENTS, FIELDS, PENDING, Pending, PendingKey, bump, header, read_field,
+        EVENTS, FIELDS, PENDING, Pending, PendingKey, bump, header, inside_probed_call, read_field,
         traced_thread,
     },
 };
@@ -118,9 +118,7 @@ fn try_host_memory_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let now = unsafe { bpf_ktime_get_ns() };
     let mut flags = 0;
     // SAFETY: only this thread changes its entry, and it is running this program.
-    if let Some(depth) = unsafe { DEPTH.get(tid) }
-        && (depth.runtime > 0 || depth.allocator > 0)
-    {
+    if inside_probed_call(tid) {
         flags |= FLAG_NESTED;
     }
     send_copy_run(tid);

@@ -11,7 +11,7 @@ use tracer_common::{MAPPING_LINES_FLOOR, field};
 use crate::{
     host_memory::MAP_ANONYMOUS,
     python_frames::send_python_frames,
-    shared::{DEPTH, FIELDS, traced_thread},
+    shared::{FIELDS, inside_probed_call, traced_thread},
 };
 
 /// Attached to `sys_enter_mmap` where Python lines are read (`tracer record`'s default).
@@ -36,9 +36,7 @@ fn try_mapping_lines(ctx: &TracePointContext) -> Result<(), i64> {
     if flags & MAP_ANONYMOUS == 0 || len < MAPPING_LINES_FLOOR {
         return Ok(());
     }
-    // SAFETY: read only.
-    let outer = unsafe { DEPTH.get(tid) }.is_none_or(|d| d.allocator == 0 && d.runtime == 0);
-    if outer {
+    if !inside_probed_call(tid) {
         send_python_frames(tgid, tid);
     }
     Ok(())

@@ -41,6 +41,16 @@ pub(crate) struct Depth {
     pub(crate) runtime: u32,
 }
 
+/// Whether this thread is inside a probed call (the runtime's, or an allocator's): what it
+/// does then (memory it maps, copies it makes) is that call's, nested.
+pub(crate) fn inside_probed_call(tid: u32) -> bool {
+    DEPTH.get_ptr(tid).is_some_and(|depth| {
+        // SAFETY: this thread's entry, read while this thread runs this program.
+        let depth = unsafe { &*depth };
+        depth.runtime > 0 || depth.allocator > 0
+    })
+}
+
 /// This thread's depth counters, created at zero if missing.
 pub(crate) fn depth_of(tid: u32) -> Option<*mut Depth> {
     if let Some(depth) = DEPTH.get_ptr_mut(tid) {
