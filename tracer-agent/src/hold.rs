@@ -21,11 +21,11 @@ pub struct Held {
 }
 
 impl Held {
-    /// Lets `pid` go on (SIGCONT), and every one of its `parents` ([`parents`]) that its
-    /// stop stopped: those first, so that one which continues its child itself once
-    /// continued (as `runuser` does) has done so before the child can stop again at its next
-    /// library.
-    pub fn let_go(&mut self, pid: u32, parents: Vec<u32>) {
+    /// Lets `pid` go on (SIGCONT), and every parent of it that its stop stopped: those
+    /// first, so that one which continues its child itself once continued (as `runuser`
+    /// does) has done so before the child can stop again at its next library.
+    pub fn let_go(&mut self, pid: u32) {
+        let parents = parents(pid);
         continue_stopped(&parents);
         // SAFETY: kill has no memory preconditions; `pid` is a process the kernel stopped.
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
@@ -46,7 +46,7 @@ impl Held {
 }
 
 /// The parents of `pid`, nearest first, up to (not including) init and this process.
-pub fn parents(pid: u32) -> Vec<u32> {
+fn parents(pid: u32) -> Vec<u32> {
     let me = std::process::id();
     let mut found = Vec::new();
     let mut at = pid;
@@ -158,7 +158,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(state_and_parent(sh).map(|s| s.0), Some(b'T'));
         let mut held = Held::default();
-        held.let_go(child, parents(child));
+        held.let_go(child);
         std::thread::sleep(Duration::from_millis(50));
         assert_ne!(
             state_and_parent(sh).map(|s| s.0),

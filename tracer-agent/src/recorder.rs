@@ -578,7 +578,7 @@ impl Reader {
             if let Err(error) = self.probes.release_hold(pid) {
                 tracing::warn!(pid, error = %crate::error::chain(&error), "cannot release a held process");
             }
-            self.held.let_go(pid, crate::hold::parents(pid));
+            self.held.let_go(pid);
         }
     }
 
