@@ -194,9 +194,14 @@ impl SiteAdvice {
 
     /// Where these allocations are made, as the user finds it: the Python line first.
     pub fn place(&self) -> String {
+        self.place_named(str::to_owned)
+    }
+
+    /// [`Self::place`], the call site named by `name` (the text report's shortening).
+    fn place_named(&self, name: impl Fn(&str) -> String) -> String {
         match &self.python_line {
-            Some(line) => format!("{line} ({})", self.call_site),
-            None => self.call_site.clone(),
+            Some(line) => format!("{line} ({})", name(&self.call_site)),
+            None => name(&self.call_site),
         }
     }
 
@@ -636,15 +641,6 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
         .to_owned()
 }
 
-/// A site advice's place as rendered: its Python line, then its call site named as the
-/// options say.
-fn site_place(site: &SiteAdvice, options: &RenderOptions) -> String {
-    match &site.python_line {
-        Some(line) => format!("{line} ({})", options.name(&site.call_site)),
-        None => options.name(&site.call_site),
-    }
-}
-
 /// Device memory still allocated at the end of the history (leaks, for a program that had
 /// exited), largest first; the reservations CUDA makes for itself left out.
 fn device_leaks(history: &MemHistory) -> Vec<&Allocation> {
@@ -815,7 +811,7 @@ impl Report {
                     } else {
                         " "
                     },
-                    names::shorten(&site_place(site, options), 56),
+                    names::shorten(&site.place_named(|name| options.name(name)), 56),
                     site.allocations,
                     bytes(site.bytes),
                     site.transfers,
@@ -899,7 +895,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "  stop pinning {} ({} allocations, {}, {} transfers{})",
-                site_place(site, options),
+                site.place_named(|name| options.name(name)),
                 site.allocations,
                 bytes(site.bytes),
                 site.transfers,
