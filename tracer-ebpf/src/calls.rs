@@ -23,8 +23,8 @@ use crate::{
     page_faults::send_fault_run,
     python_frames::send_python_frames,
     shared::{
-        DEPTH, EVENTS, PENDING, Pending, PendingKey, WAKEUP_BYTES, bump, depth_of, header,
-        inside_probed_call, traced_thread,
+        DEPTH, ENTRY_SCRATCH, EVENTS, PENDING, PendingKey, WAKEUP_BYTES, arg_at, arg_slot, bump,
+        depth_of, header, inside_probed_call, traced_thread,
     },
     stacks::{STACKS, call_site, keep_stack_frames, return_address, stack_pointer},
 };
@@ -49,11 +49,18 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     };
     // SAFETY: the helper only reads the program's context.
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let mut pending = Pending {
-        // SAFETY: no preconditions.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
-        args: [0; MAX_ARGS],
+    // The arguments are gathered in per-CPU scratch, not on the BPF stack: with the Python
+    // frames walk this program calls, a 336-byte frame took it past the 512 bytes that 6.1's
+    // verifier allows across calls (each frame rounded up to 32).
+    let Some(pending) = ENTRY_SCRATCH.get_ptr_mut(0) else {
+        return Ok(());
     };
+    // SAFETY: per-CPU scratch, used by this program alone while it runs (uprobe programs run
+    // with preemption off and do not nest on a CPU).
+    let pending = unsafe { &mut *pending };
+    // SAFETY: no preconditions.
+    pending.ts_ns = unsafe { bpf_ktime_get_ns() };
+    pending.args = [0; MAX_ARGS];
     for (index, slot) in pending.args.iter_mut().take(6).enumerate() {
         *slot = ctx.arg::<u64>(index).unwrap_or(0);
     }
@@ -91,18 +98,21 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
         }
     }
     if cookie.is_batch() {
-        send_batch(cookie, tgid, tid, &pending, sp);
+        send_batch(cookie, tgid, tid, pending, sp);
         return Ok(());
     }
     if cookie.is_at_entry() {
-        send_at_entry(cookie, tgid, tid, &pending, sp);
+        send_at_entry(cookie, tgid, tid, pending, sp);
         return Ok(());
     }
     let key = PendingKey {
         tid,
         kind: cookie.kind() as u32,
     };
-    if PENDING.insert(key, pending, 0).is_err() {
+    // By reference: the value stays in the scratch.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = PENDING.insert(key, &*pending, 0);
+    if inserted.is_err() {
         bump(counter::PENDING_FULL);
     }
     if let Some(depth) = depth_of(tid) {
@@ -224,18 +234,15 @@ fn leave_layer(tid: u32, cookie: ProbeCookie, flags: &mut u16) {
 /// pointer among `args`; the first is returned (0 without one).
 #[inline(always)]
 fn read_out_params(args: &mut [u64; MAX_ARGS], cookie: ProbeCookie, flags: &mut u16) -> u64 {
-    if let Some(index) = cookie.second_out_arg()
-        && index < MAX_ARGS
-    {
-        let slot = &mut args[index];
+    if let Some(index) = cookie.second_out_arg() {
+        let slot = arg_slot(args, index);
         if let Some(value) = read_out_param(*slot, flags) {
             *slot = value;
         }
     }
     cookie
         .out_arg()
-        .and_then(|index| args.get(index).copied())
-        .and_then(|at| read_out_param(at, flags))
+        .and_then(|index| read_out_param(arg_at(args, index), flags))
         .unwrap_or(0)
 }
 

@@ -16,7 +16,7 @@ use tracer_common::{
 use crate::{
     copy_runs::send_copy_run,
     page_faults::send_fault_run,
-    shared::{Pending, bump_by, header, inside_probed_call, send_event},
+    shared::{Pending, arg_slot, bump_by, header, inside_probed_call, send_event},
 };
 
 /// Layouts of the structures described copies point at, by the index in their cookie; set
@@ -51,9 +51,7 @@ pub(crate) fn read_descriptor(index: u32, args: &mut [u64; MAX_ARGS]) -> bool {
             *args = [0; MAX_ARGS];
             return false;
         };
-        if let Some(slot) = args.get_mut(read.arg as usize) {
-            *slot |= value << (read.shift & 63);
-        }
+        *arg_slot(args, read.arg as usize) |= value << (read.shift & 63);
     }
     true
 }

@@ -3,7 +3,7 @@
 use aya_ebpf::{macros::map, maps::LruHashMap};
 use tracer_common::{EventKind, MAX_ARGS, ProbeCookie, config};
 
-use crate::shared::CONFIG;
+use crate::shared::{CONFIG, arg_at};
 
 /// libc allocations at or above the floor, by (process, pointer): their frees are sent, no
 /// other frees are.
@@ -26,7 +26,7 @@ fn libc_block(tgid: u32, ptr: u64) -> LibcBlock {
 /// free (or realloc) of one that was.
 pub(crate) fn libc_call_wanted(tgid: u32, cookie: ProbeCookie, args: &[u64; MAX_ARGS]) -> bool {
     let floor = CONFIG.get(config::MALLOC_FLOOR).copied().unwrap_or(0);
-    let arg = |index: Option<usize>| index.and_then(|i| args.get(i).copied());
+    let arg = |index: Option<usize>| index.map(|i| arg_at(args, i));
     let size = match (arg(cookie.size_arg()), arg(cookie.count_arg())) {
         // BPF has no 128-bit multiply (saturating_mul needs one): two factors under 2^32
         // cannot overflow, and a factor above is past any floor anyway.

@@ -92,12 +92,32 @@ pub(crate) struct PendingKey {
     pub(crate) kind: u32,
 }
 
+/// Room to gather a call's [`Pending`] arguments outside the BPF stack.
+#[map]
+pub(crate) static ENTRY_SCRATCH: PerCpuArray<Pending> = PerCpuArray::with_max_entries(1, 0);
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Pending {
     pub(crate) ts_ns: u64,
     pub(crate) args: [u64; MAX_ARGS],
 }
+
+/// `args[index]` for an index taken from an attach cookie or a layout: masked to the array
+/// (the agent only writes indexes below [`MAX_ARGS`]), not checked. LLVM tests a checked index
+/// as `index - 1` in one register and reads with another, and verifiers before 6.x do not
+/// carry that bound over: 6.1 refused the read once the arguments sat in a map value, whose
+/// size it checks exactly.
+pub(crate) fn arg_at(args: &[u64; MAX_ARGS], index: usize) -> u64 {
+    args[index & (MAX_ARGS - 1)]
+}
+
+/// [`arg_at`]'s slot, to write.
+pub(crate) fn arg_slot(args: &mut [u64; MAX_ARGS], index: usize) -> &mut u64 {
+    &mut args[index & (MAX_ARGS - 1)]
+}
+
+const _: () = assert!(MAX_ARGS.is_power_of_two());
 
 /// The calling thread as (tgid, tid), if its process is traced.
 pub(crate) fn traced_thread() -> Option<(u32, u32)> {
