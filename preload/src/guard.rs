@@ -7,11 +7,34 @@ use std::{
     cell::Cell,
     collections::BTreeMap,
     panic::{AssertUnwindSafe, catch_unwind},
+    sync::atomic::{AtomicU64, Ordering},
 };
 
 thread_local! {
-    /// This thread is inside the interposer: whatever it allocates goes straight to libc.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// When this thread entered the interposer (monotonic ns), 0 while it is outside: whatever
+    /// it allocates meanwhile goes straight to libc.
+    static BUSY_SINCE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The time the program's threads spent inside the interposer's own work (everything done
+/// under [`Busy`]: lookups, counting, its locks, the CUDA calls hotpin adds, reading Python
+/// lines), in ns, and how many times they entered it: the report's `busy_ns` and
+/// `busy_entries`, what hotpin costs a program where it pins nothing.
+pub static BUSY_NS: AtomicU64 = AtomicU64::new(0);
+pub static BUSY_ENTRIES: AtomicU64 = AtomicU64::new(0);
+
+/// The monotonic clock in ns (the vDSO's: no system call); never 0.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+        .max(1)
 }
 
 /// Marks this thread busy while it lives; None if it already was (a nested call).
@@ -19,11 +42,11 @@ pub struct Busy(());
 
 impl Busy {
     pub fn enter() -> Option<Self> {
-        BUSY.with(|busy| {
-            if busy.get() {
+        BUSY_SINCE.with(|since| {
+            if since.get() != 0 {
                 None
             } else {
-                busy.set(true);
+                since.set(now_ns());
                 Some(Busy(()))
             }
         })
@@ -32,7 +55,9 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        BUSY.with(|busy| busy.set(false));
+        let since = BUSY_SINCE.with(|since| since.replace(0));
+        BUSY_NS.fetch_add(now_ns().saturating_sub(since), Ordering::Relaxed);
+        BUSY_ENTRIES.fetch_add(1, Ordering::Relaxed);
     }
 }
 

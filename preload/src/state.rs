@@ -187,6 +187,11 @@ pub struct Counters {
     /// Allocator calls the dynamic loader made (its thread-local tables, its link maps),
     /// served by libc with nothing of ours touched (loader.rs).
     pub loader_calls: u64,
+    /// The time the program's threads spent inside hotpin's own work until this report
+    /// (lookups, counting, its locks, the CUDA calls it adds, Python lines; not its pinner
+    /// and lease threads), in ns, and how many times they entered it (`guard::Busy`).
+    pub busy_ns: u64,
+    pub busy_entries: u64,
     /// The budget auto mode kept within (bytes), and why pinning was off, if it was.
     pub budget: Option<u64>,
     pub pinning_off: Option<String>,
@@ -515,6 +520,8 @@ fn write_report(state: &State, path: &std::path::Path) {
         python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
         python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
         loader_calls: crate::loader::CALLS.load(Ordering::Relaxed) as u64,
+        busy_ns: crate::guard::BUSY_NS.load(Ordering::Relaxed),
+        busy_entries: crate::guard::BUSY_ENTRIES.load(Ordering::Relaxed),
         longest_unregister_ns: LONGEST_UNREGISTER_NS.load(Ordering::Relaxed),
         longest_copy_held_ns: crate::turns::LONGEST_HELD_NS.load(Ordering::Relaxed),
         longest_turn_wait_ns: crate::turns::LONGEST_TURN_WAIT_NS.load(Ordering::Relaxed),

@@ -762,6 +762,10 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
         "{c}"
     );
     assert_eq!(c["register_failures"], 0, "{c}");
+    // The time its threads spent inside hotpin's own work is counted (#40 item 1): every
+    // copy and large allocation entered it.
+    assert!(c["busy_entries"].as_u64() > Some(100), "{c}");
+    assert!(c["busy_ns"].as_u64() > Some(0), "{c}");
     // What it learned is written where it was told, for the next run.
     let learned = hotpin_history::dump::read(&history).expect("the history it learned");
     assert!(

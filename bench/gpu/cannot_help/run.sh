@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The "cannot help" set (#40 item 1) on the GPU machine: each program as written, under
 # `hotpin run` on its first run, and from its own history, ROUNDS rounds interleaved. Writes
-# one JSON line per run to $OUT/cannot_help.jsonl and prints medians (summarize.py).
+# one JSON line per run to $OUT/cannot_help.jsonl and prints medians (summarize.py). Each
+# hotpin run writes its report under $OUT/r; the line gets `busy_ns`, the time the program's
+# threads spent inside hotpin's own work (the report's counter, summed over its processes).
 # Usage: BIN=dir OUT=dir bash bench/gpu/cannot_help/run.sh ROUNDS [PROGRAMS...]
 set -u
 BIN=${BIN:-target/release}; OUT=${OUT:-/tmp/hotpin-cannot-help}; PY=${PYTHON:-python3}
 ROUNDS=${1:-5}; shift || true
 PROGRAMS=${*:-loader_pageable loader_pinned compute small_copies small_allocs forks device_only}
 HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"; export XDG_STATE_HOME="$OUT/state" PYTHONUNBUFFERED=1
+mkdir -p "$OUT/r"; export XDG_STATE_HOME="$OUT/state" PYTHONUNBUFFERED=1
 J="$OUT/cannot_help.jsonl"; : >"$J"
 one() { # program config round cmd...
   local p=$1 c=$2 r=$3; shift 3
@@ -16,17 +18,25 @@ one() { # program config round cmd...
   local line; line=$(timeout 120 "$@" 2>"$OUT/last.err" | tail -1); local rc=$?
   local wall=$(awk "BEGIN{print $EPOCHREALTIME - $began}")
   [ -z "$line" ] && line='{}'
-  echo "$line" | python3 -c "import json,sys; d=json.loads(sys.stdin.read() or '{}'); d.update(program='$p', config='$c', round=$r, wall=$wall, exit=$rc); print(json.dumps(d))" >>"$J"
+  echo "$line" | python3 -c "
+import glob, json, sys
+d = json.loads(sys.stdin.read() or '{}')
+reports = [json.load(open(f)) for f in glob.glob('$OUT/r/$p.$c.$r.*.json')]
+if reports:
+    d['busy_ns'] = sum(x['counters']['busy_ns'] for x in reports)
+    d['busy_entries'] = sum(x['counters']['busy_entries'] for x in reports)
+d.update(program='$p', config='$c', round=$r, wall=$wall, exit=$rc)
+print(json.dumps(d))" >>"$J"
 }
 for r in $(seq 1 "$ROUNDS"); do
   for p in $PROGRAMS; do
     h="$OUT/$p.hotpin"
-    [ "$r" = 1 ] && rm -f "$h" && one "$p" learn 0 "$BIN/hotpin" run --history "$h" -- "$PY" "$HERE/programs.py" "$p"
+    [ "$r" = 1 ] && rm -f "$h" && one "$p" learn 0 "$BIN/hotpin" run --history "$h" --report "$OUT/r/$p.learn.0" -- "$PY" "$HERE/programs.py" "$p"
     one "$p" plain "$r" "$PY" "$HERE/programs.py" "$p"
     rm -f "$OUT/$p.first.hotpin"
-    one "$p" auto-first "$r" "$BIN/hotpin" run --history "$OUT/$p.first.hotpin" -- "$PY" "$HERE/programs.py" "$p"
+    one "$p" auto-first "$r" "$BIN/hotpin" run --history "$OUT/$p.first.hotpin" --report "$OUT/r/$p.auto-first.$r" -- "$PY" "$HERE/programs.py" "$p"
     cp "$h" "$OUT/$p.history.hotpin" 2>/dev/null || rm -f "$OUT/$p.history.hotpin"
-    one "$p" auto-history "$r" "$BIN/hotpin" run --history "$OUT/$p.history.hotpin" -- "$PY" "$HERE/programs.py" "$p"
+    one "$p" auto-history "$r" "$BIN/hotpin" run --history "$OUT/$p.history.hotpin" --report "$OUT/r/$p.auto-history.$r" -- "$PY" "$HERE/programs.py" "$p"
   done
 done
 python3 "$HERE/summarize.py" "$J"

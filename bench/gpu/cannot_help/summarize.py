@@ -1,8 +1,11 @@
 """Medians of the cannot-help runs: per program, seconds as written, first run and from
-history, the ratios to as written, and whether every run checked out."""
+history, the ratios to as written, whether every run checked out, and the time the program's
+threads spent inside hotpin (the reports' busy_ns: median ms, and its share of the work's
+seconds)."""
 import collections, json, statistics, sys
 
 runs = collections.defaultdict(list)
+busy = collections.defaultdict(list)
 bad = collections.Counter()
 for line in open(sys.argv[1]):
     d = json.loads(line)
@@ -12,8 +15,10 @@ for line in open(sys.argv[1]):
         bad[(d["program"], d["config"])] += 1
         continue
     runs[(d["program"], d["config"])].append(d["seconds"])
-print("| program | as written (median, range) | first run | x | from history | x | failed runs |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+    if "busy_ns" in d:
+        busy[(d["program"], d["config"])].append((d["busy_ns"] / 1e6, d["busy_ns"] / 1e7 / d["seconds"]))
+print("| program | as written (median, range) | first run | x | from history | x | failed runs | inside hotpin, first / history (ms, % of work) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for p in dict.fromkeys(k[0] for k in runs):
     def cell(c):
         s = runs.get((p, c), [])
@@ -21,4 +26,9 @@ for p in dict.fromkeys(k[0] for k in runs):
     (pm, pc), (fm, fc), (hm, hc) = cell("plain"), cell("auto-first"), cell("auto-history")
     ratio = lambda m: f"{m / pm:.3f}" if m and pm else "-"
     failed = sum(bad[(p, c)] for c in ("plain", "auto-first", "auto-history"))
-    print(f"| {p} | {pc} | {fc} | {ratio(fm)} | {hc} | {ratio(hm)} | {failed} |")
+    def inside(c):
+        b = busy.get((p, c), [])
+        if not b:
+            return "-"
+        return f"{statistics.median(x[0] for x in b):.1f} ms, {statistics.median(x[1] for x in b):.2f}%"
+    print(f"| {p} | {pc} | {fc} | {ratio(fm)} | {hc} | {ratio(hm)} | {failed} | {inside('auto-first')} / {inside('auto-history')} |")
