@@ -30,7 +30,7 @@
 //!
 //! The cost model is [`CostModel`], the same that judges histories; nothing here calls CUDA.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use hotpin_history::history::TransferStats;
 
@@ -227,26 +227,47 @@ struct Group {
 
 /// Recycled groups, by call site and size: the blocks they retired and what those saved, the
 /// blocks alive, and the copy time the group saves per second.
+///
+/// Asked at every allocation, free and copy of a tracked block, under the interposer's lock:
+/// keyed by site, then size, so that a lookup borrows the site instead of cloning it (its
+/// module name is a string), with a fast hash (the keys are the program's own call sites, not
+/// input an attacker chooses).
 #[derive(Debug, Default)]
 pub struct Groups<K> {
-    groups: HashMap<(K, u64), Group>,
+    groups: FxHashMap<K, FxHashMap<u64, Group>>,
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
     pub fn new() -> Self {
         Self {
-            groups: HashMap::new(),
+            groups: FxHashMap::default(),
         }
+    }
+
+    fn group(&self, site: &K, size: u64) -> Option<&Group> {
+        self.groups.get(site)?.get(&size)
+    }
+
+    /// The group, made if it is new (the site cloned only then).
+    fn group_mut(&mut self, site: &K, size: u64) -> &mut Group {
+        if !self.groups.contains_key(site) {
+            self.groups.insert(site.clone(), FxHashMap::default());
+        }
+        self.groups
+            .get_mut(site)
+            .expect("inserted above")
+            .entry(size)
+            .or_default()
     }
 
     /// A block of the group made.
     pub fn born(&mut self, site: &K, size: u64) {
-        self.groups.entry((site.clone(), size)).or_default().live += 1;
+        self.group_mut(site, size).live += 1;
     }
 
     /// A block of the group freed, with the copy seconds pinning saved (or would have) it.
     pub fn retire(&mut self, site: &K, size: u64, saving_s: f64) {
-        let group = self.groups.entry((site.clone(), size)).or_default();
+        let group = self.group_mut(site, size);
         group.retired += 1;
         group.retired_saving_s += saving_s;
         group.live = group.live.saturating_sub(1);
@@ -254,7 +275,7 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
 
     /// A copy of one of its blocks that pinning saves (or would save) `saving_s`, at `now_ns`.
     pub fn copied(&mut self, policy: &Online, site: &K, size: u64, saving_s: f64, now_ns: u64) {
-        let group = self.groups.entry((site.clone(), size)).or_default();
+        let group = self.group_mut(site, size);
         group.decayed_saving_s =
             policy.decay(group.decayed_saving_s, group.updated_ns, now_ns) + saving_s;
         group.updated_ns = group.updated_ns.max(now_ns);
@@ -263,17 +284,13 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
     /// One of its blocks was copied for the first time, and that copy alone was worth pinning
     /// it before ([`Online::one_copy_repays`]).
     pub fn first_copy_repaid(&mut self, site: &K, size: u64) {
-        self.groups
-            .entry((site.clone(), size))
-            .or_default()
-            .first_copies_repaid += 1;
+        self.group_mut(site, size).first_copies_repaid += 1;
     }
 
     /// Whether the group's blocks are pinned before their first copy: [`TRUSTED_AFTER`] of
     /// them were each worth it on their own first copy.
     pub fn trusted(&self, site: &K, size: u64) -> bool {
-        self.groups
-            .get(&(site.clone(), size))
+        self.group(site, size)
             .is_some_and(|group| group.first_copies_repaid >= TRUSTED_AFTER)
     }
 
@@ -281,7 +298,7 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
     /// (two at least) together lost what pinning one block of the group costs (rent or buy
     /// over the group, whose blocks share one registration through the cache).
     pub fn hot(&self, policy: &Online, site: &K, size: u64) -> bool {
-        self.groups.get(&(site.clone(), size)).is_some_and(|group| {
+        self.group(site, size).is_some_and(|group| {
             group.retired >= 2 && group.retired_saving_s >= policy.pin_cost(size as usize)
         })
     }
@@ -295,7 +312,7 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
         if !self.hot(policy, site, size) {
             return None;
         }
-        let group = self.groups.get(&(site.clone(), size))?;
+        let group = self.group(site, size)?;
         let heat = Heat {
             decayed_saving_s: group.decayed_saving_s,
             updated_ns: group.updated_ns,

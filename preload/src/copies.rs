@@ -19,7 +19,8 @@
 //! stream capture, which refuses pageable memory: such a block is registered first.
 //!
 //! A copy touching no block hotpin changed costs an atomic load, or while blocks are
-//! promoted, one lookup under a lock (docs/benchmarks.md measures it). Synchronous copies are
+//! promoted, one lookup under a lock (docs/benchmarks.md measures it); in auto mode it is
+//! counted under the lock only where it may touch a block the learner tracks (`regions`). Synchronous copies are
 //! synchronous to the host for pinned memory as for pageable: in auto mode they are only
 //! counted, and cut at chunk edges or made to let go what they cross (`chunks`).
 
@@ -34,6 +35,7 @@ use crate::{
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
     guard::{Busy, judged},
     questions,
+    regions::TRACKED,
     state::{self, ACTIVE, BELIEVED_PINNED, CAPTURES_REFUSED, COPIES_WAITED, FLOOR, Touched},
     turns,
 };
@@ -162,15 +164,26 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
 /// floor copies no block whole: nothing looked up.
 fn trusting(ranges: &[Range]) {
     if host_bytes(ranges) >= FLOOR.load(Ordering::Relaxed)
+        && tracked(ranges)
         && let Some(_busy) = Busy::enter()
     {
         judged(|| state::before_copy(ranges));
     }
 }
 
+/// Whether `ranges` may touch a block auto mode tracks: one that touches none teaches it
+/// nothing, and is not looked up under the lock (`regions`).
+fn tracked(ranges: &[Range]) -> bool {
+    ranges
+        .iter()
+        .any(|&(start, len, _)| start != 0 && TRACKED.may_touch(start, len))
+}
+
 /// Auto mode: counts a completed copy of `ranges`.
 fn count(ranges: &[Range]) {
-    if let Some(_busy) = Busy::enter() {
+    if tracked(ranges)
+        && let Some(_busy) = Busy::enter()
+    {
         judged(|| state::copied(ranges));
     }
 }

@@ -73,6 +73,7 @@ mod online;
 mod python;
 mod questions;
 mod real;
+mod regions;
 mod shared_history;
 mod shelf;
 mod signals;

@@ -298,7 +298,9 @@ impl Learner {
                 cold_by_history: false,
             },
         );
+        crate::regions::TRACKED.add(ptr, size);
         if let Some(old) = replaced {
+            crate::regions::TRACKED.remove(ptr, old.size);
             let saving = self.online.model.copy_saving(&old.heat.stats);
             self.groups.retire(&old.group, old.size as u64, saving);
         }
@@ -336,6 +338,7 @@ impl Learner {
     /// unpins it if pinned and gives its bytes back to the budget).
     pub fn untrack(&mut self, ptr: usize) -> Option<Block> {
         let block = self.blocks.remove(&ptr)?;
+        crate::regions::TRACKED.remove(ptr, block.size);
         let now = self.now_ns();
         let saving = self.online.model.copy_saving(&block.heat.stats);
         self.groups.retire(&block.group, block.size as u64, saving);

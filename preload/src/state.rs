@@ -5,7 +5,7 @@
 //! at the fork): every entry point checks [`forked`] first.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     ffi::c_void,
     path::PathBuf,
     sync::{
@@ -212,7 +212,7 @@ struct State {
     hot: Option<HotSet>,
     budget: Option<u64>,
     resolver: Resolver,
-    ordinals: HashMap<SiteKey, u32>,
+    ordinals: rustc_hash::FxHashMap<SiteKey, u32>,
     /// Blocks we registered in place: address -> size. Ordered, so that a copy's host
     /// memory is looked up by interval.
     registered: BTreeMap<usize, usize>,
@@ -727,7 +727,7 @@ impl State {
             hot,
             budget: if mode == Mode::Auto { None } else { budget },
             resolver: Resolver::default(),
-            ordinals: HashMap::new(),
+            ordinals: Default::default(),
             registered: BTreeMap::new(),
             registered_bytes: 0,
             demoted: BTreeMap::new(),
@@ -755,9 +755,17 @@ impl State {
     /// The next allocation's identity at the call site `caller` returns to.
     fn identify(&mut self, caller: usize) -> (SiteKey, u32) {
         let site = self.resolver.resolve(caller);
-        let next = self.ordinals.entry(site.clone()).or_insert(0);
-        let ordinal = *next;
-        *next += 1;
+        // The site is cloned only the first time it is seen.
+        let ordinal = match self.ordinals.get_mut(&site) {
+            Some(next) => {
+                *next += 1;
+                *next - 1
+            }
+            None => {
+                self.ordinals.insert(site.clone(), 1);
+                0
+            }
+        };
         (site, ordinal)
     }
 
