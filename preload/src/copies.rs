@@ -32,11 +32,12 @@ use std::{
 
 use crate::{
     chunks,
+    counters::{CAPTURES_REFUSED, COPIES_CUT, COPIES_WAITED},
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
     guard::{Busy, judged},
     questions,
     regions::TRACKED,
-    state::{self, ACTIVE, BELIEVED_PINNED, CAPTURES_REFUSED, COPIES_WAITED, FLOOR, Touched},
+    state::{self, ACTIVE, BELIEVED_PINNED, FLOOR, Touched},
     turns,
 };
 
@@ -148,7 +149,7 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
                 continue;
             }
             if !cuts.is_empty() {
-                state::COPIES_CUT.fetch_add(1, Ordering::Relaxed);
+                COPIES_CUT.fetch_add(1, Ordering::Relaxed);
             }
             return (in_call, cuts);
         }

@@ -64,6 +64,7 @@ macro_rules! stub {
 
 mod chunks;
 mod copies;
+mod counters;
 mod cuda;
 mod exports;
 mod guard;
@@ -74,6 +75,7 @@ mod python;
 mod questions;
 mod real;
 mod regions;
+mod settings;
 mod shared_history;
 mod shelf;
 mod signals;

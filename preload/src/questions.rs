@@ -18,9 +18,10 @@ use std::{
 };
 
 use crate::{
+    counters::QUESTIONS_HIDDEN,
     cuda::{self, Real},
     guard::{Busy, judged},
-    state::{self, ACTIVE, BELIEVED_PINNED, QUESTIONS_HIDDEN},
+    state::{self, ACTIVE, BELIEVED_PINNED},
 };
 
 /// Pageable memory of ours that is never registered: what CUDA is asked about in place of a

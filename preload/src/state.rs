@@ -24,13 +24,18 @@ use hotpin_policy::{
     hot::HotPolicy,
     set::{HotSet, Request, SiteKey, Why, decide},
 };
-use serde::Serialize;
 
 use crate::{
-    chunks, cuda,
+    chunks,
+    counters::{
+        self, Counters, Decision, LONGEST_UNREGISTER_NS, MAX_LOGGED, PYTHON_STACK_MAX_NS,
+        PYTHON_STACK_NS, PYTHON_STACKS,
+    },
+    cuda,
     guard::{Busy, judged, overlapping},
     online::{BlockRef, Decisions, GroupKey, Learner, Pin},
     real::__libc_free,
+    settings::{STRICT_FAILED, say_once, size_setting, strict, switch_setting},
     shelf::Shelf,
 };
 
@@ -49,154 +54,6 @@ pub static BELIEVED_PINNED: AtomicBool = AtomicBool::new(false);
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 const DEFAULT_FLOOR: usize = 1 << 20;
-/// Exit status of strict mode (`HOTPIN_STRICT=1`, `hotpin run --strict`) for a setting the
-/// interposer cannot use, and for a use-mode history that matched none of the program's
-/// allocations: 125, what `env`, `timeout` and `chroot` give when they, not the command,
-/// failed, so it is not taken for the program's own 2 or 3 (#41 item 13); stderr says which.
-const STRICT_FAILED: i32 = 125;
-
-/// Whether what would only be said is to be an error (`HOTPIN_STRICT=1`).
-fn strict() -> bool {
-    std::env::var_os("HOTPIN_STRICT").is_some_and(|v| v == "1")
-}
-/// Decisions kept for the report file, at most.
-const MAX_LOGGED: usize = 100_000;
-
-/// What became of one judged allocation, for the report file.
-#[derive(Clone, Debug, Serialize)]
-pub struct Decision {
-    /// `malloc`, `cudaHostAlloc`, ...
-    pub call: &'static str,
-    pub site: String,
-    pub ordinal: u32,
-    pub size: u64,
-    /// `promoted`, `pinned-from-cache`, `pageable`, `pageable-pressure` (to be pinned, but
-    /// memory was critically short), `kept-pinned`, `demoted`, `register-failed`,
-    /// `skipped-register`.
-    pub action: &'static str,
-    /// How the history judged it (`known`, `recycled`, `site-hot`, `unknown`, or the mode).
-    pub why: &'static str,
-}
-
-/// Counters, written to `HOTPIN_REPORT` at exit.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Counters {
-    /// Pageable allocations registered in place, and their bytes.
-    pub promoted: u64,
-    pub promoted_bytes: u64,
-    /// Pinned requests served pageable, and their bytes.
-    pub demoted: u64,
-    pub demoted_bytes: u64,
-    /// Pinned requests kept pinned, and their bytes.
-    pub kept_pinned: u64,
-    pub kept_pinned_bytes: u64,
-    /// Registrations asked for by the program and not carried out (cold).
-    pub skipped_registers: u64,
-    /// Registrations of ours CUDA refused (the block stays pageable).
-    pub register_failures: u64,
-    /// Judged allocations left pageable.
-    pub pageable: u64,
-    /// The most bytes registered by us at once (the cache included).
-    pub peak_promoted_bytes: u64,
-    /// Allocations served from the cache of freed pinned blocks (no new registration).
-    pub cache_hits: u64,
-    /// Auto mode: allocations to be pinned that found no room (budget or lease), served a
-    /// warm block: a freed pageable one of their size, its pages faulted in already.
-    pub warm_hits: u64,
-    /// Allocations the CUDA libraries made for themselves, left alone.
-    pub cuda_internal: u64,
-    /// Allocations to be pinned left pageable because memory was critically short (under
-    /// 5% of MemTotal available), and times the cache was emptied because it was short
-    /// (under 10%) or the budget was reached.
-    pub pressure_fallbacks: u64,
-    pub cache_releases: u64,
-    /// Pinned requests served pageable, and registrations skipped, that were registered
-    /// later because the program used them as only pinned memory can be used.
-    pub pinned_on_demand: u64,
-    /// Copies that touched memory hotpin registered behind the program's back: made to
-    /// complete before they returned, as copies of pageable memory do; and those refused
-    /// during stream capture, as CUDA refuses pageable memory there.
-    pub copies_waited: u64,
-    pub captures_refused: u64,
-    /// Questions about a pointer (`cudaPointerGetAttributes`, ...) answered as for pageable
-    /// memory, for memory hotpin registered behind the program's back.
-    pub questions_hidden: u64,
-    /// Auto mode: blocks pinned because their copies repaid it, their bytes; blocks the
-    /// budget let go for denser ones; candidates it refused.
-    pub learned_pins: u64,
-    pub learned_pin_bytes: u64,
-    pub evictions: u64,
-    pub budget_refusals: u64,
-    /// Auto mode under a node arbiter: pins it did not lease (decided by the copies, or at
-    /// birth), and blocks it reclaimed that were given back.
-    pub node_refusals: u64,
-    pub node_reclaims: u64,
-    /// Auto mode: of the learned pins, those of a part of a large block (what its copies
-    /// touched); parts let go because a copy would have crossed their edge.
-    pub part_pins: u64,
-    pub parts_let_go: u64,
-    /// Auto mode: blocks pinned before their first copy because their group is trusted
-    /// (`hotpin_policy::online`, "Trusted groups"), and those let go for not being copied
-    /// again.
-    pub trusted_pins: u64,
-    pub trusted_let_go: u64,
-    /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
-    pub peak_pinned_bytes: u64,
-    /// The longest single registration call of ours, and unregistration call, on any
-    /// thread, in nanoseconds.
-    pub longest_register_ns: u64,
-    pub longest_unregister_ns: u64,
-    /// The longest a program thread waited for a registration of ours (the pinner thread's
-    /// are not waited for), in nanoseconds.
-    pub longest_thread_wait_ns: u64,
-    /// Blocks auto mode had the pinner thread register, being larger than
-    /// `HOTPIN_OFF_THREAD_ABOVE`; of those, the ones registered in chunks (`chunks`), larger
-    /// than `HOTPIN_REGISTER_CHUNK`; copies cut at chunk edges; registrations in chunks let go
-    /// because a copy that cannot be cut would have crossed an edge.
-    pub off_thread_pins: u64,
-    pub chunked_pins: u64,
-    pub copies_cut: u64,
-    pub chunked_let_go: u64,
-    /// Freed blocks registered in chunks that the pinner thread unregistered and freed.
-    pub off_thread_releases: u64,
-    /// Blocks let go (by the budget, the node's arbiter) that were unregistered off the
-    /// program's threads: the budget's, when registered in chunks, by the pinner thread.
-    pub off_thread_unpins: u64,
-    /// The longest a program thread spent letting a block go (its copies waited for, then
-    /// unregistered), in nanoseconds.
-    pub longest_thread_unpin_ns: u64,
-    /// With turns (`turns`, `HOTPIN_BETWEEN_COPIES=1`): the longest a large copy was held
-    /// back for a call and the longest the pinner waited for its turn, in nanoseconds; and
-    /// how often a call and a large copy were let beside each other after waiting their
-    /// limits (a count).
-    pub longest_copy_held_ns: u64,
-    pub longest_turn_wait_ns: u64,
-    pub calls_beside_copies: u64,
-    /// Registrations in chunks given up before any call, the copies before them having
-    /// taken longer than `chunks::GRACE_LIMIT` to be queued (the block weighed again later).
-    pub registrations_put_off: u64,
-    /// Auto mode in CPython: allocations given their Python frames, and the time reading
-    /// them took in all (python.rs).
-    pub python_stacks: u64,
-    pub python_stack_ns: u64,
-    pub python_stack_max_ns: u64,
-    /// Requests kept pinned without a lease of the node's arbiter: their flags need them
-    /// pinned (or no memory was left to serve them pageable). The daemon counts them as pins
-    /// outside leases.
-    pub kept_without_lease: u64,
-    /// Allocator calls the dynamic loader made (its thread-local tables, its link maps),
-    /// served by libc with nothing of ours touched (loader.rs).
-    pub loader_calls: u64,
-    /// The time the program's threads spent inside hotpin's own work until this report
-    /// (lookups, counting, its locks, the CUDA calls it adds, Python lines; not its pinner
-    /// and lease threads), in ns, and how many times they entered it (`guard::Busy`).
-    pub busy_ns: u64,
-    pub busy_entries: u64,
-    /// The budget auto mode kept within (bytes), and why pinning was off, if it was.
-    pub budget: Option<u64>,
-    pub pinning_off: Option<String>,
-}
-
 /// A pinned request served from libc.
 struct Demoted {
     size: usize,
@@ -251,13 +108,6 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
-/// Counted by the copy and question hooks without the lock; written into the report's
-/// counters at exit.
-pub static COPIES_WAITED: AtomicU64 = AtomicU64::new(0);
-pub static CAPTURES_REFUSED: AtomicU64 = AtomicU64::new(0);
-/// Copies cut at the edges of registrations made in chunks (the report's `copies_cut`).
-pub static COPIES_CUT: AtomicU64 = AtomicU64::new(0);
-pub static QUESTIONS_HIDDEN: AtomicU64 = AtomicU64::new(0);
 /// Allocations judged, for a cheap check in tests and the report.
 static JUDGED: AtomicU64 = AtomicU64::new(0);
 /// Auto mode is on: copies are counted (and may pin what they touch).
@@ -290,88 +140,6 @@ fn lock() -> MutexGuard<'static, Option<State>> {
     STATE
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A size in the environment variable `name` (suffixes K, M, G), else `default`.
-fn size_setting(name: &str, default: usize) -> usize {
-    setting(
-        name,
-        default,
-        |text| {
-            hotpin_history::units::parse_bytes(text)
-                .map(|bytes| bytes as usize)
-                .map_err(|error| format!("is not a size ({error})"))
-        },
-        |default| format!("{default} bytes"),
-    )
-}
-
-/// A switch in the environment variable `name` (`1` on, `0` off), else `default`.
-fn switch_setting(name: &str, default: bool) -> bool {
-    setting(
-        name,
-        default,
-        |text| match text {
-            "1" => Ok(true),
-            "0" => Ok(false),
-            _ => Err("is neither 1 nor 0".to_owned()),
-        },
-        |default| u8::from(*default).to_string(),
-    )
-}
-
-/// The environment variable `name` read by `parse`, else `default`; a value `parse` refuses
-/// (saying what is wrong with it) is said once, with the default kept (`shown`), or in strict
-/// mode the process stops before the program starts.
-fn setting<T>(
-    name: &str,
-    default: T,
-    parse: impl FnOnce(&str) -> Result<T, String>,
-    shown: impl FnOnce(&T) -> String,
-) -> T {
-    let Ok(text) = std::env::var(name) else {
-        return default;
-    };
-    match parse(&text) {
-        Ok(value) => value,
-        Err(wrong) if strict() => {
-            eprintln!("hotpin: {name}={text:?} {wrong}; stopping (HOTPIN_STRICT)");
-            // SAFETY: ends the process before the program starts.
-            unsafe { libc::_exit(STRICT_FAILED) };
-        }
-        Err(wrong) => {
-            say_once(&format!(
-                "hotpin: {name}={text:?} {wrong}; it is {}",
-                shown(&default)
-            ));
-            default
-        }
-    }
-}
-
-/// Says `text` on stderr once per run, not once per process (#41 item 13: a missing cost file
-/// was said 6 times for one `sh -c` pipeline): what was said is marked in the environment
-/// (`HOTPIN_SAID`, a short hash of each text) that the run's later processes inherit. Called
-/// at load, before the program's `main`, while it has one thread.
-fn say_once(text: &str) {
-    let key = format!(
-        "{:x}",
-        text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        })
-    );
-    let said = std::env::var("HOTPIN_SAID").unwrap_or_default();
-    if said.split(',').any(|k| k == key) {
-        return;
-    }
-    eprintln!("{text}");
-    let marked = if said.is_empty() {
-        key
-    } else {
-        format!("{said},{key}")
-    };
-    // SAFETY: at load, before the program's main: no other thread reads the environment.
-    unsafe { std::env::set_var("HOTPIN_SAID", marked) };
 }
 
 /// Reads the environment and the history; on any problem says so once on stderr and leaves
@@ -468,7 +236,17 @@ pub fn write_what_was_learned() -> Option<bool> {
         );
     }
     if let Some(path) = &state.report {
-        write_report(state, path);
+        let learner = state
+            .learner
+            .as_ref()
+            .map(|l| (l.refusals, l.trusted_pins, l.trusted_let_go));
+        counters::write_report(
+            state.mode.name(),
+            &state.counters,
+            learner,
+            &state.log,
+            path,
+        );
     }
     Some(unmatched)
 }
@@ -493,56 +271,6 @@ extern "C" fn at_exit() {
             libc::fflush(std::ptr::null_mut());
             libc::_exit(STRICT_FAILED);
         }
-    }
-}
-
-/// Writes the counters and decisions to `PATH.<pid>.json` (one file per process: children
-/// inherit the variable).
-fn write_report(state: &State, path: &std::path::Path) {
-    #[derive(Serialize)]
-    struct Report<'a> {
-        pid: u32,
-        mode: &'a str,
-        counters: &'a Counters,
-        /// The node's arbiter, as this process saw it (auto mode, once it asked).
-        leases: Option<crate::lease::LeaseCounters>,
-        decisions: &'a [Decision],
-    }
-    let counters = Counters {
-        copies_waited: COPIES_WAITED.load(Ordering::Relaxed),
-        copies_cut: COPIES_CUT.load(Ordering::Relaxed),
-        captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
-        questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
-        budget_refusals: state.learner.as_ref().map_or(0, |l| l.refusals),
-        trusted_pins: state.learner.as_ref().map_or(0, |l| l.trusted_pins),
-        trusted_let_go: state.learner.as_ref().map_or(0, |l| l.trusted_let_go),
-        python_stacks: PYTHON_STACKS.load(Ordering::Relaxed),
-        python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
-        python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
-        loader_calls: crate::loader::CALLS.load(Ordering::Relaxed) as u64,
-        busy_ns: crate::guard::BUSY_NS.load(Ordering::Relaxed),
-        busy_entries: crate::guard::BUSY_ENTRIES.load(Ordering::Relaxed),
-        longest_unregister_ns: LONGEST_UNREGISTER_NS.load(Ordering::Relaxed),
-        longest_copy_held_ns: crate::turns::LONGEST_HELD_NS.load(Ordering::Relaxed),
-        longest_turn_wait_ns: crate::turns::LONGEST_TURN_WAIT_NS.load(Ordering::Relaxed),
-        calls_beside_copies: crate::turns::CALLS_BESIDE_COPIES.load(Ordering::Relaxed),
-        ..state.counters.clone()
-    };
-    let report = Report {
-        pid: std::process::id(),
-        mode: state.mode.name(),
-        counters: &counters,
-        leases: crate::lease::counters(),
-        decisions: &state.log,
-    };
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{}.json", std::process::id()));
-    let path = PathBuf::from(name);
-    let written = serde_json::to_vec_pretty(&report)
-        .map_err(std::io::Error::other)
-        .and_then(|bytes| hotpin_history::files::write_atomically(&path, &bytes, 0o644));
-    if let Err(error) = written {
-        eprintln!("hotpin: cannot write {}: {error}", path.display());
     }
 }
 
@@ -920,10 +648,6 @@ fn unregister(start: usize) {
         crate::lease::released(start);
     }
 }
-
-/// The longest single unregistration call of ours, on any thread (the report's
-/// `longest_unregister_ns`).
-static LONGEST_UNREGISTER_NS: AtomicU64 = AtomicU64::new(0);
 
 /// A pinned block (or part) of auto mode at `start`, `len` bytes, that the program freed: no
 /// longer looked up as registered, and its bytes let go from the budget.
@@ -1820,13 +1544,6 @@ fn python_frames() -> Vec<crate::python::PyFrame> {
     }
     frames
 }
-
-/// Python stacks read, and the time it took (the report's `python_stacks`,
-/// `python_stack_ns`).
-static PYTHON_STACKS: AtomicU64 = AtomicU64::new(0);
-static PYTHON_STACK_NS: AtomicU64 = AtomicU64::new(0);
-/// The longest one took (the first, which finds the interpreter, is one).
-static PYTHON_STACK_MAX_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Whether pinning pays on this device, asked of CUDA once a context exists; said once where
 /// it does not.
