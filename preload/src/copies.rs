@@ -31,11 +31,11 @@ use std::{
 };
 
 use crate::{
-    chunks,
+    allocations, chunks,
     counters::{CAPTURES_REFUSED, COPIES_CUT, COPIES_WAITED},
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
     guard::{Busy, judged},
-    questions,
+    learning, questions,
     regions::TRACKED,
     state::{self, ACTIVE, BELIEVED_PINNED, FLOOR, Touched},
     turns,
@@ -133,7 +133,7 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
         if (state::PARTS.load(Ordering::Acquire) || chunks::any())
             && let Some(_busy) = Busy::enter()
         {
-            judged(|| waiting = state::unpin_straddled(ranges, all, !in_pieces));
+            judged(|| waiting = learning::unpin_straddled(ranges, all, !in_pieces));
         }
         if !waiting {
             let cuts = if in_pieces {
@@ -161,14 +161,14 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
 }
 
 /// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
-/// is pinned first where its group is trusted (`state::before_copy`). A copy smaller than the
+/// is pinned first where its group is trusted (`learning::before_copy`). A copy smaller than the
 /// floor copies no block whole: nothing looked up.
 fn trusting(ranges: &[Range]) {
     if host_bytes(ranges) >= FLOOR.load(Ordering::Relaxed)
         && tracked(ranges)
         && let Some(_busy) = Busy::enter()
     {
-        judged(|| state::before_copy(ranges));
+        judged(|| learning::before_copy(ranges));
     }
 }
 
@@ -185,7 +185,7 @@ fn count(ranges: &[Range]) {
     if tracked(ranges)
         && let Some(_busy) = Busy::enter()
     {
-        judged(|| state::copied(ranges));
+        judged(|| learning::copied(ranges));
     }
 }
 
@@ -232,7 +232,7 @@ fn keeping_promises(
     // Asked once: both answers below depend on it.
     let capturing = cuda::capturing(stream);
     if touched.believed_pinned && capturing {
-        judged(|| state::pin_on_demand(ranges));
+        judged(|| allocations::pin_on_demand(ranges));
     }
     if !touched.hidden {
         drop(busy);

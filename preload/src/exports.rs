@@ -15,6 +15,7 @@ use std::{
 };
 
 use crate::{
+    allocations::{self, PinnedRequest},
     copies,
     cuda::{self, FreeHost, HostAlloc, HostRegister, HostUnregister, MallocHost},
     guard::{Busy, judged},
@@ -23,7 +24,7 @@ use crate::{
         __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc,
         valid_posix_alignment,
     },
-    state::{self, ACTIVE, ENABLED, FLOOR, PinnedRequest},
+    state::{self, ACTIVE, ENABLED, FLOOR},
 };
 
 stub!(malloc(size: usize) -> *mut c_void, "rsi", "x1", malloc_at);
@@ -68,7 +69,7 @@ fn judged_alloc(
     let mut ptr = std::ptr::null_mut();
     let mut served = false;
     judged(|| {
-        ptr = state::allocate(call, size, align, caller, true, &from_libc);
+        ptr = allocations::allocate(call, size, align, caller, true, &from_libc);
         served = true;
     });
     if served { ptr } else { from_libc() }
@@ -82,7 +83,7 @@ fn after_alloc(call: &'static str, ptr: *mut c_void, size: usize, caller: usize)
     }
     if let Some(_busy) = Busy::enter() {
         judged(|| {
-            state::allocate(call, size, 1, caller, false, || ptr);
+            allocations::allocate(call, size, 1, caller, false, || ptr);
         });
     }
 }
@@ -130,8 +131,10 @@ extern "C" fn realloc_at(ptr: *mut c_void, size: usize, caller: usize) -> *mut c
             && let Some(_busy) = Busy::enter()
         {
             judged(|| {
-                was_registered =
-                    matches!(state::releasing(ptr, false), state::Release::Unregistered);
+                was_registered = matches!(
+                    allocations::releasing(ptr, false),
+                    allocations::Release::Unregistered
+                );
             });
         }
     }
@@ -211,8 +214,8 @@ unsafe extern "C" fn free_at(ptr: *mut c_void, caller: usize) {
         let mut cached = false;
         judged(|| {
             cached = matches!(
-                state::releasing(ptr, true),
-                state::Release::Cached | state::Release::HandedOn
+                allocations::releasing(ptr, true),
+                allocations::Release::Cached | allocations::Release::HandedOn
             );
         });
         if cached {
@@ -250,7 +253,7 @@ unsafe fn pinned_request(
         return pinned();
     };
     let mut request = PinnedRequest::Pinned { score: None };
-    judged(|| request = state::pinned_request(call, size, flags, caller));
+    judged(|| request = allocations::pinned_request(call, size, flags, caller));
     let score = match request {
         PinnedRequest::Demote => {
             // SAFETY: as the caller promises.
@@ -283,7 +286,7 @@ unsafe fn pinned_request(
         });
     // SAFETY: as the caller promises.
     let demoted = freed && unsafe { serve_demoted(out, size, flags & cuda::HOST_ALLOC_PORTABLE) };
-    judged(|| state::kept_without_lease(size, freed, demoted));
+    judged(|| allocations::kept_without_lease(size, freed, demoted));
     if freed && !demoted {
         // No memory to serve it pageable: CUDA's answer, as without hotpin.
         return pinned();
@@ -305,7 +308,7 @@ unsafe fn serve_demoted(out: *mut *mut c_void, size: usize, flags: c_uint) -> bo
     }
     // SAFETY: the caller's out-pointer.
     unsafe { *out = ptr };
-    judged(|| state::demoted(ptr, size, flags));
+    judged(|| allocations::demoted(ptr, size, flags));
     true
 }
 
@@ -711,7 +714,7 @@ fn freed_demoted(ptr: *mut c_void) -> bool {
         return false;
     };
     let mut demoted = false;
-    judged(|| demoted = state::free_demoted(ptr));
+    judged(|| demoted = allocations::free_demoted(ptr));
     if demoted {
         // SAFETY: a block __libc_memalign gave for a demoted request.
         unsafe { __libc_free(ptr) };
@@ -728,7 +731,7 @@ fn skips_register(ptr: *mut c_void, size: usize, flags: c_uint, caller: usize) -
         return false;
     };
     let mut skip = false;
-    judged(|| skip = state::skip_register(ptr, size, flags, caller));
+    judged(|| skip = allocations::skip_register(ptr, size, flags, caller));
     skip
 }
 
@@ -741,7 +744,7 @@ fn skipped_unregister(ptr: *mut c_void) -> bool {
         return false;
     };
     let mut skipped = false;
-    judged(|| skipped = state::skip_unregister(ptr));
+    judged(|| skipped = allocations::skip_unregister(ptr));
     skipped
 }
 

@@ -118,13 +118,18 @@ fn lock() -> MutexGuard<'static, Option<Inner>> {
 
 /// Leases are asked for at `socket` (auto mode), or not at all; with `say`, a socket with no
 /// daemon is said once (it is always in the report).
-pub fn configure(socket: Option<(PathBuf, bool)>, answers: Answers) {
+pub fn configure(socket: Option<(PathBuf, bool)>) {
     let _ = SOCKET.set(socket);
+}
+
+/// How the client answers the arbiter (`learning`, which holds the leased blocks), given at
+/// load.
+pub fn answer_with(answers: Answers) {
     let _ = ANSWERS.set(answers);
 }
 
-/// What the client asks of the blocks it leased when the arbiter speaks: given by `state`,
-/// which holds them, so that this file needs nothing of it.
+/// What the client asks of the blocks it leased when the arbiter speaks: given by
+/// `learning`, which holds them, so that this file needs nothing of it.
 pub struct Answers {
     /// Lets go of the blocks at these starts (a reclaim); how many it let go.
     pub give_back: fn(&[u64]) -> usize,

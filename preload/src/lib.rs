@@ -62,15 +62,18 @@ macro_rules! stub {
     };
 }
 
+mod allocations;
 mod chunks;
 mod copies;
 mod counters;
 mod cuda;
 mod exports;
 mod guard;
+mod learning;
 mod lease;
 mod loader;
 mod online;
+mod pinner;
 mod python;
 mod questions;
 mod real;
@@ -94,5 +97,9 @@ static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
     loader::find();
+    lease::answer_with(lease::Answers {
+        give_back: learning::give_back,
+        lease_scores: learning::lease_scores,
+    });
     state::init();
 }

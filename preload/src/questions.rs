@@ -18,6 +18,7 @@ use std::{
 };
 
 use crate::{
+    allocations,
     counters::QUESTIONS_HIDDEN,
     cuda::{self, Real},
     guard::{Busy, judged},
@@ -51,7 +52,7 @@ fn ask_about(ptr: usize) -> usize {
             QUESTIONS_HIDDEN.fetch_add(1, Ordering::Relaxed);
             asked = reference();
         } else if BELIEVED_PINNED.load(Ordering::Acquire) {
-            state::pin_on_demand(&[(ptr, 1, true)]);
+            allocations::pin_on_demand(&[(ptr, 1, true)]);
         }
     });
     asked

@@ -1,0 +1,499 @@
+//! The program's allocation calls as the interposer judges them: a pageable allocation at or
+//! above the floor (registered at birth, served from the cache, or left pageable and
+//! tracked), its free, the program's pinned requests (kept, or served pageable), its own
+//! registrations (carried out or skipped), and blocks pinned on demand where the program
+//! uses memory it believes pinned as only pinned memory can be used.
+
+use std::{ffi::c_void, sync::atomic::Ordering};
+
+use hotpin::pressure::Level;
+use hotpin_policy::set::{SiteKey, Why};
+
+use crate::{
+    chunks,
+    counters::{PYTHON_STACK_MAX_NS, PYTHON_STACK_NS, PYTHON_STACKS},
+    cuda,
+    online::{GroupKey, Pin},
+    pinner::{Freed, Job, forget_pinned, hand_to_pinner, pinning_pays, unpin_block, unregister},
+    state::{
+        ACTIVE, BELIEVED_PINNED, Birth, Demoted, Fate, LEARNING, READS_LINES, lock, lock_settled,
+    },
+};
+
+thread_local! {
+    /// The call site of the pinned request this thread is about to serve pageable.
+    /// And its Python frames (CPython), read as it was judged.
+    static DEMOTING: std::cell::RefCell<Option<(SiteKey, Vec<crate::python::PyFrame>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// An allocation of `size` bytes (aligned to `align`) at or above the floor, for the call
+/// site `caller` returns to. If it is to be pinned and `reuse` allows it (not for calloc's
+/// zeroed or realloc's moved blocks): served from the cache of freed pinned blocks if one fits
+/// (within 10%), or, finding no room to pin, from the warm shelf. Else by `from_libc`, and
+/// then registered in place if it is to be pinned and there is room.
+pub fn allocate(
+    call: &'static str,
+    size: usize,
+    align: usize,
+    caller: usize,
+    reuse: bool,
+    from_libc: impl Fn() -> *mut c_void,
+) -> *mut c_void {
+    let python = python_frames();
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        drop(guard);
+        return from_libc();
+    };
+    let (site, ordinal) = state.identify(caller);
+    if is_cuda_library(&site.module) {
+        // The CUDA libraries' own buffers (the driver mallocs its staging memory inside
+        // cuInit): not the program's data, and registering them would call CUDA from inside
+        // CUDA (JAX crashed so in pin-all mode).
+        state.counters.cuda_internal += 1;
+        drop(guard);
+        return from_libc();
+    }
+    let group = GroupKey::new(&site, &python);
+    let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, false, false);
+    let birth = Birth {
+        call,
+        site,
+        ordinal,
+        why,
+        score: 0.0,
+        python,
+    };
+    // Short of memory: the shelves go first; critically short, nothing new is pinned.
+    let level = state.pressure.level();
+    let mut freed = Freed::default();
+    if level >= Level::High {
+        freed.take_all(state);
+    }
+    if pin
+        && reuse
+        && let Some(ptr) = state.cache.take_fitting(size, align)
+    {
+        state.served_from_cache(birth, ptr, size);
+        drop(guard);
+        freed.release();
+        return ptr as *mut c_void;
+    }
+    if pin && !state.within_budget(size) {
+        // Blocks kept for reuse are the first to go.
+        freed.pinned.extend(state.take_cache());
+    }
+    let fate = Fate::of(state, pin, level, size);
+    // To be pinned, but no room in the budget: a warm block of its size, if one was kept.
+    let warm = (fate.no_room && reuse)
+        .then(|| state.warm.take_fitting(size, align))
+        .flatten();
+    if warm.is_some() {
+        state.counters.warm_hits += 1;
+    }
+    let ptr = warm.map_or_else(&from_libc, |ptr| ptr as *mut c_void);
+    if ptr.is_null() {
+        // Out of memory: what the shelves hold goes back to libc, and libc is asked again.
+        freed.take_all(state);
+        drop(guard);
+        freed.release();
+        return from_libc();
+    }
+    let birth = state.born(birth, ptr as usize, size, &group, fate);
+    drop(guard);
+    freed.release();
+    match birth {
+        Some(birth) => register_at_birth(ptr, size, birth),
+        None => ptr,
+    }
+}
+
+/// Registers the block `allocate` judged worth pinning at birth (its bytes held in the
+/// budget already), on this thread: unless pinning pays nothing here or the node's arbiter
+/// leases it no room, in which case it stays pageable and its bytes are given back.
+fn register_at_birth(ptr: *mut c_void, size: usize, birth: Birth) -> *mut c_void {
+    let Birth {
+        call,
+        site,
+        ordinal,
+        why,
+        score,
+        python,
+    } = birth;
+    let learning = LEARNING.load(Ordering::Acquire);
+    let pays = !learning || pinning_pays();
+    // Auto mode asks the node's arbiter (a no-op without one).
+    let leased = !learning || !pays || crate::lease::ask(ptr as usize, size, score);
+    if !pays || !leased {
+        if let Some(state) = lock().as_mut() {
+            state.counters.node_refusals += u64::from(!leased);
+            state.registered_bytes -= size as u64;
+            if let Some(learner) = state.learner.as_mut() {
+                learner.budget.release(size as u64);
+                learner.track(ptr as usize, size, &site, false, false, python);
+                if !leased {
+                    learner.no_room(ptr as usize);
+                }
+            }
+        }
+        return ptr;
+    }
+    let began = std::time::Instant::now();
+    let registered = cuda::register(ptr, size) == Some(0);
+    let waited = began.elapsed().as_nanos() as u64;
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return ptr;
+    };
+    state.counters.longest_register_ns = state.counters.longest_register_ns.max(waited);
+    state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
+    if let Some(learner) = state.learner.as_mut() {
+        learner.track(ptr as usize, size, &site, false, registered, python);
+        if !registered {
+            learner.budget.release(size as u64);
+        }
+    }
+    let action = if registered {
+        state.registered.insert(ptr as usize, size);
+        state.counters.promoted += 1;
+        state.counters.promoted_bytes += size as u64;
+        state.counters.peak_promoted_bytes = state
+            .counters
+            .peak_promoted_bytes
+            .max(state.registered_bytes);
+        state.note_peak();
+        ACTIVE.store(true, Ordering::Release);
+        "promoted"
+    } else {
+        state.registered_bytes -= size as u64;
+        state.counters.register_failures += 1;
+        "register-failed"
+    };
+    state.record(call, &site, ordinal, size as u64, action, why);
+    ptr
+}
+
+/// Whether a call site's module is a CUDA library (the driver, the runtime, NVIDIA's
+/// user-mode libraries): what they allocate is theirs.
+fn is_cuda_library(module: &str) -> bool {
+    ["libcuda.so", "libcudart", "libnvidia-"]
+        .iter()
+        .any(|prefix| module.starts_with(prefix))
+}
+
+/// What became of a block being freed.
+pub enum Release {
+    /// Not registered by us: libc frees it.
+    NotOurs,
+    /// Unregistered: libc frees it.
+    Unregistered,
+    /// Kept registered in the cache for the next allocation that fits: not to be freed.
+    Cached,
+    /// Handed to the pinner thread, which unregisters it, then frees it: not to be freed.
+    HandedOn,
+}
+
+/// Before a libc block at `ptr` is freed (`keep`: it may go to the cache) or moved by
+/// realloc (not kept): unregisters it if we registered it, or caches it.
+pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
+    let mut guard = lock_settled(ptr as usize);
+    let Some(state) = guard.as_mut() else {
+        return Release::NotOurs;
+    };
+    if let Some(block) = state.learner.as_mut().and_then(|l| l.untrack(ptr as usize)) {
+        if block.pin != Pin::Pinned {
+            // A pageable block that found no room to be pinned is kept warm for the next of
+            // its group, which will find no room either.
+            if keep
+                && block.no_room
+                && block.pin == Pin::Pageable
+                && state.try_warm(ptr as usize, block.size)
+            {
+                return Release::Cached;
+            }
+            return Release::NotOurs;
+        }
+        state.skipped.remove(&(ptr as usize));
+        // A part registered alone is not a pinned block to hand on: unregistered.
+        let (start, len) = block.part.unwrap_or((ptr as usize, block.size));
+        if keep && block.part.is_none() && state.try_cache(ptr as usize, len) {
+            return Release::Cached;
+        }
+        drop(guard);
+        // A registration in chunks takes a while to undo (0.48 s for 16 GiB on the H100):
+        // the pinner thread undoes it, then frees the block. Its bytes stay in the budget
+        // until then.
+        let block = ptr as usize;
+        if keep && chunks::chunked_at(start) && hand_to_pinner(Job::Free { start, len, block }) {
+            return Release::HandedOn;
+        }
+        forget_pinned(start, len);
+        unregister(start);
+        return Release::Unregistered;
+    }
+    let Some(&size) = state.registered.get(&(ptr as usize)) else {
+        return Release::NotOurs;
+    };
+    // A registration the program made on top of ours ends with the block too.
+    state.skipped.remove(&(ptr as usize));
+    if keep && state.try_cache(ptr as usize, size) {
+        return Release::Cached;
+    }
+    state.forget_registered(ptr as usize);
+    drop(guard);
+    unregister(ptr as usize);
+    Release::Unregistered
+}
+
+/// How a pinned request (`cudaHostAlloc` / `cudaMallocHost`) is to be served.
+pub enum PinnedRequest {
+    /// Pass it to CUDA; in auto mode, then lease it from the node's arbiter at this score
+    /// (its density: `Learner::birth_score`).
+    Pinned { score: Option<f64> },
+    /// Serve it pageable.
+    Demote,
+}
+
+/// Judges a pinned request of `size` bytes with `flags` from the call site `caller`.
+pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize) -> PinnedRequest {
+    let python = python_frames();
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else {
+        return PinnedRequest::Pinned { score: None };
+    };
+    let (site, ordinal) = state.identify(caller);
+    let group = GroupKey::new(&site, &python);
+    let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, true);
+    if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
+        let score = state
+            .learner
+            .as_ref()
+            .map(|learner| learner.birth_score(&group, size));
+        state.kept_live_bytes += size as u64;
+        state.note_peak();
+        state.counters.kept_pinned += 1;
+        state.counters.kept_pinned_bytes += size as u64;
+        state.record(
+            call,
+            &site,
+            ordinal,
+            size as u64,
+            "kept-pinned",
+            if pin { why } else { Why::Flags },
+        );
+        if state.learner.is_some() && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0 {
+            // Should the node's arbiter lease it no room, it is served pageable, and learned
+            // as a demoted request is.
+            DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
+        }
+        PinnedRequest::Pinned { score }
+    } else {
+        state.record(call, &site, ordinal, size as u64, "demoted", why);
+        if state.learner.is_some() {
+            DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
+        }
+        PinnedRequest::Demote
+    }
+}
+
+/// A request kept pinned that the node's arbiter leased no room (`pinned_request` in
+/// exports.rs): given back to CUDA (`freed`) and served pageable (`demoted`), or kept, its
+/// flags needing it pinned.
+pub fn kept_without_lease(size: usize, freed: bool, demoted: bool) {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else { return };
+    state.counters.node_refusals += 1;
+    if freed {
+        state.kept_live_bytes = state.kept_live_bytes.saturating_sub(size as u64);
+        state.counters.kept_pinned -= 1;
+        state.counters.kept_pinned_bytes -= size as u64;
+    }
+    if !demoted {
+        state.counters.kept_without_lease += 1;
+    }
+}
+
+/// A pinned request served pageable at `ptr`.
+pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else { return };
+    state.demoted.insert(
+        ptr as usize,
+        Demoted {
+            size,
+            flags,
+            pinned_on_demand: false,
+        },
+    );
+    BELIEVED_PINNED.store(true, Ordering::Release);
+    state.counters.demoted += 1;
+    state.counters.demoted_bytes += size as u64;
+    if let Some((site, python)) = DEMOTING.with(|d| d.borrow_mut().take())
+        && let Some(learner) = state.learner.as_mut()
+    {
+        learner.track(ptr as usize, size, &site, true, false, python);
+    }
+}
+
+/// `cudaFreeHost(ptr)`: true if `ptr` was demoted (and is to be freed to libc); a block
+/// pinned on demand since is unregistered first.
+pub fn free_demoted(ptr: *mut c_void) -> bool {
+    let mut guard = lock_settled(ptr as usize);
+    let Some(state) = guard.as_mut() else {
+        return false;
+    };
+    let Some(demoted) = state.demoted.remove(&(ptr as usize)) else {
+        return false;
+    };
+    // Auto mode pinned it (its copies repaid it, or on demand): marked pinned on demand too,
+    // unless only a part of it was registered.
+    let mut part = None;
+    if let Some(learner) = state.learner.as_mut()
+        && let Some(block) = learner.untrack(ptr as usize)
+        && block.pin == Pin::Pinned
+    {
+        learner.budget.release(block.pinned_len() as u64);
+        part = block.part;
+    }
+    drop(guard);
+    if demoted.pinned_on_demand || part.is_some() {
+        // cudaFreeHost waits for the device: no copy of it may still be in flight.
+        cuda::context_synchronize();
+    }
+    if demoted.pinned_on_demand {
+        unregister(ptr as usize);
+    }
+    if let Some((start, _)) = part {
+        unregister(start);
+    }
+    true
+}
+
+/// `cudaHostRegister(ptr, size, flags)` from the call site `caller`: true if it is not to be
+/// carried out (cold, or a block we registered already).
+pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -> bool {
+    let python = python_frames();
+    let mut guard = lock_settled(ptr as usize);
+    let Some(state) = guard.as_mut() else {
+        return false;
+    };
+    if state.registered.contains_key(&(ptr as usize)) {
+        // Promoted by us before the program asked (PyTorch registers what it mallocs).
+        state.skipped.insert(ptr as usize, (size, flags));
+        return true;
+    }
+    let (site, ordinal) = state.identify(caller);
+    let group = GroupKey::new(&site, &python);
+    let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, false);
+    if pin || flags & cuda::HOST_REGISTER_KEEP != 0 {
+        state.record(
+            "cudaHostRegister",
+            &site,
+            ordinal,
+            size as u64,
+            "kept-pinned",
+            if pin { why } else { Why::Flags },
+        );
+        state.counters.kept_pinned += 1;
+        state.counters.kept_pinned_bytes += size as u64;
+        return false;
+    }
+    state.skipped.insert(ptr as usize, (size, flags));
+    BELIEVED_PINNED.store(true, Ordering::Release);
+    state.counters.skipped_registers += 1;
+    state.record(
+        "cudaHostRegister",
+        &site,
+        ordinal,
+        size as u64,
+        "skipped-register",
+        why,
+    );
+    true
+}
+
+/// `cudaHostUnregister(ptr)`: true if the registration was not carried out by CUDA (so
+/// there is nothing for CUDA to undo).
+pub fn skip_unregister(ptr: *mut c_void) -> bool {
+    lock()
+        .as_mut()
+        .is_some_and(|state| state.skipped.remove(&(ptr as usize)).is_some())
+}
+
+/// Registers every block in `ranges` that the program believes pinned and hotpin left
+/// pageable, because the program is about to use it as only pinned memory can be used
+/// (captured into a CUDA graph, mapped, asked about). A demoted block stays hotpin's to free;
+/// a registration that had been skipped becomes the program's own again (its
+/// `cudaHostUnregister` goes to CUDA).
+pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
+    for &(start, len, _) in ranges {
+        if start == 0 {
+            continue;
+        }
+        while let Some((block, size, flags)) = claim_believed_pinned(start, len) {
+            // A part of it registered alone: let go, so that the whole can be.
+            let part = lock()
+                .as_mut()
+                .and_then(|s| s.learner.as_mut())
+                .and_then(|l| l.let_part_go(block, block, size));
+            if let Some(part) = part {
+                unpin_block(part, true);
+            }
+            let register = || cuda::register_with(block as *mut c_void, size, flags);
+            let registered = cuda::with_relaxed_capture(register) == Some(0);
+            let mut guard = lock();
+            let Some(state) = guard.as_mut() else {
+                return;
+            };
+            if registered {
+                state.counters.pinned_on_demand += 1;
+                if let Some(learner) = state.learner.as_mut() {
+                    learner.pinned_on_demand(block);
+                }
+                continue;
+            }
+            // Left as it was: pageable, the program believing it pinned.
+            state.counters.register_failures += 1;
+            if let Some(demoted) = state.demoted.get_mut(&block) {
+                demoted.pinned_on_demand = false;
+            } else {
+                state.skipped.insert(block, (size, flags));
+            }
+            break;
+        }
+    }
+}
+
+/// The next block in `[start, start + len)` the program believes pinned that hotpin left
+/// pageable, marked as pinned (a demoted block) or given back to the program (a skipped
+/// registration) before the lock is let go, so that no other thread registers it too: the
+/// caller registers it, and undoes the mark if that fails.
+fn claim_believed_pinned(start: usize, len: usize) -> Option<(usize, usize, u32)> {
+    let mut guard = lock();
+    let state = guard.as_mut()?;
+    let (block, size, flags) = state.believed_pinned_block(start, len)?;
+    if let Some(demoted) = state.demoted.get_mut(&block) {
+        demoted.pinned_on_demand = true;
+    } else {
+        state.skipped.remove(&block);
+    }
+    Some((block, size, flags))
+}
+
+/// The calling thread's Python frames, in auto mode (what it learns names the Python line
+/// that made each block); the time taken is counted for the report.
+fn python_frames() -> Vec<crate::python::PyFrame> {
+    if !READS_LINES.load(Ordering::Acquire) {
+        return Vec::new();
+    }
+    let began = std::time::Instant::now();
+    let frames = crate::python::frames();
+    if !frames.is_empty() {
+        let took = began.elapsed().as_nanos() as u64;
+        PYTHON_STACKS.fetch_add(1, Ordering::Relaxed);
+        PYTHON_STACK_NS.fetch_add(took, Ordering::Relaxed);
+        PYTHON_STACK_MAX_NS.fetch_max(took, Ordering::Relaxed);
+    }
+    frames
+}
