@@ -2,6 +2,7 @@
 
 mod aarch64;
 mod bench;
+mod circles;
 mod demo;
 mod fuzz;
 mod setup;

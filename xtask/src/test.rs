@@ -20,6 +20,8 @@ pub fn run() -> Result<()> {
     let started = Instant::now();
     crate::setup::run()?;
     sh(cargo().args(["fmt", "--all", "--check"]))?;
+    // No files of a crate import each other in a loop (#45).
+    crate::circles::check(&crate::workspace_root())?;
     // The kernel side: lints for its own target, then the object every later build embeds.
     sh(ebpf_cargo("clippy").args(["--", "-D", "warnings"]))?;
     let object = build_ebpf_object()?;
