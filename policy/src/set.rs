@@ -330,6 +330,28 @@ impl HotSet {
     /// it hot (one run that did something unusual does not decide), worth the mean of its
     /// merits in those runs, taking the most bytes any run's took. Then admitted under the
     /// budget as one run's are. One run merges to itself.
+    /// The runs' anonymous mappings made at a Python line with no allocating call site, by
+    /// that line: each one's size and whether it was hot.
+    fn add_mapped(&mut self, runs: &[&MemHistory], policy: HotPolicy) {
+        for history in runs {
+            for a in history.allocations() {
+                if a.kind != AllocKind::Mmap || a.call_site.is_some() {
+                    continue;
+                }
+                let Some((file, line)) = history
+                    .python_line(a.id)
+                    .and_then(|site| history.python_file_line(site))
+                else {
+                    continue;
+                };
+                self.mapped
+                    .entry((file.to_string(), line))
+                    .or_default()
+                    .push((a.size, policy.is_hot(a)));
+            }
+        }
+    }
+
     pub fn from_histories(runs: &[&MemHistory], policy: HotPolicy, budget: Option<u64>) -> Self {
         let mut set = HotSet::default();
         // unit -> (runs that made it, runs that found it hot, merit sum over those, bytes)
@@ -354,23 +376,7 @@ impl HotSet {
                 entry.3 = entry.3.max(bytes);
             }
         }
-        for history in runs {
-            for a in history.allocations() {
-                if a.kind != AllocKind::Mmap || a.call_site.is_some() {
-                    continue;
-                }
-                let Some((file, line)) = history
-                    .python_line(a.id)
-                    .and_then(|site| history.python_file_line(site))
-                else {
-                    continue;
-                };
-                set.mapped
-                    .entry((file.to_string(), line))
-                    .or_default()
-                    .push((a.size, policy.is_hot(a)));
-            }
-        }
+        set.add_mapped(runs, policy);
         let mut units: Vec<(f64, u64, Unit)> = Vec::new();
         for (unit, (made, hot, merits, bytes)) in merged {
             match &unit {

@@ -152,47 +152,8 @@ pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: 
         let Some(learner) = state.learner.as_mut() else {
             return false;
         };
-        // (block, start of the copy, its length, whether chunk edges were crossed)
-        let mut crossed = Vec::new();
-        let parts = learner.blocks.iter().filter(|(_, b)| b.part.is_some());
-        if all {
-            crossed.extend(parts.map(|(&base, b)| (base, base, b.size, false)));
-        }
-        for &(start, len, _) in ranges.iter().filter(|r| r.0 != 0 && !all) {
-            let end = start.saturating_add(len.max(1));
-            let Some((&base, block)) = learner.blocks.range(..end).next_back() else {
-                continue;
-            };
-            let Some((at, size)) = block.part.filter(|_| base + block.size > start) else {
-                continue;
-            };
-            let inside = start >= at && end <= at + size;
-            let apart = end <= at || start >= at + size;
-            if !inside && !apart {
-                crossed.push((base, start, len, false));
-            }
-        }
-        // Registrations in chunks, found by address whatever their block's state, with the
-        // copy's range that crosses them (none for a copy whose host memory is not known).
-        let grids: Vec<_> = if all {
-            chunks::all()
-                .into_iter()
-                .map(|(at, grid)| (at, grid, at, 0))
-                .collect()
-        } else if chunk_edges {
-            ranges
-                .iter()
-                .filter(|r| r.0 != 0)
-                .flat_map(|&(start, len, _)| {
-                    chunks::crossed(start, start.saturating_add(len))
-                        .into_iter()
-                        .map(move |(at, grid)| (at, grid, start, len))
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        for (at, grid, start, len) in grids {
+        let mut crossed = parts_crossed(learner, ranges, all);
+        for (at, grid, start, len) in grids_crossed(ranges, all, chunk_edges) {
             match (grid, learner.registered_at(at)) {
                 (chunks::GridState::Registered, Some((base, Pin::Pinned))) => {
                     crossed.push((base, start, len, true));
@@ -226,4 +187,60 @@ pub fn unpin_straddled(ranges: &[(usize, usize, bool)], all: bool, chunk_edges: 
         unpin_block(registration, true);
     }
     waiting
+}
+
+/// A copy's crossings of parts registered on their own: (block, start of the copy, its
+/// length, false). With `all`, every part, its whole length.
+fn parts_crossed(
+    learner: &Learner,
+    ranges: &[(usize, usize, bool)],
+    all: bool,
+) -> Vec<(usize, usize, usize, bool)> {
+    let mut crossed = Vec::new();
+    let parts = learner.blocks.iter().filter(|(_, b)| b.part.is_some());
+    if all {
+        crossed.extend(parts.map(|(&base, b)| (base, base, b.size, false)));
+    }
+    for &(start, len, _) in ranges.iter().filter(|r| r.0 != 0 && !all) {
+        let end = start.saturating_add(len.max(1));
+        let Some((&base, block)) = learner.blocks.range(..end).next_back() else {
+            continue;
+        };
+        let Some((at, size)) = block.part.filter(|_| base + block.size > start) else {
+            continue;
+        };
+        let inside = start >= at && end <= at + size;
+        let apart = end <= at || start >= at + size;
+        if !inside && !apart {
+            crossed.push((base, start, len, false));
+        }
+    }
+    crossed
+}
+
+/// Registrations in chunks, found by address whatever their block's state, with the copy's
+/// range that crosses them (none for a copy whose host memory is not known: `all`).
+fn grids_crossed(
+    ranges: &[(usize, usize, bool)],
+    all: bool,
+    chunk_edges: bool,
+) -> Vec<(usize, chunks::GridState, usize, usize)> {
+    if all {
+        chunks::all()
+            .into_iter()
+            .map(|(at, grid)| (at, grid, at, 0))
+            .collect()
+    } else if chunk_edges {
+        ranges
+            .iter()
+            .filter(|r| r.0 != 0)
+            .flat_map(|&(start, len, _)| {
+                chunks::crossed(start, start.saturating_add(len))
+                    .into_iter()
+                    .map(move |(at, grid)| (at, grid, start, len))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    }
 }

@@ -233,20 +233,52 @@ pub(crate) fn pin_block(block: BlockRef, program_thread: bool) {
     };
     let waited = began.elapsed().as_nanos() as u64;
     let ok = rc == Some(0);
+    let timing = Timing {
+        program_thread,
+        in_chunks,
+        longest_call,
+        waited,
+    };
+    if !note_registration(&block, ok, timing) {
+        return;
+    }
+    if !ok {
+        crate::lease::released(block.start);
+    }
+    if !block.asked_pinned {
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// How a registration was made, for the counters.
+struct Timing {
+    program_thread: bool,
+    in_chunks: bool,
+    /// Its longest CUDA call, and how long its thread waited for it all, in ns.
+    longest_call: u64,
+    waited: u64,
+}
+
+/// What a registration's outcome changes under the lock: the learner told, the counters, a
+/// failed one no longer looked up as registered. False where the state is gone (exit).
+fn note_registration(block: &BlockRef, ok: bool, timing: Timing) -> bool {
     let mut guard = lock();
-    let Some(state) = guard.as_mut() else { return };
+    let Some(state) = guard.as_mut() else {
+        return false;
+    };
     if let Some(learner) = state.learner.as_mut() {
-        learner.registered(&block, ok);
+        learner.registered(block, ok);
     }
-    state.counters.longest_register_ns = state.counters.longest_register_ns.max(longest_call);
-    if program_thread {
-        state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
+    let counters = &mut state.counters;
+    counters.longest_register_ns = counters.longest_register_ns.max(timing.longest_call);
+    if timing.program_thread {
+        counters.longest_thread_wait_ns = counters.longest_thread_wait_ns.max(timing.waited);
     }
-    if ok && !program_thread {
-        state.counters.off_thread_pins += 1;
+    if ok && !timing.program_thread {
+        counters.off_thread_pins += 1;
     }
-    if ok && in_chunks {
-        state.counters.chunked_pins += 1;
+    if ok && timing.in_chunks {
+        counters.chunked_pins += 1;
     }
     if ok {
         state.counters.learned_pins += 1;
@@ -268,13 +300,7 @@ pub(crate) fn pin_block(block: BlockRef, program_thread: bool) {
             state.forget_registered(block.start);
         }
     }
-    drop(guard);
-    if !ok {
-        crate::lease::released(block.start);
-    }
-    if !block.asked_pinned {
-        EPOCH.fetch_add(1, Ordering::AcqRel);
-    }
+    true
 }
 
 /// A block the pinner thread gave up registering in chunks before any call (the copies

@@ -396,29 +396,7 @@ fn judge_host<'a>(
             let entry = pin
                 .entry((a.call_site, line))
                 .or_insert_with(SiteAdvice::empty);
-            if a.kind.is_pinned() {
-                entry.pinned_already_bytes += a.size;
-            }
-            if let Some((framework, user)) = staging_of(history, a) {
-                let staging = entry.staging.get_or_insert_with(|| Staging {
-                    framework,
-                    user_line: site_name(history, Some(user)),
-                    cpu_copy_bytes: 0,
-                });
-                staging.cpu_copy_bytes += a.stats.h2d_bytes;
-            }
-            // Use mode names an allocation by its call site, or a mapping by its Python line.
-            entry.use_mode_matches &= if a.kind == AllocKind::Mmap {
-                line.is_some()
-            } else {
-                a.call_site.is_some()
-            };
-            entry.count(
-                1,
-                a.size,
-                a.stats.transfers,
-                policy.weigh(&a.stats, a.size, 1),
-            );
+            count_hot(entry, history, policy, a, line);
         }
         if a.kind.is_pinned() {
             if !hot {
@@ -441,14 +419,7 @@ fn judge_host<'a>(
             }
         }
     }
-    for (key, blocks) in one_by_one {
-        if let Some(entry) = pin.get_mut(&key) {
-            let sum: u64 = blocks.iter().map(|a| a.size).sum();
-            let peak = peak_live_bytes(&blocks);
-            entry.bytes = entry.bytes - sum + peak;
-            entry.pinned_already_bytes = entry.pinned_already_bytes.min(peak);
-        }
-    }
+    at_peak(&mut pin, one_by_one);
     let folded_host = folded_host(history, policy, &in_group, &mut pinned_sites);
     candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
     wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
@@ -464,6 +435,57 @@ fn judge_host<'a>(
         unpin,
         untracked_hot_bytes,
         folded_host,
+    }
+}
+
+/// A hot allocation advised on its own, counted into its place's advice: its bytes (pinned
+/// already, or not), the framework staging buffer it is, if one, and whether use mode can
+/// match it.
+fn count_hot(
+    entry: &mut SiteAdvice,
+    history: &MemHistory,
+    policy: &HotPolicy,
+    a: &Allocation,
+    line: Option<CallSiteId>,
+) {
+    if a.kind.is_pinned() {
+        entry.pinned_already_bytes += a.size;
+    }
+    if let Some((framework, user)) = staging_of(history, a) {
+        let staging = entry.staging.get_or_insert_with(|| Staging {
+            framework,
+            user_line: site_name(history, Some(user)),
+            cpu_copy_bytes: 0,
+        });
+        staging.cpu_copy_bytes += a.stats.h2d_bytes;
+    }
+    // Use mode names an allocation by its call site, or a mapping by its Python line.
+    entry.use_mode_matches &= if a.kind == AllocKind::Mmap {
+        line.is_some()
+    } else {
+        a.call_site.is_some()
+    };
+    entry.count(
+        1,
+        a.size,
+        a.stats.transfers,
+        policy.weigh(&a.stats, a.size, 1),
+    );
+}
+
+/// Each place's hot allocations advised one by one counted at the most of them alive at once,
+/// not their sum (a fresh buffer every step needs one or two pinned at a time).
+fn at_peak(
+    pin: &mut BTreeMap<SiteKey, SiteAdvice>,
+    one_by_one: BTreeMap<SiteKey, Vec<&Allocation>>,
+) {
+    for (key, blocks) in one_by_one {
+        if let Some(entry) = pin.get_mut(&key) {
+            let sum: u64 = blocks.iter().map(|a| a.size).sum();
+            let peak = peak_live_bytes(&blocks);
+            entry.bytes = entry.bytes - sum + peak;
+            entry.pinned_already_bytes = entry.pinned_already_bytes.min(peak);
+        }
     }
 }
 

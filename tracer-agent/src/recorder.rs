@@ -389,6 +389,21 @@ impl Reader {
 
     /// Takes every record in the ring, decodes it, and sends it on in batches. A CUDA library
     /// being opened is handled at once: its process may be stopped until then.
+    /// A probed call's record: its call site named by build id while the process's map is
+    /// there, its callers, and the Python frames its thread sent at entry (an allocation's).
+    fn call_record(&mut self, mut call: ApiCall) -> Record {
+        if let Some(RawSite::Address(addr)) = call.site {
+            call.site = self.address_sites.to_build_id(call.pid, addr).or(call.site);
+        }
+        let callers = callers(&self.probes, &mut call, &mut self.address_sites);
+        let python = if call.site.is_some() && !call.nested {
+            self.python.take(call.pid, call.tid)
+        } else {
+            Vec::new()
+        };
+        Record::Event(TraceEvent::Call(call), callers, python)
+    }
+
     async fn drain(&mut self, ring: &mut RingBuf<MapData>, tx: &mpsc::Sender<Vec<Record>>) {
         let mut batch = Vec::with_capacity(BATCH);
         let mut events = 0u64;
@@ -400,19 +415,7 @@ impl Reader {
             };
             events += 1;
             match decoded {
-                Ok(TraceEvent::Call(mut call)) => {
-                    if let Some(RawSite::Address(addr)) = call.site {
-                        call.site = self.address_sites.to_build_id(call.pid, addr).or(call.site);
-                    }
-                    let callers = callers(&self.probes, &mut call, &mut self.address_sites);
-                    // The frames the thread sent at this call's entry (an allocation's).
-                    let python = if call.site.is_some() && !call.nested {
-                        self.python.take(call.pid, call.tid)
-                    } else {
-                        Vec::new()
-                    };
-                    batch.push(Record::Event(TraceEvent::Call(call), callers, python));
-                }
+                Ok(TraceEvent::Call(call)) => batch.push(self.call_record(call)),
                 Ok(TraceEvent::PythonFrames {
                     pid,
                     tid,

@@ -23,8 +23,8 @@ use crate::{
     page_faults::send_fault_run,
     python_frames::send_python_frames,
     shared::{
-        DEPTH, ENTRY_SCRATCH, EVENTS, PENDING, PendingKey, WAKEUP_BYTES, arg_at, arg_slot, bump,
-        depth_of, header, inside_probed_call, traced_thread,
+        DEPTH, ENTRY_SCRATCH, EVENTS, PENDING, Pending, PendingKey, WAKEUP_BYTES, arg_at, arg_slot,
+        bump, depth_of, header, inside_probed_call, traced_thread,
     },
     stacks::{STACKS, call_site, keep_stack_frames, return_address, stack_pointer},
 };
@@ -49,28 +49,9 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     };
     // SAFETY: the helper only reads the program's context.
     let cookie = ProbeCookie(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    // The arguments are gathered in per-CPU scratch, not on the BPF stack: with the Python
-    // frames walk this program calls, a 336-byte frame took it past the 512 bytes that 6.1's
-    // verifier allows across calls (each frame rounded up to 32).
-    let Some(pending) = ENTRY_SCRATCH.get_ptr_mut(0) else {
+    let Some((pending, sp)) = gather_args(ctx, cookie) else {
         return Ok(());
     };
-    // SAFETY: per-CPU scratch, used by this program alone while it runs (uprobe programs run
-    // with preemption off and do not nest on a CPU).
-    let pending = unsafe { &mut *pending };
-    // SAFETY: no preconditions.
-    pending.ts_ns = unsafe { bpf_ktime_get_ns() };
-    pending.args = [0; MAX_ARGS];
-    for (index, slot) in pending.args.iter_mut().take(6).enumerate() {
-        *slot = ctx.arg::<u64>(index).unwrap_or(0);
-    }
-    // Arguments past the sixth sit above the return address.
-    let sp = stack_pointer(ctx);
-    for index in 0..cookie.stack_args() {
-        let at = sp + 8 * (index as u64 + 1);
-        // SAFETY: a user read; failure leaves the argument 0.
-        pending.args[6 + index] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
-    }
     // libc's allocator: the floor is applied here, before anything is kept or sent.
     if cookie.layer() == Layer::Libc as u8 && !libc_call_wanted(tgid, cookie, &pending.args) {
         return Ok(());
@@ -125,6 +106,31 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
         }
     }
     Ok(())
+}
+
+/// The call's time and arguments, gathered in per-CPU scratch, not on the BPF stack: with the
+/// Python frames walk the entry calls, a 336-byte frame took it past the 512 bytes that 6.1's
+/// verifier allows across calls (each frame rounded up to 32). With the stack pointer at
+/// entry, above which arguments past the sixth sit.
+#[inline(always)]
+fn gather_args(ctx: &ProbeContext, cookie: ProbeCookie) -> Option<(&'static mut Pending, u64)> {
+    let pending = ENTRY_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch, used by this program alone while it runs (uprobe programs run
+    // with preemption off and do not nest on a CPU).
+    let pending = unsafe { &mut *pending };
+    // SAFETY: no preconditions.
+    pending.ts_ns = unsafe { bpf_ktime_get_ns() };
+    pending.args = [0; MAX_ARGS];
+    for (index, slot) in pending.args.iter_mut().take(6).enumerate() {
+        *slot = ctx.arg::<u64>(index).unwrap_or(0);
+    }
+    let sp = stack_pointer(ctx);
+    for index in 0..cookie.stack_args() {
+        let at = sp + 8 * (index as u64 + 1);
+        // SAFETY: a user read; failure leaves the argument 0.
+        pending.args[6 + index] = unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0);
+    }
+    Some((pending, sp))
 }
 
 fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {

@@ -131,33 +131,8 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
         );
     }
     let mut command = Command::new(program);
-    command.args(rest).env("HOTPIN_MODE", mode.name());
-    if args.strict {
-        command.env("HOTPIN_STRICT", "1");
-    }
-    if args.verbose {
-        command.env("HOTPIN_VERBOSE", "1");
-    }
-    // The user's own HOTPIN_MALLOC_FLOOR stands unless --floor says otherwise (#41 item 13:
-    // it was always set over); a --floor equal to the default cannot be told from none.
-    if args.floor != DEFAULT_FLOOR || std::env::var_os("HOTPIN_MALLOC_FLOOR").is_none() {
-        command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
-    }
-    if mode == Mode::Auto {
-        auto(&args, &mut command, program, rest)?;
-    }
-    if mode == Mode::Use {
-        use_mode(&args, &mut command, program, rest)?;
-    }
-    if let Some(socket) = &args.lease_socket {
-        command.env("HOTPIN_LEASE_SOCKET", socket);
-    }
-    if let Some(budget) = &args.budget {
-        command.env("HOTPIN_PINNED_BUDGET", budget);
-    }
-    if let Some(report) = &args.report {
-        command.env("HOTPIN_REPORT", absolute(report)?);
-    }
+    command.args(rest);
+    hand_down(&args, &mut command, mode, floor, program, rest)?;
     if static_runtime.is_some() {
         let error = command.env_remove("HOTPIN_MODE").exec();
         cannot_start(program, &error);
@@ -172,6 +147,47 @@ pub fn run(mut args: RunArgs) -> Result<ExitCode> {
     // Replaces this process: the program's exit status and signals are its own.
     let error = command.exec();
     cannot_start(program, &error)
+}
+
+/// Hands `hotpin run`'s settings to the interposer in the program's environment (the
+/// `HOTPIN_*` variables `state::init` reads at load), the history auto and use modes start
+/// from among them.
+fn hand_down(
+    args: &RunArgs,
+    command: &mut Command,
+    mode: Mode,
+    floor: u64,
+    program: &OsStr,
+    rest: &[OsString],
+) -> Result<()> {
+    command.env("HOTPIN_MODE", mode.name());
+    if args.strict {
+        command.env("HOTPIN_STRICT", "1");
+    }
+    if args.verbose {
+        command.env("HOTPIN_VERBOSE", "1");
+    }
+    // The user's own HOTPIN_MALLOC_FLOOR stands unless --floor says otherwise (#41 item 13:
+    // it was always set over); a --floor equal to the default cannot be told from none.
+    if args.floor != DEFAULT_FLOOR || std::env::var_os("HOTPIN_MALLOC_FLOOR").is_none() {
+        command.env("HOTPIN_MALLOC_FLOOR", floor.to_string());
+    }
+    if mode == Mode::Auto {
+        auto(args, command, program, rest)?;
+    }
+    if mode == Mode::Use {
+        use_mode(args, command, program, rest)?;
+    }
+    if let Some(socket) = &args.lease_socket {
+        command.env("HOTPIN_LEASE_SOCKET", socket);
+    }
+    if let Some(budget) = &args.budget {
+        command.env("HOTPIN_PINNED_BUDGET", budget);
+    }
+    if let Some(report) = &args.report {
+        command.env("HOTPIN_REPORT", absolute(report)?);
+    }
+    Ok(())
 }
 
 /// A command that cannot be run ends `hotpin run` as a shell would: 127 when it is not
@@ -316,24 +332,8 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
             merge_with(command, &runs)?;
         }
     }
-    if start.is_none()
-        && args.history.is_none()
-        && let Ok(key) = ProgramKey::of_command(program, rest)
-        && let Ok(mut stored) = latest_in_store(&args.store, &key, args.merge_runs.into())
-        && !stored.is_empty()
-    {
-        let stored = {
-            let latest = stored.remove(0);
-            merge_with(command, &stored)?;
-            latest
-        };
-        eprintln!(
-            "hotpin: starting from {}, the latest history of {key} in the store (the \
-             daemon's histories know no libc allocations: only pinned requests and mappings \
-             of it can be matched; the rest is learned live)",
-            stored.display()
-        );
-        start = Some(stored);
+    if start.is_none() && args.history.is_none() {
+        start = from_store(args, command, program, rest)?;
     }
     if let Some(history) = start {
         if hotpin_history::files::read_once(&history) {
@@ -375,6 +375,39 @@ fn auto(args: &RunArgs, command: &mut Command, program: &OsStr, rest: &[OsString
             }
         }
     }
+    learn_to(command, learned)
+}
+
+/// Auto mode with no history given or learned before: the program's latest in the store, the
+/// runs to merge with it handed down, said (the daemon's histories match less).
+fn from_store(
+    args: &RunArgs,
+    command: &mut Command,
+    program: &OsStr,
+    rest: &[OsString],
+) -> Result<Option<PathBuf>> {
+    let Ok(key) = ProgramKey::of_command(program, rest) else {
+        return Ok(None);
+    };
+    let Ok(mut stored) = latest_in_store(&args.store, &key, args.merge_runs.into()) else {
+        return Ok(None);
+    };
+    if stored.is_empty() {
+        return Ok(None);
+    }
+    let latest = stored.remove(0);
+    merge_with(command, &stored)?;
+    eprintln!(
+        "hotpin: starting from {}, the latest history of {key} in the store (the \
+         daemon's histories know no libc allocations: only pinned requests and mappings \
+         of it can be matched; the rest is learned live)",
+        latest.display()
+    );
+    Ok(Some(latest))
+}
+
+/// Where auto mode writes what it learns (checked now), or why nowhere.
+fn learn_to(command: &mut Command, learned: Option<PathBuf>) -> Result<()> {
     match learned {
         Some(path) => {
             hotpin_history::files::check_output(&path).with_context(|| {

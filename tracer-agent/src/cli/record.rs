@@ -119,6 +119,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         eprintln!();
     }
     agent.stop_keeping_probes().context("stopping the tracer")?;
+    finish(agent, &output, child_status, &args, protect)
+}
+
+/// The recording stopped: its history written (or an empty one kept from replacing `output`),
+/// summarized, the probes let go; the traced command's failure passed on.
+fn finish(
+    mut agent: TracerAgent,
+    output: &Path,
+    child_status: Option<std::process::ExitStatus>,
+    args: &RecordArgs,
+    protect: bool,
+) -> Result<ExitCode> {
     if protect && agent.history().stats().calls == 0 {
         eprintln!(
             "tracer: the recording saw no CUDA call, so {} is left as it was (--replace-empty \
@@ -133,7 +145,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             _ => ExitCode::FAILURE,
         });
     }
-    let (output, write_failed) = write_history(&agent, &output, args.verbose)?;
+    let (output, write_failed) = write_history(&agent, output, args.verbose)?;
     summarize(&agent, &output, args.report);
     // The history is whole: the uprobes go now (one wait with uprobe_multi links), the
     // tracepoints (each ~75 ms to release, serialised) after this process has exited.
