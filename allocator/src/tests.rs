@@ -2,10 +2,8 @@
 
 use std::sync::OnceLock;
 
-use hotpin_history::{
-    history::{AllocKind, CallSite, MemHistory},
-    registry::CopyDirection,
-};
+use hotpin_history::history::{AllocKind, CallSite, MemHistory};
+use hotpin_registry::registry::CopyDirection;
 
 use super::*;
 

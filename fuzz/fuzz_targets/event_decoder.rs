@@ -4,7 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use hotpin_history::{events, history::MemHistory};
+use hotpin_history::history::MemHistory;
+use hotpin_registry::events;
 use tracer_common::EVENT_SIZE;
 
 fuzz_target!(|bytes: &[u8]| {

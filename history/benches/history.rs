@@ -7,10 +7,10 @@ use std::hint::black_box;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use hotpin_history::{
     dump::{self, Format},
-    events::{ApiCall, Op},
     history::{AllocKind, CallSite, MemHistory},
-    registry::{AllocSpace, CopyDirection},
 };
+use hotpin_registry::events::{ApiCall, Op};
+use hotpin_registry::registry::{AllocSpace, CopyDirection};
 use tracer_common::EventKind;
 
 const PID: u32 = 42;

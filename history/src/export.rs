@@ -20,9 +20,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
+use hotpin_registry::registry::CopyDirection;
+
 use crate::{
     history::{AllocEvent, Allocation, MemHistory},
-    registry::CopyDirection,
     units::bytes,
 };
 

@@ -17,6 +17,3 @@ pub mod store;
 pub mod units;
 
 pub use history::{KernelCounters, MemHistory};
-/// The probe registry and the events decoded by it: their own crate, re-exported here where
-/// the history is read.
-pub use hotpin_registry::{events, registry};

@@ -497,7 +497,8 @@ impl HotSet {
 
 #[cfg(test)]
 mod tests {
-    use hotpin_history::{history::CallSite, registry::CopyDirection};
+    use hotpin_history::history::CallSite;
+    use hotpin_registry::registry::CopyDirection;
 
     use super::*;
 

@@ -13,10 +13,8 @@ use std::{
     path::Path,
 };
 
-use hotpin_history::{
-    history::{AllocKind, Allocation, Copies, MemHistory, TransferStats},
-    registry::CopyDirection,
-};
+use hotpin_history::history::{AllocKind, Allocation, Copies, MemHistory, TransferStats};
+use hotpin_registry::registry::CopyDirection;
 
 /// What a file was: device, inode, modification time (ns) and length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1130,7 +1130,8 @@ fn table(out: &mut String, rows: &[ReportRow], options: &RenderOptions) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hotpin_history::{history::CallSite, registry::CopyDirection};
+    use hotpin_history::history::CallSite;
+    use hotpin_registry::registry::CopyDirection;
 
     /// A history that counts copies but no CUDA calls (auto mode's) does not say "CUDA
     /// calls 0" beside its transfers (#41 item 13).

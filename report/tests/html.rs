@@ -13,9 +13,9 @@ use std::{
 use hotpin_history::{
     MemHistory,
     history::{AllocKind, CallSite, Retention},
-    registry::CopyDirection,
 };
 use hotpin_policy::hot::HotPolicy;
+use hotpin_registry::registry::CopyDirection;
 use hotpin_report::{
     RenderOptions, Report,
     html::{self, CopyBin, Span},

@@ -6,9 +6,9 @@
 use hotpin_history::{
     MemHistory,
     history::{AllocKind, CallSite},
-    registry::CopyDirection,
 };
 use hotpin_policy::hot::HotPolicy;
+use hotpin_registry::registry::CopyDirection;
 use hotpin_report::Report;
 
 fn schema_file() -> std::path::PathBuf {

@@ -10,8 +10,8 @@ use std::{
 use hotpin_history::{
     MemHistory,
     maps::{MapLine, is_device_address, parse_map_lines, seed_kind},
-    registry::CopyDirection,
 };
+use hotpin_registry::registry::CopyDirection;
 
 /// CLOCK_MONOTONIC in ns, the clock of the kernel side's timestamps.
 pub(crate) fn monotonic_ns() -> u64 {

@@ -12,12 +12,12 @@ use tokio::sync::watch;
 use crate::{
     address_space,
     error::TracerError,
-    history::{Allocation, MemHistory},
     probes::{ProbeOptions, ProbeState, ProbeStatus, Probes},
     recorder::{LiveStatus, Recorder, RecorderConfig, RecorderEnd, Shared},
     sessions::{Session, SessionInfo, Sessions},
     target::{self, CallSiteResolver},
 };
+use hotpin_history::history::{Allocation, MemHistory};
 
 /// How an agent traces.
 #[derive(Clone, Debug)]
@@ -131,7 +131,7 @@ impl TracerAgent {
             }
             let meta = history.meta_mut();
             meta.tracer = crate::TRACER_NAME.to_owned();
-            meta.started_unix_s = crate::dump::unix_now();
+            meta.started_unix_s = hotpin_history::dump::unix_now();
             meta.pids = self.config.pids.clone();
             meta.command = self.config.command.clone();
         }
@@ -314,14 +314,14 @@ impl TracerAgent {
             .collect()
     }
 
-    /// Writes the history (see [`crate::dump::write`]).
+    /// Writes the history (see [`hotpin_history::dump::write`]).
     pub fn dump(
         &self,
         path: &std::path::Path,
-        format: crate::dump::Format,
+        format: hotpin_history::dump::Format,
         verbose: bool,
-    ) -> Result<(), crate::dump::DumpError> {
-        crate::dump::write(&self.history(), path, format, verbose)
+    ) -> Result<(), hotpin_history::dump::DumpError> {
+        hotpin_history::dump::write(&self.history(), path, format, verbose)
     }
 }
 
@@ -338,11 +338,9 @@ mod tests {
     use tracer_common::EventKind;
 
     use super::*;
-    use crate::{
-        events::{ApiCall, Op},
-        history::{AllocKind, CallSite},
-        probes::registry::CopyDirection,
-    };
+    use hotpin_history::history::{AllocKind, CallSite};
+    use hotpin_registry::events::{ApiCall, Op};
+    use hotpin_registry::registry::CopyDirection;
 
     #[test]
     fn the_queries_answer_from_the_history() {

@@ -18,8 +18,9 @@ pub mod target;
 pub mod watchdog;
 
 /// The history, its dumps and reports live in their own crate (shared with the allocator).
-pub use hotpin_history::{dump, events, export, history, store};
+pub use hotpin_history::{dump, export, history, store};
 pub use hotpin_policy as policy;
+pub use hotpin_registry::events;
 pub use hotpin_report as report;
 
 pub use agent::{AgentConfig, TracerAgent};

@@ -20,15 +20,15 @@ use tracer_common::BuildIdFrame;
 use crate::{
     address_space::AddressSpaces,
     error::TracerError,
-    events::{self, ApiCall, HostOp, Op, RawSite, TraceEvent},
     filter::ProcessFilter,
-    history::{CallSite, MemHistory, Retention},
-    probes::registry::CopyDirection,
     probes::{ProbeStatus, Probes},
     python::PythonLines,
     sessions::{SessionInfo, Sessions},
     target::{self, AddressSites, CallSiteResolver},
 };
+use hotpin_history::history::{CallSite, MemHistory, Retention};
+use hotpin_registry::events::{self, ApiCall, HostOp, Op, RawSite, TraceEvent};
+use hotpin_registry::registry::CopyDirection;
 
 /// Records per batch sent to the history writer.
 const BATCH: usize = 4096;

@@ -5,10 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::{
-    history::{KernelCounters, MemHistory, Retention},
-    store::ProgramKey,
-};
+use hotpin_history::history::{KernelCounters, MemHistory, Retention};
+use hotpin_history::store::ProgramKey;
 
 /// What is known of a session's first process when it is found.
 #[derive(Clone, Debug)]
@@ -41,7 +39,7 @@ impl SessionInfo {
             program,
             command,
             uid: crate::target::process_uid(pid),
-            started_unix_s: crate::dump::unix_now(),
+            started_unix_s: hotpin_history::dump::unix_now(),
         }
     }
 }

@@ -8,9 +8,9 @@ use std::{
 
 pub use hotpin_history::maps::{Mapping, ProcessMaps, parse_maps};
 
-use crate::{
-    error::TracerError, events::RawSite, history::CallSite, probes::symbols::FunctionIndex,
-};
+use crate::{error::TracerError, probes::symbols::FunctionIndex};
+use hotpin_history::history::CallSite;
+use hotpin_registry::events::RawSite;
 
 /// The memory map of `pid`, or an error that says the process is gone.
 pub fn read_maps(pid: u32) -> Result<ProcessMaps, TracerError> {
@@ -153,7 +153,7 @@ impl AddressSites {
         }
         let (module, offset) = self.maps.get(&pid)?.module_offset(addr)?;
         let build_id = *self.build_ids.entry(module.to_string()).or_insert_with(|| {
-            let id = crate::store::read_elf_build_id(&host_path(pid, module))
+            let id = hotpin_history::store::read_elf_build_id(&host_path(pid, module))
                 .ok()
                 .flatten()?;
             id.try_into().ok()
@@ -238,7 +238,9 @@ impl CallSiteResolver {
             }
             return;
         }
-        let build_id = crate::store::read_elf_build_id(path).ok().flatten();
+        let build_id = hotpin_history::store::read_elf_build_id(path)
+            .ok()
+            .flatten();
         self.seen_files.insert(name.to_string(), build_id.clone());
         if let Some(id) = build_id {
             let module = KnownModule {
@@ -392,7 +394,7 @@ garbage line
     fn a_caller_frame_in_no_file_or_past_its_end_cuts_the_walk() {
         let me = std::process::id();
         let exe = std::fs::read_link("/proc/self/exe").expect("this test's executable");
-        let build_id: [u8; 20] = crate::store::read_elf_build_id(&exe)
+        let build_id: [u8; 20] = hotpin_history::store::read_elf_build_id(&exe)
             .ok()
             .flatten()
             .expect("rustc links a build id")

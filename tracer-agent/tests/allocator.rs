@@ -5,7 +5,9 @@ mod common;
 
 use std::process::Command;
 
-use tracer_agent::{dump::Format, history::AllocKind, policy::hot::HotPolicy};
+use hotpin_history::dump::Format;
+use hotpin_history::history::AllocKind;
+use hotpin_policy::hot::HotPolicy;
 
 const SIZE: u64 = 256 * 1024;
 

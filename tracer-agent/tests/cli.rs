@@ -5,7 +5,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use tracer_agent::history::AllocKind;
+use hotpin_history::history::AllocKind;
 
 #[test]
 fn record_a_command_then_report_on_its_history() {
@@ -134,7 +134,7 @@ fn sigterm_while_events_stream_leaves_a_whole_history() {
         output.status.success(),
         "tracer failed on SIGTERM: {stderr}"
     );
-    let saved = tracer_agent::dump::read(&history).expect("a whole, loadable history");
+    let saved = hotpin_history::dump::read(&history).expect("a whole, loadable history");
     let stats = saved.stats();
     assert!(
         stats.transfers > 1000,
@@ -289,7 +289,7 @@ fn a_failed_final_write_falls_back_to_the_current_directory() {
         stderr.contains("was written to ./run.hotpin instead"),
         "the fallback is named: {stderr}"
     );
-    let saved = tracer_agent::dump::read(&fallback).expect("the fallback loads");
+    let saved = hotpin_history::dump::read(&fallback).expect("the fallback loads");
     assert!(saved.stats().transfers > 0, "{:?}", saved.stats());
     assert_eq!(saved.meta().checkpoint_unix_s, None, "a final history");
 }
@@ -326,13 +326,13 @@ fn a_tracer_killed_with_sigkill_leaves_its_last_checkpoint() {
     let _ = tracer.wait();
     // The workload it started runs on; the kernel detached the probes with the tracer.
     kill_workload(&standin);
-    let saved = tracer_agent::dump::read(&history).expect("the last checkpoint loads");
+    let saved = hotpin_history::dump::read(&history).expect("the last checkpoint loads");
     let written = saved
         .meta()
         .checkpoint_unix_s
         .expect("marked as a checkpoint");
     assert!(
-        tracer_agent::dump::unix_now().saturating_sub(written) < 30,
+        hotpin_history::dump::unix_now().saturating_sub(written) < 30,
         "written moments ago: {written}"
     );
     assert!(
@@ -382,7 +382,7 @@ fn a_verbose_recording_exports_as_a_trace_a_json_parser_reads() {
         .expect("run tracer export");
     assert!(exported.status.success(), "{exported:?}");
 
-    let saved = tracer_agent::dump::read(&history).expect("the history");
+    let saved = hotpin_history::dump::read(&history).expect("the history");
     let trace: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&trace_path).expect("the trace is written"))
             .expect("the trace is JSON");
@@ -483,7 +483,7 @@ fn memory_from_before_a_pid_attach_is_credited_with_its_copies() {
     let ended = tracer.wait().expect("wait for tracer");
     assert!(ended.success(), "tracer failed: {said}{rest}");
 
-    let saved = tracer_agent::dump::read(&history).expect("history");
+    let saved = hotpin_history::dump::read(&history).expect("history");
     let stats = saved.stats();
     assert_eq!(stats.transfers, 25, "{stats:?}");
     assert_eq!(
@@ -682,8 +682,8 @@ fn an_output_that_is_its_own_input_is_refused_and_the_history_kept() {
     let dir = std::env::temp_dir().join(format!("hotpin-self-output-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a folder");
     let h = dir.join("h.hotpin");
-    let history = tracer_agent::history::MemHistory::new();
-    tracer_agent::dump::write(&history, &h, tracer_agent::dump::Format::Binary, false)
+    let history = hotpin_history::history::MemHistory::new();
+    hotpin_history::dump::write(&history, &h, hotpin_history::dump::Format::Binary, false)
         .expect("write a history");
     let before = std::fs::read(&h).expect("read");
     for args in [
@@ -728,12 +728,12 @@ fn export_writes_to_standard_output_for_a_dash_or_dev_stdout() {
     std::fs::create_dir_all(&dir).expect("a folder");
     let h = dir.join("h.hotpin");
     // A verbose history: one buffer copied twice, its timeline kept.
-    let mut history = tracer_agent::history::MemHistory::new();
+    let mut history = hotpin_history::history::MemHistory::new();
     history.alloc(
         1,
         0x10000,
         4096,
-        tracer_agent::history::AllocKind::Pageable,
+        hotpin_history::history::AllocKind::Pageable,
         None,
         0,
     );
@@ -743,11 +743,11 @@ fn export_writes_to_standard_output_for_a_dash_or_dev_stdout() {
             0xd000_0000,
             0x10000,
             4096,
-            hotpin_history::registry::CopyDirection::HostToDevice,
+            hotpin_registry::registry::CopyDirection::HostToDevice,
             t,
         );
     }
-    tracer_agent::dump::write(&history, &h, tracer_agent::dump::Format::Binary, true)
+    hotpin_history::dump::write(&history, &h, hotpin_history::dump::Format::Binary, true)
         .expect("write a history");
     for output in ["-", "/dev/stdout"] {
         for format in ["json", "chrome"] {
@@ -761,7 +761,7 @@ fn export_writes_to_standard_output_for_a_dash_or_dev_stdout() {
             let text: serde_json::Value =
                 serde_json::from_slice(&run.stdout).expect("JSON on standard output");
             if format == "json" {
-                tracer_agent::dump::decode(&run.stdout).expect("a history");
+                hotpin_history::dump::decode(&run.stdout).expect("a history");
             } else {
                 assert!(text.get("traceEvents").is_some(), "{text}");
             }
@@ -810,7 +810,7 @@ fn a_recording_that_saw_no_cuda_call_leaves_an_existing_history() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let history = tracer_agent::dump::read(&keep).expect("asked for: the empty history");
+    let history = hotpin_history::dump::read(&keep).expect("asked for: the empty history");
     assert_eq!(history.stats().calls, 0);
 }
 

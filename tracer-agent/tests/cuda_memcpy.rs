@@ -3,7 +3,7 @@
 
 mod common;
 
-use tracer_agent::history::AllocKind;
+use hotpin_history::history::AllocKind;
 
 #[test]
 fn n_memcpy_calls_give_n_transfers_attributed_to_the_right_buffer() {
@@ -157,8 +157,9 @@ fn failed_calls_are_recorded_with_their_return_codes() {
 
 #[test]
 fn every_registry_probe_fires_with_its_arguments_and_return_values() {
+    use hotpin_registry::registry::CALL_PROBES;
     use std::collections::BTreeSet;
-    use tracer_agent::probes::{ProbeState, registry::CALL_PROBES};
+    use tracer_agent::probes::ProbeState;
     common::require_root();
     let standin = common::standin("every-call");
     let program = common::compile_c(&standin, "every_call");
@@ -190,7 +191,7 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
     let expected_symbols: usize = CALL_PROBES
         .iter()
         .filter(|p| {
-            use tracer_agent::probes::registry::Library;
+            use hotpin_registry::registry::Library;
             matches!(p.library, Library::CudaRuntime | Library::CudaDriver)
         })
         .map(|p| p.symbols.len())
@@ -226,7 +227,7 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
     let stats = history.stats();
     let seen: BTreeSet<_> = stats.calls_by_function.keys().cloned().collect();
     for probe in CALL_PROBES.iter().filter(|p| {
-        use tracer_agent::probes::registry::Library;
+        use hotpin_registry::registry::Library;
         matches!(p.library, Library::CudaRuntime | Library::CudaDriver)
     }) {
         assert!(
@@ -330,7 +331,7 @@ fn every_registry_probe_fires_with_its_arguments_and_return_values() {
         .filter(|a| {
             a.events
                 .iter()
-                .any(|e| matches!(e, tracer_agent::history::AllocEvent::Register { .. }))
+                .any(|e| matches!(e, hotpin_history::history::AllocEvent::Register { .. }))
         })
         .map(|a| a.size)
         .collect();

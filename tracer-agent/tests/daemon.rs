@@ -22,9 +22,11 @@ use opentelemetry_proto::tonic::{
 };
 use prost::Message as _;
 
-use tracer_agent::{
-    daemon::metrics::Traffic, dump, history::MemHistory, policy::hot::HotPolicy, store::Store,
-};
+use hotpin_history::dump;
+use hotpin_history::history::MemHistory;
+use hotpin_history::store::Store;
+use hotpin_policy::hot::HotPolicy;
+use tracer_agent::daemon::metrics::Traffic;
 
 /// A running daemon and the lines it wrote to stderr.
 struct Daemon {
@@ -882,7 +884,7 @@ fn a_long_lived_process_keeps_a_bounded_history_and_every_count() {
     assert_eq!(history.stats().lost_events(), 0);
     // Pinned ones only, kept and folded: the bench's one device buffer is freed at its exit,
     // and a fold after that puts it among the folded allocations too.
-    let pinned = tracer_agent::history::AllocKind::Pinned;
+    let pinned = hotpin_history::history::AllocKind::Pinned;
     let pinned_kept = history
         .allocations()
         .iter()

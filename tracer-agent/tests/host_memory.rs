@@ -5,10 +5,8 @@
 
 mod common;
 
-use tracer_agent::{
-    AgentConfig,
-    history::{AllocKind, Allocation},
-};
+use hotpin_history::history::{AllocKind, Allocation};
+use tracer_agent::AgentConfig;
 
 /// Compiles tests/c/NAME.c, traces it with the stand-in named and `configure` applied, and
 /// returns the stopped agent with the JSON the program printed.
@@ -179,7 +177,7 @@ fn an_allocation_keeps_its_callers_where_frame_pointers_allow() {
         "inner <- outer <- main: {callers:?}"
     );
     // Module first, then the function: `called from callers+0x11b3 outer <- ... main`.
-    let report = tracer_agent::report::Report::new(&history, Default::default(), 10);
+    let report = hotpin_report::Report::new(&history, Default::default(), 10);
     let text = report.render();
     let called_from = text
         .lines()

@@ -102,12 +102,12 @@ fn another_process_calling_the_same_library_is_not_traced() {
     );
 }
 
-fn output_pid(history: &tracer_agent::history::MemHistory) -> u32 {
+fn output_pid(history: &hotpin_history::history::MemHistory) -> u32 {
     history.meta().pids[0]
 }
 
 /// Copies (host-to-device plus device-to-host) the history credits to process `pid`.
-fn copies_of(history: &tracer_agent::history::MemHistory, pid: u32) -> u64 {
+fn copies_of(history: &hotpin_history::history::MemHistory, pid: u32) -> u64 {
     history
         .allocations()
         .iter()

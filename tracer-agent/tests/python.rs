@@ -11,7 +11,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use tracer_agent::history::{AllocKind, MemHistory, PYTHON_MODULE};
+use hotpin_history::history::{AllocKind, MemHistory, PYTHON_MODULE};
 
 fn program() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/pinned_lines.py")
@@ -21,7 +21,7 @@ fn program() -> PathBuf {
 /// caller's, as the program says; every copy is counted.
 fn assert_lines(history: &MemHistory, truth: &serde_json::Value) {
     // Every copy counted, by direction: all of them are from or into the pinned buffers.
-    let mut copies = tracer_agent::history::TransferStats::default();
+    let mut copies = hotpin_history::history::TransferStats::default();
     for allocation in history.allocations() {
         if allocation.kind.is_host() {
             copies.add(&allocation.stats);
@@ -104,7 +104,7 @@ fn record_program(
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let saved = tracer_agent::dump::read(&history).expect("history");
+    let saved = hotpin_history::dump::read(&history).expect("history");
     (saved, output)
 }
 
@@ -187,7 +187,7 @@ fn a_python_program_traced_by_pid_after_its_set_up_has_its_lines() {
     let mut tail = String::new();
     stderr.read_to_string(&mut tail).expect("read the tracer");
     assert!(tracer.wait().expect("wait").success(), "{said}{tail}");
-    let saved = tracer_agent::dump::read(&history).expect("history");
+    let saved = hotpin_history::dump::read(&history).expect("history");
     assert_lines(&saved, &truth_of(&rest));
 }
 
@@ -236,7 +236,7 @@ fn the_daemon_stores_a_python_program_with_its_lines() {
     // SAFETY: kill has no memory preconditions; the pid is our child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     assert!(daemon.wait().expect("wait for the daemon").success());
-    let saved = tracer_agent::dump::read(&history).expect("history");
+    let saved = hotpin_history::dump::read(&history).expect("history");
     assert_lines(&saved, &truth_of(&output.stdout));
 }
 

@@ -1,8 +1,6 @@
 use super::*;
-use crate::{
-    history::{AllocKind, CallSite, MemHistory, Retention},
-    registry::CopyDirection,
-};
+use crate::history::{AllocKind, CallSite, MemHistory, Retention};
+use hotpin_registry::registry::CopyDirection;
 
 /// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
 struct Rng(u64);

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::CopyDirection;
+use hotpin_registry::registry::CopyDirection;
 
 /// Index of an allocation in its [`super::MemHistory`].
 pub type AllocId = u64;

@@ -10,7 +10,7 @@ mod pinned;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::registry::function_name;
+use hotpin_registry::registry::function_name;
 
 pub use aggregate::peak_alive;
 pub use aggregate::{Retention, SiteAggregate};
@@ -21,7 +21,7 @@ pub use allocation::{
 pub use pinned::{LeaseAccount, PinnedAccount};
 use serde::{Deserialize, Serialize};
 
-use crate::{
+use hotpin_registry::{
     events::{ApiCall, HostOp, Op, TraceEvent},
     registry::{AllocSpace, CopyDirection},
 };
@@ -522,10 +522,10 @@ impl MemHistory {
     /// call site, such as a frame that ends a stack walk) and interned.
     pub fn intern_raw_site(
         &mut self,
-        raw: crate::events::RawSite,
+        raw: hotpin_registry::events::RawSite,
         resolve: impl FnOnce() -> Option<CallSite>,
     ) -> Option<CallSiteId> {
-        let crate::events::RawSite::BuildId { build_id, offset } = raw else {
+        let hotpin_registry::events::RawSite::BuildId { build_id, offset } = raw else {
             // An address alone means nothing without the process's maps of the moment.
             return resolve().map(|site| self.intern_call_site(site));
         };

@@ -218,7 +218,7 @@ fn events_stay_in_timestamp_order_when_they_arrive_out_of_order() {
 
 #[test]
 fn nested_failed_and_partial_calls_are_counted_but_not_applied() {
-    use crate::events::{ApiCall, Op};
+    use hotpin_registry::events::{ApiCall, Op};
     use tracer_common::EventKind;
     let copy = |nested, partial, result| ApiCall {
         kind: EventKind::CuMemcpyHtoD,
@@ -516,7 +516,7 @@ fn an_aggregate_naming_a_call_site_that_does_not_exist_is_refused() {
 
 #[test]
 fn a_raw_call_site_is_resolved_once_per_history() {
-    use crate::events::RawSite;
+    use hotpin_registry::events::RawSite;
     let mut h = MemHistory::new();
     let raw = RawSite::BuildId {
         build_id: [7; 20],

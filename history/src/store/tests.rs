@@ -13,7 +13,7 @@ use super::{
     *,
 };
 use crate::history::{AllocKind, MemHistory};
-use crate::registry::CopyDirection;
+use hotpin_registry::registry::CopyDirection;
 
 /// A folder of its own under the system's temporary folder, removed when dropped.
 struct TempDir(PathBuf);

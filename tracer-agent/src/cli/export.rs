@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
-use tracer_agent::{dump, export};
+use hotpin_history::dump;
+use hotpin_history::export;
 
 use super::ExportArgs;
 

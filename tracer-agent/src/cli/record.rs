@@ -15,15 +15,14 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use hotpin_history::dump::{self, Format};
+use hotpin_history::history::Retention;
+use hotpin_policy::hot::HotPolicy;
+use hotpin_report::{Report, bytes};
 use tokio::signal::unix::{SignalKind, signal};
 use tracer_agent::{
-    AgentConfig, TracerAgent,
-    dump::{self, Format},
-    history::Retention,
-    policy::hot::HotPolicy,
-    privileges,
+    AgentConfig, TracerAgent, privileges,
     probes::ProbeState,
-    report::{Report, bytes},
     target::{self, PausedChild},
 };
 
@@ -187,7 +186,7 @@ fn check_args(args: &RecordArgs) -> Result<bool> {
     }
     // A command that cannot be started is said before anything is attached or written.
     if let Some(program) = args.command.first()
-        && !tracer_agent::store::find_executable(std::ffi::OsStr::new(program))
+        && !hotpin_history::store::find_executable(std::ffi::OsStr::new(program))
             .is_some_and(|path| path.is_file())
     {
         bail!(
@@ -241,7 +240,7 @@ fn agent_config(args: &RecordArgs) -> Result<(AgentConfig, Option<PausedChild>)>
             }
         })?;
         config.pids = vec![paused.pid()];
-        config.modules = tracer_agent::store::find_executable(std::ffi::OsStr::new(program))
+        config.modules = hotpin_history::store::find_executable(std::ffi::OsStr::new(program))
             .into_iter()
             .collect();
         // The program itself may carry the CUDA runtime or hotpin statically; at this point
@@ -510,7 +509,7 @@ fn interposer(lib: &Path) -> Result<(std::ffi::OsString, [u8; 20])> {
     if !lib.is_file() {
         bail!("--preload {}: no such file", lib.display());
     }
-    let build_id = tracer_agent::store::read_elf_build_id(&lib)
+    let build_id = hotpin_history::store::read_elf_build_id(&lib)
         .ok()
         .flatten()
         .and_then(|id| <[u8; 20]>::try_from(id).ok())

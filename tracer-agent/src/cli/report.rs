@@ -6,14 +6,12 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use hotpin_history::dump::{self, DumpError};
+use hotpin_history::history::MemHistory;
+use hotpin_history::store::Store;
 use hotpin_policy::cost::CostModel;
-use tracer_agent::{
-    dump::{self, DumpError},
-    history::MemHistory,
-    policy::hot::HotPolicy,
-    report::{RenderOptions, Report, html},
-    store::Store,
-};
+use hotpin_policy::hot::HotPolicy;
+use hotpin_report::{RenderOptions, Report, html};
 
 use super::ReportArgs;
 

@@ -12,10 +12,8 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{
-    history::{AllocKind, MemHistory},
-    policy::hot::HotPolicy,
-};
+use hotpin_history::history::{AllocKind, MemHistory};
+use hotpin_policy::hot::HotPolicy;
 
 /// Programs with a label of their own; the rest share `program="other"`.
 pub const MAX_PROGRAMS: usize = 256;

@@ -6,7 +6,8 @@ mod multi;
 pub mod symbols;
 pub mod tracefs;
 
-pub use hotpin_history::{KernelCounters, registry};
+pub use hotpin_history::KernelCounters;
+use hotpin_registry::registry;
 
 use std::{
     collections::HashSet,
@@ -329,12 +330,12 @@ impl Probes {
     pub fn take_fault_runs_of(
         &mut self,
         pid: u32,
-    ) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
+    ) -> Result<Vec<hotpin_registry::events::TraceEvent>, TracerError> {
         Ok(self
             .take_entries_where::<FaultRun>(maps::FAULT_RUNS, |run| run.pid == pid)?
             .into_iter()
             .filter(|run| run.pages > 0)
-            .map(|run| crate::events::TraceEvent::PageFaults {
+            .map(|run| hotpin_registry::events::TraceEvent::PageFaults {
                 pid: run.pid,
                 ts_ns: run.ts_ns,
                 addr: run.start,
@@ -371,12 +372,14 @@ impl Probes {
 
     /// Takes the runs of page faults the kernel side holds unsent (each thread's last), as
     /// events to apply after everything else.
-    pub fn take_fault_runs(&mut self) -> Result<Vec<crate::events::TraceEvent>, TracerError> {
+    pub fn take_fault_runs(
+        &mut self,
+    ) -> Result<Vec<hotpin_registry::events::TraceEvent>, TracerError> {
         Ok(self
             .hash_map_values::<FaultRun>(maps::FAULT_RUNS)?
             .into_iter()
             .filter(|run| run.pages > 0)
-            .map(|run| crate::events::TraceEvent::PageFaults {
+            .map(|run| hotpin_registry::events::TraceEvent::PageFaults {
                 pid: run.pid,
                 ts_ns: run.ts_ns,
                 addr: run.start,

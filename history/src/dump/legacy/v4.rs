@@ -5,12 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::{
-    history::{
-        self, AllocId, AllocKind, CallSite, CallSiteId, DeviceMemory, RecordingMeta, TransferStats,
-    },
-    registry::CopyDirection,
+use crate::history::{
+    self, AllocId, AllocKind, CallSite, CallSiteId, DeviceMemory, RecordingMeta, TransferStats,
 };
+use hotpin_registry::registry::CopyDirection;
 
 // Formats 1-3 hold timeline events of this shape too.
 

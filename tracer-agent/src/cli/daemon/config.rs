@@ -7,9 +7,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use hotpin_history::store;
 use hotpin_lease::arbiter::Limits;
 use serde::Deserialize;
-use tracer_agent::{daemon::otlp::Endpoint, filter::ProcessFilter, store};
+use tracer_agent::{daemon::otlp::Endpoint, filter::ProcessFilter};
 
 use super::super::DaemonArgs;
 
@@ -101,7 +102,7 @@ impl Settings {
         let max_store_bytes = match args.max_store_bytes {
             Some(bytes) => bytes,
             None => match &file.max_store_bytes {
-                Some(text) => tracer_agent::report::parse_bytes(text)
+                Some(text) => hotpin_report::parse_bytes(text)
                     .map_err(anyhow::Error::msg)
                     .context("max_store_bytes in the configuration file")?,
                 None => defaults.max_bytes,
@@ -168,8 +169,8 @@ impl Settings {
 
 impl Settings {
     /// What each run's history keeps in memory: timelines when verbose, and the bound.
-    pub fn history_retention(&self) -> tracer_agent::history::Retention {
-        tracer_agent::history::Retention {
+    pub fn history_retention(&self) -> hotpin_history::history::Retention {
+        hotpin_history::history::Retention {
             timelines: self.verbose,
             max_allocations: Some(self.max_allocations).filter(|&n| n > 0),
         }
@@ -264,7 +265,7 @@ fn lease_settings(
         }
     };
     let size = |what: &str, key: &str, value: &str| {
-        tracer_agent::report::parse_bytes(value)
+        hotpin_report::parse_bytes(value)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("the {what} cap {key}={value:?} (a size such as 8G)"))
     };
@@ -296,7 +297,7 @@ fn lease_settings(
 /// A budget in bytes ("64G") or as a share of MemTotal ("25%").
 fn node_budget(text: &str) -> Result<u64> {
     let Some(percent) = text.strip_suffix('%') else {
-        return tracer_agent::report::parse_bytes(text).map_err(anyhow::Error::msg);
+        return hotpin_report::parse_bytes(text).map_err(anyhow::Error::msg);
     };
     let percent: f64 = percent
         .trim()

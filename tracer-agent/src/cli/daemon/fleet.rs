@@ -10,7 +10,7 @@ use std::{
 };
 
 use hotpin_fleet::Fleet;
-use tracer_agent::store::ProgramKey;
+use hotpin_history::store::ProgramKey;
 
 /// What one call to the store may take at most.
 const WAIT: Duration = Duration::from_secs(10);

@@ -16,6 +16,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
+use hotpin_history::store::{ProgramKey, Store};
+use hotpin_policy::hot::HotPolicy;
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
@@ -29,10 +31,8 @@ use tracer_agent::{
         otlp,
     },
     filter::ProcessFilter,
-    policy::hot::HotPolicy,
     privileges,
     sessions::Session,
-    store::{ProgramKey, Store},
 };
 
 pub use self::config::Settings;
@@ -335,7 +335,7 @@ impl Daemon {
         let traffic = Traffic::of(&session.history, &self.policy);
         self.finished.add(&program, &traffic);
         if !session.complete {
-            session.history.meta_mut().checkpoint_unix_s = Some(tracer_agent::dump::unix_now());
+            session.history.meta_mut().checkpoint_unix_s = Some(hotpin_history::dump::unix_now());
         }
         // What the node's arbiter leased each of its processes goes into its history.
         if let Some(server) = &self.leases {
