@@ -26,7 +26,7 @@ use hotpin_history::dump::DumpError;
 pub use hotpin_policy::Mode;
 use hotpin_policy::{
     hot::HotPolicy,
-    set::{HotSet, Request, SiteKey, Why, decide},
+    set::{HotSet, Request, Why, decide},
 };
 use pool::{PinnedBlock, PinnedPool};
 use pressure::{Level, Pressure};
@@ -187,7 +187,7 @@ struct State {
     live: HashMap<usize, Block>,
     /// Pointers freed and not handed out since, to tell a double free from a foreign pointer.
     freed: HashSet<usize>,
-    ordinals: HashMap<SiteKey, u32>,
+    ordinals: hotpin_policy::reuse::Ordinals,
     sites: callsite::Resolver,
     pressure: Pressure,
     stats: Stats,
@@ -241,7 +241,7 @@ impl Allocator {
                 pinned: PinnedPool::default(),
                 live: HashMap::new(),
                 freed: HashSet::new(),
-                ordinals: HashMap::new(),
+                ordinals: Default::default(),
                 sites: callsite::Resolver::default(),
                 pressure: Pressure::default(),
                 stats: Stats::default(),
@@ -364,12 +364,7 @@ impl Allocator {
         let state = &mut *state;
         state.stats.allocations += 1;
         let site = state.sites.resolve(caller);
-        let ordinal = {
-            let next = state.ordinals.entry(site.clone()).or_default();
-            let ordinal = *next;
-            *next += 1;
-            ordinal
-        };
+        let ordinal = state.ordinals.next(&site);
         // The Rust allocator has no copy hooks: auto mode is use mode here. Its profile mode
         // pins everything while the tracer records (the interposer's records the program as
         // it is, pinning what it asked).

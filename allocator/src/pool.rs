@@ -32,18 +32,17 @@ unsafe impl Send for PinnedBlock {}
 
 /// Pinned memory, with freed blocks kept for reuse so pinning stays off the hot path.
 ///
-/// A cached block is reused for a request when it is at most 10% larger (PyTorch rounds to
-/// powers of two, which can hold 1.78x the memory asked for); requests smaller than a page
-/// reuse blocks within a page.
+/// A cached block is reused for a request as `hotpin_policy::reuse` says: at most 10% larger,
+/// or within a page for a request smaller than a page.
 #[derive(Debug, Default)]
 pub struct PinnedPool {
     cache: BTreeMap<usize, Vec<PinnedBlock>>,
     cached_bytes: u64,
 }
 
-/// The largest block reuse accepts for a request of `size`.
+/// The largest block reuse accepts for a request of `size` (`hotpin_policy::reuse`).
 fn reuse_limit(size: usize) -> usize {
-    (size + size / 10).max(size.next_multiple_of(page_size()))
+    hotpin_policy::reuse::reuse_limit(size, page_size())
 }
 
 pub fn page_size() -> usize {

@@ -15,6 +15,7 @@ pub mod cost;
 pub mod hot;
 pub mod mode;
 pub mod online;
+pub mod reuse;
 pub mod set;
 
 pub use mode::Mode;

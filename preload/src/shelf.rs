@@ -31,16 +31,15 @@ impl Shelf {
         self.bytes += size;
     }
 
-    /// A block of at least `size` bytes, at most 10% more, aligned to `align`: the smallest
-    /// such, taken off the shelf.
+    /// A block that serves `size` bytes (`hotpin_policy::reuse`: at most 10% more, or within a
+    /// page), aligned to `align`: the smallest such, taken off the shelf.
     pub fn take_fitting(&mut self, size: usize, align: usize) -> Option<usize> {
         let (index, &(ptr, block)) = self
             .blocks
             .iter()
             .enumerate()
             .filter(|(_, (ptr, block))| {
-                *block >= size
-                    && block.saturating_mul(10) <= size.saturating_mul(11)
+                hotpin_policy::reuse::serves(*block, size, hotpin::pool::page_size())
                     && ptr % align.max(1) == 0
             })
             .min_by_key(|(_, (_, block))| *block)?;
@@ -73,20 +72,23 @@ impl Shelf {
 mod tests {
     use super::Shelf;
 
+    /// Sizes in KiB: blocks above a page, as the shelves hold (the floor is 1 MiB).
+    const K: usize = 1024;
+
     #[test]
     fn a_block_fits_within_a_tenth_more_and_its_alignment() {
         let mut shelf = Shelf::default();
-        shelf.put(0x10_0000, 1000);
-        shelf.put(0x20_0010, 1050);
-        shelf.put(0x30_0000, 1200);
-        assert_eq!(shelf.bytes(), 3250);
-        // 1200 is more than 10% above 1000; 0x20_0010 is not aligned to 64.
-        assert_eq!(shelf.take_fitting(1000, 64), Some(0x10_0000));
-        assert_eq!(shelf.take_fitting(1000, 64), None);
-        assert_eq!(shelf.take_fitting(1000, 16), Some(0x20_0010));
-        assert_eq!(shelf.take_fitting(2000, 16), None);
-        assert_eq!(shelf.bytes(), 1200);
-        assert_eq!(shelf.take_at(0x30_0000), Some(1200));
+        shelf.put(0x10_0000, 1000 * K);
+        shelf.put(0x20_0010, 1050 * K);
+        shelf.put(0x30_0000, 1200 * K);
+        assert_eq!(shelf.bytes(), 3250 * K);
+        // 1200 KiB is more than 10% above 1000 KiB; 0x20_0010 is not aligned to 64.
+        assert_eq!(shelf.take_fitting(1000 * K, 64), Some(0x10_0000));
+        assert_eq!(shelf.take_fitting(1000 * K, 64), None);
+        assert_eq!(shelf.take_fitting(1000 * K, 16), Some(0x20_0010));
+        assert_eq!(shelf.take_fitting(2000 * K, 16), None);
+        assert_eq!(shelf.bytes(), 1200 * K);
+        assert_eq!(shelf.take_at(0x30_0000), Some(1200 * K));
         assert_eq!(shelf.take_at(0x30_0000), None);
         assert_eq!(shelf.bytes(), 0);
     }
@@ -94,12 +96,15 @@ mod tests {
     #[test]
     fn the_smallest_fitting_block_is_taken_and_all_can_be_emptied() {
         let mut shelf = Shelf::default();
-        shelf.put(0x1000, 1090);
-        shelf.put(0x2000, 1010);
-        assert_eq!(shelf.take_fitting(1000, 1), Some(0x2000));
-        shelf.put(0x3000, 1000);
-        assert_eq!(shelf.take_all(), vec![(0x1000, 1090), (0x3000, 1000)]);
+        shelf.put(0x1000, 1090 * K);
+        shelf.put(0x2000, 1010 * K);
+        assert_eq!(shelf.take_fitting(1000 * K, 1), Some(0x2000));
+        shelf.put(0x3000, 1000 * K);
+        assert_eq!(
+            shelf.take_all(),
+            vec![(0x1000, 1090 * K), (0x3000, 1000 * K)]
+        );
         assert_eq!(shelf.bytes(), 0);
-        assert_eq!(shelf.take_fitting(1000, 1), None);
+        assert_eq!(shelf.take_fitting(1000 * K, 1), None);
     }
 }

@@ -67,7 +67,7 @@ pub(crate) struct State {
     pub(crate) hot: Option<HotSet>,
     pub(crate) budget: Option<u64>,
     pub(crate) resolver: Resolver,
-    pub(crate) ordinals: rustc_hash::FxHashMap<SiteKey, u32>,
+    pub(crate) ordinals: hotpin_policy::reuse::Ordinals,
     /// Blocks we registered in place: address -> size. Ordered, so that a copy's host
     /// memory is looked up by interval.
     pub(crate) registered: BTreeMap<usize, usize>,
@@ -464,17 +464,7 @@ impl State {
     /// The next allocation's identity at the call site `caller` returns to.
     pub(crate) fn identify(&mut self, caller: usize) -> (SiteKey, u32) {
         let site = self.resolver.resolve(caller);
-        // The site is cloned only the first time it is seen.
-        let ordinal = match self.ordinals.get_mut(&site) {
-            Some(next) => {
-                *next += 1;
-                *next - 1
-            }
-            None => {
-                self.ordinals.insert(site.clone(), 1);
-                0
-            }
-        };
+        let ordinal = self.ordinals.next(&site);
         (site, ordinal)
     }
 
