@@ -115,27 +115,7 @@ pub enum InitError {
     History(#[from] DumpError),
     #[error("the allocator is already set up (once per process, before the first allocation)")]
     AlreadySet,
-    #[cfg(feature = "embedded")]
-    #[error("cannot start the embedded tracer")]
-    Tracer(#[from] tracer_agent::TracerError),
 }
-
-/// Why an embedded recording could not be saved.
-#[cfg(feature = "embedded")]
-#[derive(Debug, thiserror::Error)]
-pub enum SaveError {
-    #[error("no embedded recording is running (start one with Allocator::profile_embedded)")]
-    NotRecording,
-    #[cfg(feature = "embedded")]
-    #[error("stopping the embedded tracer")]
-    Tracer(#[from] tracer_agent::TracerError),
-    #[error("writing the history")]
-    Dump(#[from] DumpError),
-}
-
-/// The embedded recording, if one runs: the agent and where `save` writes.
-#[cfg(feature = "embedded")]
-static EMBEDDED: Mutex<Option<(tracer_agent::TracerAgent, PathBuf)>> = Mutex::new(None);
 
 /// Why a free was refused. Nothing is touched when it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -261,38 +241,14 @@ impl Allocator {
         Allocator::init(Config::new(Mode::Profile))
     }
 
-    #[cfg(feature = "embedded")]
-    /// Profile mode recorded by a tracer embedded in this process (it needs root, or CAP_BPF
-    /// and CAP_PERFMON): [`Allocator::save`] stops it and writes the history to `history`.
-    /// The CUDA runtime and driver are loaded first, since the process cannot hold itself
-    /// stopped while probes attach to a library it loads later.
-    pub fn profile_embedded(
-        mut config: Config,
-        history: impl Into<PathBuf>,
-    ) -> Result<&'static Allocator, InitError> {
-        config.mode = Mode::Profile;
-        let allocator = Allocator::init(config)?;
-        if let Some(cuda) = allocator.lock().cuda.as_ref() {
-            // cudaGetDeviceCount makes the runtime load the driver.
+    /// Loads the CUDA runtime, and through it the driver (`cudaGetDeviceCount`), if it is
+    /// not yet: a tracer embedded in the process (crate `hotpin-embedded`) attaches to both
+    /// before the first CUDA call, since the process cannot hold itself stopped while probes
+    /// attach to a library it loads later.
+    pub fn load_cuda(&self) {
+        if let Some(cuda) = self.lock().cuda.as_ref() {
             let _ = cuda.device_count();
         }
-        let mut agent = tracer_agent::TracerAgent::new(std::process::id());
-        agent.start()?;
-        *EMBEDDED.lock().unwrap_or_else(|p| p.into_inner()) = Some((agent, history.into()));
-        Ok(allocator)
-    }
-
-    #[cfg(feature = "embedded")]
-    /// Stops the embedded recording and writes its history (binary, or JSON for `.json`).
-    pub fn save(&self) -> Result<PathBuf, SaveError> {
-        let (mut agent, path) = EMBEDDED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .ok_or(SaveError::NotRecording)?;
-        agent.stop()?;
-        agent.dump(&path, tracer_agent::dump::Format::from_path(&path), false)?;
-        Ok(path)
     }
 
     /// Use mode: pin what the history at `path` says was hot, by `policy`.

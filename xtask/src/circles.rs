@@ -21,6 +21,7 @@ const CRATES: &[&str] = &[
     "report/src",
     "fleet/src",
     "allocator/src",
+    "embedded/src",
     "preload/src",
     "tracer-agent/src",
     "transfer-bench/src",

@@ -45,16 +45,6 @@ pub fn run() -> Result<()> {
     sh(cargo()
         .args(["test", "--workspace", "--no-fail-fast"])
         .args(["--", "--test-threads", "2"]))?;
-    // The allocator with the tracer embedded in the process (a feature of its own).
-    sh(cargo().args([
-        "test",
-        "--package",
-        "allocator",
-        "--features",
-        "embedded",
-        "--test",
-        "embedded",
-    ]))?;
     sh(cargo()
         .args(["test", "--package", "tracer-agent", "--test", LOAD_TESTS])
         .args(["--", "--test-threads", "1"]))?;

@@ -2,7 +2,7 @@
 //! root: the embedded tracer loads eBPF programs. Uses the CUDA stand-in (a test fixture).
 
 use hotpin::{
-    Allocator, Config,
+    Config,
     cuda::{CudaRuntime, MemcpyKind},
 };
 use hotpin_history::history::AllocKind;
@@ -23,7 +23,7 @@ fn an_embedded_profile_records_each_buffer_with_its_transfers() {
     let mut config = Config::new(hotpin::Mode::Profile);
     config.cudart = standin.runtime.display().to_string();
     let history = dir.join("embedded.hotpin");
-    let allocator = Allocator::profile_embedded(config, &history).expect("start profiling");
+    let allocator = hotpin_embedded::profile(config, &history).expect("start profiling");
 
     let cuda = CudaRuntime::load(&standin.runtime).expect("load the runtime");
     const SIZE: usize = 64 * 1024;
@@ -53,8 +53,8 @@ fn an_embedded_profile_records_each_buffer_with_its_transfers() {
         }
     }
     drop(buffers);
-    let saved = allocator.save().expect("save the history");
-    let history = tracer_agent::dump::read(&saved).expect("read it back");
+    let saved = hotpin_embedded::save().expect("save the history");
+    let history = hotpin_history::dump::read(&saved).expect("read it back");
     let ours: Vec<_> = history
         .allocations()
         .iter()
