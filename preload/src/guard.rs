@@ -8,12 +8,13 @@ use std::{
     collections::BTreeMap,
     panic::{AssertUnwindSafe, catch_unwind},
     sync::atomic::{AtomicU64, Ordering},
+    time::Instant,
 };
 
 thread_local! {
-    /// When this thread entered the interposer (monotonic ns), 0 while it is outside: whatever
-    /// it allocates meanwhile goes straight to libc.
-    static BUSY_SINCE: Cell<u64> = const { Cell::new(0) };
+    /// When this thread entered the interposer, None while it is outside: whatever it
+    /// allocates meanwhile goes straight to libc.
+    static BUSY_SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// The time the program's threads spent inside the interposer's own work (everything done
@@ -23,30 +24,17 @@ thread_local! {
 pub static BUSY_NS: AtomicU64 = AtomicU64::new(0);
 pub static BUSY_ENTRIES: AtomicU64 = AtomicU64::new(0);
 
-/// The monotonic clock in ns (the vDSO's: no system call); never 0.
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
-        .max(1)
-}
-
 /// Marks this thread busy while it lives; None if it already was (a nested call).
 pub struct Busy(());
 
 impl Busy {
     pub fn enter() -> Option<Self> {
         BUSY_SINCE.with(|since| {
-            if since.get() != 0 {
+            if since.get().is_some() {
                 None
             } else {
-                since.set(now_ns());
+                // The vDSO's monotonic clock: no system call.
+                since.set(Some(Instant::now()));
                 Some(Busy(()))
             }
         })
@@ -55,9 +43,10 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let since = BUSY_SINCE.with(|since| since.replace(0));
-        BUSY_NS.fetch_add(now_ns().saturating_sub(since), Ordering::Relaxed);
-        BUSY_ENTRIES.fetch_add(1, Ordering::Relaxed);
+        if let Some(since) = BUSY_SINCE.with(|since| since.take()) {
+            BUSY_NS.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            BUSY_ENTRIES.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
