@@ -29,20 +29,20 @@ print(json.dumps(d))" >>"$J"
 for p in copies allocs large; do
   "$BIN/hotpin" run --history "$OUT/$p.learned.hotpin" -- "$OUT/hook_cost" "$p" "$N" >/dev/null
 done
+auto_runs() { # phase round label bin: auto mode's first run, then from the learned history
+  local p=$1 r=$2 c=$3 bin=$4
+  rm -f "$OUT/first.hotpin"
+  one "$p" "$c-first" "$r" "$bin/hotpin" run --history "$OUT/first.hotpin" --report "$OUT/r/$p.$c-first.$r" --
+  # A run that learned nothing writes no history: then this is a first run again.
+  cp "$OUT/$p.learned.hotpin" "$OUT/history.hotpin" 2>/dev/null || rm -f "$OUT/history.hotpin"
+  one "$p" "$c-history" "$r" "$bin/hotpin" run --history "$OUT/history.hotpin" --report "$OUT/r/$p.$c-history.$r" --
+}
 for r in $(seq 1 "$ROUNDS"); do
   for p in copies allocs large; do
     one "$p" plain "$r" env
     one "$p" pin-none "$r" "$BIN/hotpin" run --mode pin-none --report "$OUT/r/$p.pin-none.$r" --
-    rm -f "$OUT/first.hotpin"
-    one "$p" auto-first "$r" "$BIN/hotpin" run --history "$OUT/first.hotpin" --report "$OUT/r/$p.auto-first.$r" --
-    # A run that learned nothing writes no history: then this is a first run again.
-    cp "$OUT/$p.learned.hotpin" "$OUT/history.hotpin" 2>/dev/null || rm -f "$OUT/history.hotpin"
-    one "$p" auto-history "$r" "$BIN/hotpin" run --history "$OUT/history.hotpin" --report "$OUT/r/$p.auto-history.$r" --
-    [ -n "$BASE" ] || continue
-    rm -f "$OUT/first.hotpin"
-    one "$p" base-first "$r" "$BASE/hotpin" run --history "$OUT/first.hotpin" --report "$OUT/r/$p.base-first.$r" --
-    cp "$OUT/$p.learned.hotpin" "$OUT/history.hotpin" 2>/dev/null || rm -f "$OUT/history.hotpin"
-    one "$p" base-history "$r" "$BASE/hotpin" run --history "$OUT/history.hotpin" --report "$OUT/r/$p.base-history.$r" --
+    auto_runs "$p" "$r" auto "$BIN"
+    [ -z "$BASE" ] || auto_runs "$p" "$r" base "$BASE"
   done
 done
 python3 - "$J" <<'PY'

@@ -330,28 +330,6 @@ impl HotSet {
     /// it hot (one run that did something unusual does not decide), worth the mean of its
     /// merits in those runs, taking the most bytes any run's took. Then admitted under the
     /// budget as one run's are. One run merges to itself.
-    /// The runs' anonymous mappings made at a Python line with no allocating call site, by
-    /// that line: each one's size and whether it was hot.
-    fn add_mapped(&mut self, runs: &[&MemHistory], policy: HotPolicy) {
-        for history in runs {
-            for a in history.allocations() {
-                if a.kind != AllocKind::Mmap || a.call_site.is_some() {
-                    continue;
-                }
-                let Some((file, line)) = history
-                    .python_line(a.id)
-                    .and_then(|site| history.python_file_line(site))
-                else {
-                    continue;
-                };
-                self.mapped
-                    .entry((file.to_string(), line))
-                    .or_default()
-                    .push((a.size, policy.is_hot(a)));
-            }
-        }
-    }
-
     pub fn from_histories(runs: &[&MemHistory], policy: HotPolicy, budget: Option<u64>) -> Self {
         let mut set = HotSet::default();
         // unit -> (runs that made it, runs that found it hot, merit sum over those, bytes)
@@ -418,6 +396,28 @@ impl HotSet {
             };
         }
         set
+    }
+
+    /// The runs' anonymous mappings made at a Python line with no allocating call site, by
+    /// that line: each one's size and whether it was hot.
+    fn add_mapped(&mut self, runs: &[&MemHistory], policy: HotPolicy) {
+        for history in runs {
+            for a in history.allocations() {
+                if a.kind != AllocKind::Mmap || a.call_site.is_some() {
+                    continue;
+                }
+                let Some((file, line)) = history
+                    .python_line(a.id)
+                    .and_then(|site| history.python_file_line(site))
+                else {
+                    continue;
+                };
+                self.mapped
+                    .entry((file.to_string(), line))
+                    .or_default()
+                    .push((a.size, policy.is_hot(a)));
+            }
+        }
     }
 
     /// Judges the `ordinal`th allocation of `size` bytes from `site`, made at the Python line

@@ -20,9 +20,10 @@
 //!
 //! A copy touching no block hotpin changed costs an atomic load, or while blocks are
 //! promoted, one lookup under a lock (docs/benchmarks.md measures it); in auto mode it is
-//! counted under the lock only where it may touch a block the learner tracks (`regions`). Synchronous copies are
-//! synchronous to the host for pinned memory as for pageable: in auto mode they are only
-//! counted, and cut at chunk edges or made to let go what they cross (`chunks`).
+//! counted under the lock only where it may touch a block the learner tracks (`regions`).
+//! Synchronous copies are synchronous to the host for pinned memory as for pageable: in auto
+//! mode they are only counted, and cut at chunk edges or made to let go what they cross
+//! (`chunks`).
 
 use std::{
     cell::Cell,

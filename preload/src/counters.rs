@@ -165,14 +165,11 @@ pub(crate) static PYTHON_STACK_NS: AtomicU64 = AtomicU64::new(0);
 /// The longest one took (the first, which finds the interpreter, is one).
 pub(crate) static PYTHON_STACK_MAX_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Writes the counters and decisions to `PATH.<pid>.json` (one file per process: children
-/// inherit the variable).
-/// `mode`, `counters` and `log` are the state's; `learner` its learner's refusals and trusted
-/// pins and let-gos (auto mode).
+/// Writes the state's counters, with those counted without its lock, and its decisions to
+/// `PATH.<pid>.json` (one file per process: children inherit the variable).
 pub(crate) fn write_report(
     mode: &str,
-    counters: &Counters,
-    learner: Option<(u64, u64, u64)>,
+    counters: Counters,
     log: &[Decision],
     path: &std::path::Path,
 ) {
@@ -190,9 +187,6 @@ pub(crate) fn write_report(
         copies_cut: COPIES_CUT.load(Ordering::Relaxed),
         captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
         questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
-        budget_refusals: learner.map_or(0, |l| l.0),
-        trusted_pins: learner.map_or(0, |l| l.1),
-        trusted_let_go: learner.map_or(0, |l| l.2),
         python_stacks: PYTHON_STACKS.load(Ordering::Relaxed),
         python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
         python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),
@@ -203,7 +197,7 @@ pub(crate) fn write_report(
         longest_copy_held_ns: crate::turns::LONGEST_HELD_NS.load(Ordering::Relaxed),
         longest_turn_wait_ns: crate::turns::LONGEST_TURN_WAIT_NS.load(Ordering::Relaxed),
         calls_beside_copies: crate::turns::CALLS_BESIDE_COPIES.load(Ordering::Relaxed),
-        ..counters.clone()
+        ..counters
     };
     let report = Report {
         pid: std::process::id(),

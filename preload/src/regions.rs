@@ -52,24 +52,22 @@ impl Regions {
 
     /// A block `[start, start + len)` is tracked from now on.
     pub fn add(&self, start: usize, len: usize) {
-        match Self::span(start, len) {
-            Some(regions) => regions.for_each(|r| {
-                self.slot(r).fetch_add(1, Ordering::Release);
-            }),
-            None => {
-                self.wide.fetch_add(1, Ordering::Release);
-            }
-        }
+        self.count(start, len, AtomicU32::fetch_add);
     }
 
     /// A block [`Regions::add`] counted is no longer tracked.
     pub fn remove(&self, start: usize, len: usize) {
+        self.count(start, len, AtomicU32::fetch_sub);
+    }
+
+    /// `change` (one up or down) on the slot of each region the block covers, or on `wide`.
+    fn count(&self, start: usize, len: usize, change: fn(&AtomicU32, u32, Ordering) -> u32) {
         match Self::span(start, len) {
             Some(regions) => regions.for_each(|r| {
-                self.slot(r).fetch_sub(1, Ordering::Release);
+                change(self.slot(r), 1, Ordering::Release);
             }),
             None => {
-                self.wide.fetch_sub(1, Ordering::Release);
+                change(&self.wide, 1, Ordering::Release);
             }
         }
     }

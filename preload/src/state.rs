@@ -223,17 +223,14 @@ pub fn write_what_was_learned() -> Option<bool> {
         );
     }
     if let Some(path) = &state.report {
-        let learner = state
-            .learner
-            .as_ref()
-            .map(|l| (l.refusals, l.trusted_pins, l.trusted_let_go));
-        counters::write_report(
-            state.mode.name(),
-            &state.counters,
-            learner,
-            &state.log,
-            path,
-        );
+        let learner = state.learner.as_ref();
+        let counters = Counters {
+            budget_refusals: learner.map_or(0, |l| l.refusals),
+            trusted_pins: learner.map_or(0, |l| l.trusted_pins),
+            trusted_let_go: learner.map_or(0, |l| l.trusted_let_go),
+            ..state.counters.clone()
+        };
+        counters::write_report(state.mode.name(), counters, &state.log, path);
     }
     Some(unmatched)
 }

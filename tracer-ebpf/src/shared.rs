@@ -103,11 +103,11 @@ pub(crate) struct Pending {
     pub(crate) args: [u64; MAX_ARGS],
 }
 
-/// `args[index]` for an index taken from an attach cookie or a layout: masked to the array
-/// (the agent only writes indexes below [`MAX_ARGS`]), not checked. LLVM tests a checked index
-/// as `index - 1` in one register and reads with another, and verifiers before 6.x do not
-/// carry that bound over: 6.1 refused the read once the arguments sat in a map value, whose
-/// size it checks exactly.
+/// `args[index]` for an index taken from an attach cookie or a layout: masked to the array,
+/// not checked (a cookie holds its indexes in 3 bits, `ProbeCookie`; the registry's tests
+/// check every layout's). LLVM tests a checked index as `index - 1` in one register and reads
+/// with another; the verifiers of 6.1 and 6.12 do not carry that bound over (6.18's does),
+/// and refused the read once the arguments sat in a map value, whose size they check exactly.
 pub(crate) fn arg_at(args: &[u64; MAX_ARGS], index: usize) -> u64 {
     args[index & (MAX_ARGS - 1)]
 }
