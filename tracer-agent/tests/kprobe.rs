@@ -6,7 +6,8 @@
 
 use std::{os::fd::AsRawFd as _, path::Path};
 
-use tracer_agent::probes::{ProbeOptions, ProbeState, ProbeTarget, Probes, registry};
+use hotpin_registry::registry;
+use tracer_agent::probes::{ProbeOptions, ProbeState, ProbeTarget, Probes};
 use tracer_common::{Event, EventKind};
 
 #[test]

@@ -36,6 +36,12 @@ pub fn run() -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    // `--all-targets` leaves out tests marked `test = false`: the kprobe test, which only
+    // `cargo xtask vm-test` runs, and the load tests. They are linted (and so compiled) here.
+    sh(cargo()
+        .args(["clippy", "--package", "tracer-agent"])
+        .args(["--test", "kprobe", "--test", LOAD_TESTS])
+        .args(["--", "-D", "warnings"]))?;
     // Also what tests start as processes of their own (transfer-bench, libhotpin.so).
     sh(cargo().args(["build", "--workspace"]))?;
     // Python tools some tests start: moto's S3-compatible server (preload/tests/fleet.rs),
