@@ -366,7 +366,10 @@ fn judge_host<'a>(
     let mut wasted = Vec::new();
     let mut candidates = Vec::new();
     let mut pin: BTreeMap<SiteKey, SiteAdvice> = BTreeMap::new();
+    // Per place, what is pinned there (for the folded history) and, apart, what of it is
+    // wasted: a place that pins 8 buffers of which 2 are hot wastes the other 6.
     let mut pinned_sites: BTreeMap<SiteKey, (SiteAdvice, bool)> = BTreeMap::new();
+    let mut unpin: BTreeMap<SiteKey, SiteAdvice> = BTreeMap::new();
     let mut untracked_hot_bytes = 0;
     // The hot allocations advised one by one, per place: they count the most of them alive
     // at once, not their sum (a fresh buffer every step needs one or two pinned at a time).
@@ -401,6 +404,15 @@ fn judge_host<'a>(
         if a.kind.is_pinned() {
             if !hot {
                 wasted.push(*a);
+                unpin
+                    .entry((a.call_site, line))
+                    .or_insert_with(SiteAdvice::empty)
+                    .count(
+                        1,
+                        a.size,
+                        a.stats.transfers,
+                        policy.weigh(&a.stats, a.size, 1),
+                    );
             }
             let (entry, any_hot) = pinned_sites
                 .entry((a.call_site, line))
@@ -421,13 +433,14 @@ fn judge_host<'a>(
     }
     at_peak(&mut pin, one_by_one);
     let folded_host = folded_host(history, policy, &in_group, &mut pinned_sites);
+    // A place nothing of which is hot wastes all it pinned, folded history included.
+    for (k, (v, hot)) in pinned_sites {
+        if !hot {
+            unpin.insert(k, v);
+        }
+    }
     candidates.sort_by_key(|a| std::cmp::Reverse(a.stats.transfers));
     wasted.sort_by_key(|a| std::cmp::Reverse(a.size));
-    let unpin = pinned_sites
-        .into_iter()
-        .filter(|(_, (_, hot))| !hot)
-        .map(|(k, (v, _))| (k, v))
-        .collect();
     HostAdvice {
         wasted,
         candidates,
@@ -573,6 +586,10 @@ fn cold_list<'a>(host: &[&'a Allocation], policy: &HotPolicy) -> (Vec<&'a Alloca
     (cold, hidden_mappings, hidden_mapping_bytes)
 }
 
+/// What the advice calls hot memory with neither a call site nor a Python line: the heap,
+/// memory no probe saw allocated.
+const UNSEEN: &str = "memory no allocation call was seen making (the heap, untracked memory)";
+
 fn advice(history: &MemHistory, sites: BTreeMap<SiteKey, SiteAdvice>) -> Vec<SiteAdvice> {
     let mut list: Vec<_> = sites
         .into_iter()
@@ -580,7 +597,7 @@ fn advice(history: &MemHistory, sites: BTreeMap<SiteKey, SiteAdvice>) -> Vec<Sit
             advice.call_site = match site {
                 Some(_) => site_name(history, site),
                 None if line.is_some() => "anonymous mappings".to_owned(),
-                None => site_name(history, site),
+                None => UNSEEN.to_owned(),
             };
             advice.python_line = line.map(|line| site_name(history, Some(line)));
             advice
@@ -610,6 +627,10 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
     if let Some(best) = best {
         let mut line = match &best.staging {
             Some(staging) => staging.advice(),
+            // No line of the program to change: only pinning as it runs reaches it.
+            None if best.call_site == UNSEEN && best.python_line.is_none() => {
+                format!("Run it under `hotpin run`, which pins hot {UNSEEN} as the program runs")
+            }
             None => format!("Pin {} made at {}", these(best.allocations), best.place()),
         };
         if best.staging.is_some() {
@@ -641,9 +662,10 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
     }
     if let Some(worst) = unpin_sites.iter().max_by_key(|site| site.bytes) {
         return format!(
-            "Stop pinning {} made at {}: {} pinned and copied too rarely to repay it",
+            "Stop pinning {} made at {} that {} copied too rarely to repay it: {} pinned",
             these(worst.allocations),
             worst.place(),
+            if worst.allocations == 1 { "is" } else { "are" },
             bytes(worst.bytes)
         );
     }
@@ -1250,6 +1272,71 @@ mod tests {
             report.headline.starts_with(
                 "Nothing to change: the memory copied often is pinned already (the 5 allocations made at offload.py:50"
             ),
+            "{}",
+            report.headline
+        );
+    }
+
+    /// The first line of an over-pinned program (#42): of 8 pinned buffers made at one line,
+    /// 2 hot, the 6 cold ones are the waste to name, not a 1-byte pinned scalar copied often
+    /// elsewhere; the hot ones are advice to keep.
+    #[test]
+    fn the_first_line_names_the_largest_waste_even_beside_hot_buffers_of_its_line() {
+        const MIB: u64 = 1 << 20;
+        let mut h = MemHistory::new();
+        let site = h.intern_call_site(CallSite {
+            module: "libtorch_cuda.so".into(),
+            offset: 0xcc0bd3,
+            symbol: Some("allocate_host_memory_slowpath".into()),
+        });
+        let line = |h: &mut MemHistory, n: u64| {
+            h.intern_call_site(CallSite {
+                module: format!("{}over_pinned.py", hotpin_history::history::PYTHON_MODULE),
+                offset: n,
+                symbol: Some("<module>".into()),
+            })
+        };
+        let staging = line(&mut h, 59);
+        for i in 0..8u64 {
+            let host = 0x1000_0000 + i * 64 * MIB;
+            let id = h.alloc(1, host, 32 * MIB, AllocKind::Pinned, Some(site), 0);
+            h.record_callers(id, vec![staging]);
+            let copies = match i {
+                0 | 1 => 150,
+                2..=4 => 1,
+                _ => 0,
+            };
+            for t in 0..copies {
+                h.transfer(
+                    1,
+                    0xd000_0000,
+                    host,
+                    32 * MIB,
+                    CopyDirection::HostToDevice,
+                    t,
+                );
+            }
+        }
+        let scalar = line(&mut h, 91);
+        let id = h.alloc(1, 0x9000_0000, 1, AllocKind::Pinned, Some(site), 0);
+        h.record_callers(id, vec![scalar]);
+        for t in 0..43 {
+            h.transfer(
+                1,
+                0xd000_0000,
+                0x9000_0000,
+                1,
+                CopyDirection::DeviceToHost,
+                t,
+            );
+        }
+        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert!(
+            report.headline.starts_with(
+                "Stop pinning the 6 allocations made at over_pinned.py:59 in <module> ("
+            ) && report
+                .headline
+                .ends_with("that are copied too rarely to repay it: 192.0 MiB pinned"),
             "{}",
             report.headline
         );
