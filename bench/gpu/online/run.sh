@@ -31,6 +31,7 @@
 #   only when named).
 # Environment: CONFIGS (default "plain by-hand pin-all auto-first auto-history auto-profile use
 # budget"),
+# PROGRAM_DIR (where the programs are, default this folder: bench/gpu/workloads/run.sh uses it),
 # RUN_TIMEOUT (seconds a run may take, default 120), PYTHON (the interpreter that runs the
 # programs, default python3), SKIP_PROFILE=1 (no profile run: use is skipped unless
 # $OUT/$p.profile.hotpin is there already). HOTPIN_COSTS and the rest of the environment are
@@ -45,6 +46,7 @@ CONFIGS=${CONFIGS:-plain by-hand pin-all auto-first auto-history auto-profile us
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
+PROGRAM_DIR=$(cd "${PROGRAM_DIR:-$HERE}" && pwd)
 if [ ! -x "$BIN/hotpin" ]; then
   echo "run.sh: no hotpin binary at $BIN/hotpin (give BIN=dir)" >&2
   exit 1
@@ -102,11 +104,11 @@ run_one() {
   local out="$OUT/$tag.out" err="$OUT/$tag.err" report="" cmd
   rm -f "$OUT/$tag".*.json
   case $config in
-    plain) cmd=("$PYTHON" "$HERE/$p.py") ;;
-    by-hand) cmd=(env BY_HAND=1 "$PYTHON" "$HERE/$p.py") ;;
+    plain) cmd=("$PYTHON" "$PROGRAM_DIR/$p.py") ;;
+    by-hand) cmd=(env BY_HAND=1 "$PYTHON" "$PROGRAM_DIR/$p.py") ;;
     *)
       report="$OUT/$tag"
-      cmd=("$BIN/hotpin" run "$@" --report "$report" -- "$PYTHON" "$HERE/$p.py") ;;
+      cmd=("$BIN/hotpin" run "$@" --report "$report" -- "$PYTHON" "$PROGRAM_DIR/$p.py") ;;
   esac
   local began ended rc
   began=$(date +%s.%N)
@@ -131,8 +133,8 @@ PY
 }
 
 for p in $PROGRAMS; do
-  if [ ! -f "$HERE/$p.py" ]; then
-    echo "$p: no $HERE/$p.py, skipped" >&2
+  if [ ! -f "$PROGRAM_DIR/$p.py" ]; then
+    echo "$p: no $PROGRAM_DIR/$p.py, skipped" >&2
     continue
   fi
   profile="$OUT/$p.profile.hotpin"

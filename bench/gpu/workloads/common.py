@@ -1,0 +1,56 @@
+"""What every workload of this folder shares: a deterministic start, the check of its result
+against the program as written, and the one JSON line run.sh reads.
+
+- `start()` fixes the seeds, asks PyTorch for deterministic kernels (cuBLAS's workspace set
+  before CUDA starts), and starts CUDA outside the timed part.
+- `same_as_written(name, result)` compares what the program computed with what the first run
+  given the same WANT_DIR saved (run.sh makes that the program as written, before anything
+  else): bit for bit (`torch.equal`), so a speed-up that changed one bit is a failure. With no
+  WANT_DIR it only saves nothing and checks nothing (0 checks, said in the line).
+- `emit(...)` prints the line: `seconds` (the timed work), `checks`, `mismatches`,
+  `pinned_by_hand_bytes` (what BY_HAND=1 pins; 0 without it), and any extra fields; the exit
+  status is 1 when anything mismatched.
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402
+
+BY_HAND = os.environ.get("BY_HAND") == "1"
+
+
+def start(seed=0):
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+
+
+def same_as_written(name, result):
+    """(checks, mismatches) of `result` (a tensor, or a dict of tensors) against the saved one."""
+    want_dir = os.environ.get("WANT_DIR")
+    if not want_dir:
+        return 0, 0
+    if isinstance(result, torch.Tensor):
+        result = {"result": result}
+    result = {k: v.detach().cpu() for k, v in result.items()}
+    path = os.path.join(want_dir, name + ".pt")
+    if not os.path.exists(path):
+        os.makedirs(want_dir, exist_ok=True)
+        torch.save(result, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    want = torch.load(path)
+    wrong = sum(1 for k in want if k not in result or not torch.equal(result[k], want[k]))
+    return len(want), wrong
+
+
+def emit(seconds, checks, mismatches, pinned_by_hand_bytes, **extra):
+    line = {"seconds": round(seconds, 4), "checks": checks, "mismatches": mismatches,
+            "pinned_by_hand_bytes": pinned_by_hand_bytes if BY_HAND else 0}
+    line.update(extra)
+    print(json.dumps(line), flush=True)
+    sys.exit(1 if mismatches else 0)

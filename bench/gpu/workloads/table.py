@@ -1,0 +1,67 @@
+"""The workloads' table (markdown, on stdout) and summary (JSON, for the chart) from the
+JSONL lines of bench/gpu/online/run.sh: per workload and configuration the median `seconds`
+and its range, the median peak of pinned bytes (hotpin: the interposer's `peak_pinned_bytes`;
+by hand: what the program says it pins), results checked and wrong, and the targets:
+never slower than as written; from history within 1.1x of by hand; first run within 1.5x.
+Usage: table.py ONLINE.jsonl [SUMMARY.json] (several JSONL files: join them with cat first)"""
+import json
+import statistics
+import sys
+
+CONFIGS = [("plain", "as written"), ("by-hand", "by hand"), ("auto-first", "hotpin, first run"),
+           ("auto-history", "hotpin, from history"), ("budget", "hotpin, budget = by-hand bytes")]
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+order = []
+for r in rows:
+    if r["program"] not in order:
+        order.append(r["program"])
+
+
+def pinned(r):
+    if r["config"] == "by-hand":
+        return r.get("pinned_by_hand_bytes", 0)
+    c = r.get("counters", {})
+    return c.get("peak_pinned_bytes", 0)
+
+
+def size(b):
+    return "-" if not b else (f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB")
+
+
+summary = []
+print("| workload | " + " | ".join(name for _, name in CONFIGS) + " | results | targets |")
+print("| --- " * (len(CONFIGS) + 3) + "|")
+for p in order:
+    cells, med, pins, bad, checked, failed = [], {}, {}, 0, 0, 0
+    for c, _ in CONFIGS:
+        runs = [r for r in rows if r["program"] == p and r["config"] == c and "skipped" not in r]
+        ok = [r for r in runs if r.get("exit") == 0 and "seconds" in r]
+        failed += len(runs) - len(ok)
+        bad += sum(r.get("mismatches", 0) or 0 for r in runs)
+        checked += sum(r.get("checks", 0) or 0 for r in runs)
+        if not ok:
+            cells.append("-" if not runs else f"failed ({len(runs)} runs)")
+            continue
+        s = sorted(r["seconds"] for r in ok)
+        med[c] = statistics.median(s)
+        pins[c] = statistics.median(pinned(r) for r in ok)
+        cell = f"{med[c]:.2f} s ({s[0]:.2f}-{s[-1]:.2f})"
+        if c != "plain":
+            cell += f", {size(pins[c])}"
+        cells.append(cell)
+    targets = []
+    plain, hand = med.get("plain"), med.get("by-hand")
+    slower = [c for c in ("auto-first", "auto-history", "budget")
+              if plain and c in med and med[c] > plain * 1.02]
+    targets.append("slower than as written: " + ", ".join(slower) if slower
+                   else "never slower than as written")
+    for c, limit, name in (("auto-history", 1.1, "from history"), ("auto-first", 1.5, "first run")):
+        if hand and c in med:
+            x = med[c] / hand
+            targets.append(f"{name} {x:.2f}x by hand ({'met' if x <= limit else f'over {limit}x'})")
+    results = f"{bad} wrong of {checked} checked" + (f", {failed} runs failed" if failed else "")
+    print(f"| {p} | " + " | ".join(cells) + f" | {results} | {'; '.join(targets)} |")
+    summary.append({"workload": p, "seconds": med, "pinned_bytes": pins,
+                    "wrong": bad, "checked": checked, "failed": failed})
+if len(sys.argv) > 2:
+    json.dump(summary, open(sys.argv[2], "w"), indent=1)
