@@ -2,6 +2,7 @@
 
 mod aarch64;
 mod bench;
+mod bench_chart;
 mod circles;
 mod demo;
 mod fuzz;
@@ -40,6 +41,8 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
     /// The original design's benchmark: unpinned, pinned, profile and use modes per size.
     Bench(bench::BenchArgs),
+    /// The chart of bench/gpu/workloads' summary (PNG): times faster than as written.
+    BenchChart(bench_chart::BenchChartArgs),
     /// Build the `hotpin` wheel with maturin (target/wheels), install it into a fresh
     /// virtualenv and run a stand-in program from it.
     Wheel,
@@ -59,6 +62,7 @@ fn main() -> Result<()> {
         Task::Test => test::run(),
         Task::Demo(args) => demo::run(args),
         Task::Bench(args) => bench::run(args),
+        Task::BenchChart(args) => bench_chart::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::VmTest(args) => vm_test::run(args),
         Task::Wheel => wheel::build().and_then(|wheel| wheel::check(&wheel)),
