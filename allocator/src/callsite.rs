@@ -5,7 +5,7 @@
 //! Each return address's site is kept once resolved: a loop allocating from one place asks
 //! for the same address every time, and resolving it (a lookup in the maps, the module's file
 //! name cut from its path, a new string) was most of what naming an allocation cost
-//! (docs/benchmarks.md, "What hotpin's hooks cost"). What is kept is forgotten whenever the
+//! (docs/bench/history.md, "What hotpin's hooks cost"). What is kept is forgotten whenever the
 //! maps are read again, and when it grows past [`KEPT`] addresses.
 
 use hotpin_history::maps::ProcessMaps;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two GPU measurements for docs/benchmarks.md:
+# Two GPU measurements for docs/bench/history.md:
 #  1. The original's pre-pinned variant: 4 GiB pinned by the program before anything else and
 #     held, then transfer-bench at 64 MiB (2 hot buffers, 25 cold) in use mode under pinned
 #     budgets of none, 128 MiB (both hot buffers), 64 MiB (one) and 0, beside unpinned and

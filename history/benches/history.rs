@@ -1,6 +1,6 @@
 //! MemHistory's speed and size: ingest rate, hot/cold queries with 1M allocations, and dump
 //! and load of 1M allocations. `cargo bench -p hotpin-history --bench history`; results in
-//! docs/benchmarks.md.
+//! docs/bench/history.md.
 
 use std::hint::black_box;
 

@@ -2,7 +2,7 @@
 //!
 //! While CUDA registers host memory it holds a lock that every other CUDA call of the process
 //! waits for: on the H100, a 16 GiB `cuMemHostRegister` on one thread (0.84 s) held another
-//! thread's 64 KiB copies throughout, and its unregistration (0.34 s) too (docs/benchmarks.md,
+//! thread's 64 KiB copies throughout, and its unregistration (0.34 s) too (docs/bench/history.md,
 //! "What a large registration costs the program's other threads"). So auto mode's pinner
 //! thread registers a block larger than [`CHUNK`] as consecutive registrations of at most
 //! that many bytes, on page boundaries, pausing between them so that a waiting thread gets
@@ -397,7 +397,7 @@ pub fn register(
 /// H100 a 32 MiB registration of memory never written (a `torch.empty` tensor copied from)
 /// took 18-33 ms instead of 2-5 ms, every other CUDA call of the program waiting with it.
 /// Called on the pinner thread only: on the program's own thread it cost more than it saved
-/// (docs/benchmarks.md).
+/// (docs/bench/history.md).
 pub fn populate(start: usize, len: usize) {
     let page = start / PAGE * PAGE;
     let end = start.saturating_add(len);

@@ -7,7 +7,7 @@
 //! history knows is the one computed here.
 //!
 //! Below the size floor a libc call costs one load, one compare and a jump more than libc:
-//! `hotpin-preload`'s floor benchmark measures it (docs/benchmarks.md).
+//! `hotpin-preload`'s floor benchmark measures it (docs/bench/history.md).
 
 use std::{
     ffi::{CStr, c_int, c_uint, c_void},

@@ -225,7 +225,7 @@ pub(crate) fn pin_block(block: BlockRef, program_thread: bool) {
         if !program_thread {
             // Off the program's thread only: on it, the over-pinned program's registrations
             // took 29-36 ms instead of 3 with the pages faulted in first, and its run 1.29 s
-            // instead of 1.04 (H100, docs/benchmarks.md).
+            // instead of 1.04 (H100, docs/bench/history.md).
             chunks::populate(block.start, block.len);
         }
         let rc = crate::turns::in_turn(|| register(block.start as *mut c_void, block.len));

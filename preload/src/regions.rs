@@ -1,7 +1,7 @@
 //! Which host memory auto mode tracks, asked without a lock (#40 item 1): a copy that touches
 //! none of it (a small tensor below the floor, memory hotpin never saw) teaches the learner
 //! nothing, and is not looked up under the state's lock. On the stand-in that lookup was most
-//! of the 160 ns hotpin added to each small copy (docs/benchmarks.md, "What hotpin's hooks
+//! of the 160 ns hotpin added to each small copy (docs/bench/history.md, "What hotpin's hooks
 //! cost").
 //!
 //! A counting filter over 2 MiB regions of the address space: each tracked block adds one to

@@ -6,7 +6,7 @@
 //! - **warm**: freed pageable blocks of a group that was to be pinned but found no room in
 //!   the budget (or the node's lease). Their pages are faulted in already: a fresh pageable
 //!   32 MiB block written by a device-to-host copy costs about 20 ms of first-touch faults on
-//!   the H100 (1.7 GB/s), a warm one about 3 ms (docs/benchmarks.md).
+//!   the H100 (1.7 GB/s), a warm one about 3 ms (docs/bench/history.md).
 //!
 //! A block on a shelf is still libc's, allocated and unused: handing it to a later
 //! `malloc`/`posix_memalign` of about the same size is what an allocator may do (calloc's

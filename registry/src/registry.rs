@@ -452,7 +452,7 @@ impl CallProbe {
     /// Whether the call is probed at entry only (no uretprobe): the driver's copies. Their
     /// arguments are the whole event; a runtime copy around one is probed at entry and
     /// return, which marks the driver's nested. One probe hit fewer per copy (about 0.35 µs
-    /// on the H100, docs/benchmarks.md); a failed driver copy is counted as done.
+    /// on the H100, docs/bench/history.md); a failed driver copy is counted as done.
     pub fn at_entry(&self) -> bool {
         matches!(
             self.semantics,
@@ -505,7 +505,7 @@ const fn described_call(descriptor: Descriptor, probe: CallProbe) -> CallProbe {
 /// Each makes one driver copy (`cuMemcpyHtoD_v2`, `cuMemcpyDtoHAsync_v2`, ... or the unified
 /// `cuMemcpy`/`cuMemcpyAsync` for `cudaMemcpyDefault`), probed at entry, which carries the same
 /// copy: one probe hit per copy instead of three (about 1 µs each on the H100 machine;
-/// docs/benchmarks.md). With them on, a copy that fails in the driver is told apart.
+/// docs/bench/history.md). With them on, a copy that fails in the driver is told apart.
 const fn runtime_copy(
     kind: EventKind,
     symbols: &'static [&'static str],

@@ -5,7 +5,7 @@
 # interleaved: as written, by hand (BY_HAND=1), hotpin's first run, hotpin from the history a
 # first run learned, and hotpin with --budget = the by-hand run's pinned bytes. Writes
 # $OUT/online.jsonl (one line a run), $OUT/table.md and $OUT/summary.json (table.py); render
-# the chart with `cargo xtask bench-chart $OUT/summary.json docs/bench/workloads.png`.
+# the chart with `cargo xtask bench-chart $OUT/summary.json docs/img/workloads.png`.
 # Usage: BIN=dir OUT=dir bash bench/gpu/workloads/run.sh ROUNDS [WORKLOADS...]
 #   WORKLOADS default: accelerate_offload diffusers_offload optimizer_offload kv_swap
 #   module_to dataloader_pageable. About 90 s a workload at 3 rounds on an H200.
