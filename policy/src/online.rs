@@ -204,6 +204,19 @@ impl Budget {
         Admission::Displacing(chosen)
     }
 
+    /// Whether `len` more bytes fit under the limit, without displacing anything: the one
+    /// budget rule of every mode (auto mode's [`Self::admit`] displaces where this says no).
+    pub fn has_room(&self, len: u64) -> bool {
+        self.limit
+            .is_none_or(|limit| self.used.saturating_add(len) <= limit)
+    }
+
+    /// Counts `len` bytes as held: a block registered (or reserved for registering) after
+    /// [`Self::has_room`] said yes, or one the tally must know of whatever the limit.
+    pub fn take(&mut self, len: u64) {
+        self.used += len;
+    }
+
     /// Gives back `len` bytes (a block unpinned, or a reservation not carried out).
     pub fn release(&mut self, len: u64) {
         self.used = self.used.saturating_sub(len);
@@ -379,6 +392,19 @@ mod tests {
         let now = online.density(&heat, 64 * MIB, 0);
         let later = online.density(&heat, 64 * MIB, HALF_LIFE_NS);
         assert!((later / now - 0.5).abs() < 1e-9, "{now} {later}");
+    }
+
+    #[test]
+    fn has_room_is_the_limit_and_take_and_release_the_tally() {
+        let mut budget = Budget::new(Some(100));
+        assert!(budget.has_room(100));
+        budget.take(60);
+        assert!(budget.has_room(40) && !budget.has_room(41));
+        budget.release(60);
+        assert!(budget.has_room(100));
+        let mut free = Budget::new(None);
+        free.take(u64::MAX / 2);
+        assert!(free.has_room(u64::MAX));
     }
 
     #[test]

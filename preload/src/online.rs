@@ -570,7 +570,7 @@ impl Learner {
             && matches!(block.pin, Pin::Pageable | Pin::Failed)
         {
             block.pin = Pin::Pinned;
-            self.budget.used += block.size as u64;
+            self.budget.take(block.size as u64);
         }
     }
 

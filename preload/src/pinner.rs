@@ -195,7 +195,7 @@ pub(crate) fn pin_block(block: BlockRef, program_thread: bool) {
     if !block.asked_pinned {
         if let Some(state) = lock().as_mut() {
             state.registered.insert(block.start, block.len);
-            state.registered_bytes += block.len as u64;
+            state.pinned.take(block.len as u64);
         }
         ACTIVE.store(true, Ordering::Release);
         EPOCH.fetch_add(1, Ordering::AcqRel);
@@ -283,10 +283,8 @@ fn note_registration(block: &BlockRef, ok: bool, timing: Timing) -> bool {
     if ok {
         state.counters.learned_pins += 1;
         state.counters.learned_pin_bytes += block.len as u64;
-        state.counters.peak_promoted_bytes = state
-            .counters
-            .peak_promoted_bytes
-            .max(state.registered_bytes);
+        state.counters.peak_promoted_bytes =
+            state.counters.peak_promoted_bytes.max(state.pinned.used);
         state.note_peak();
         if block.part {
             PARTS.store(true, Ordering::Release);

@@ -25,6 +25,7 @@ use hotpin::{
 use hotpin_history::store::{self, ProgramKey, Store};
 use hotpin_policy::{
     hot::HotPolicy,
+    online::Budget,
     set::{HotSet, Request, SiteKey, Why, decide},
 };
 
@@ -65,13 +66,14 @@ pub(crate) struct Demoted {
 pub(crate) struct State {
     pub(crate) mode: Mode,
     pub(crate) hot: Option<HotSet>,
-    pub(crate) budget: Option<u64>,
+    /// What hotpin holds registered (promotions, the cache, kept requests) and, outside auto
+    /// mode, the budget it is held to (auto mode's is the learner's, which also displaces).
+    pub(crate) pinned: Budget,
     pub(crate) resolver: Resolver,
     pub(crate) ordinals: hotpin_policy::reuse::Ordinals,
     /// Blocks we registered in place: address -> size. Ordered, so that a copy's host
     /// memory is looked up by interval.
     pub(crate) registered: BTreeMap<usize, usize>,
-    pub(crate) registered_bytes: u64,
     /// Pinned requests served from libc: address -> size, and whether it was pinned on
     /// demand since (a question or a capture that needs it pinned).
     pub(crate) demoted: BTreeMap<usize, Demoted>,
@@ -431,11 +433,10 @@ impl State {
         Ok(Some(Self {
             mode,
             hot,
-            budget: if mode == Mode::Auto { None } else { budget },
+            pinned: Budget::new(if mode == Mode::Auto { None } else { budget }),
             resolver: Resolver::default(),
             ordinals: Default::default(),
             registered: BTreeMap::new(),
-            registered_bytes: 0,
             demoted: BTreeMap::new(),
             skipped: BTreeMap::new(),
             cache: Shelf::default(),
@@ -525,14 +526,10 @@ impl State {
     }
 
     pub(crate) fn within_budget(&self, size: usize) -> bool {
-        if let Some(learner) = &self.learner {
-            return learner
-                .budget
-                .limit
-                .is_none_or(|limit| learner.budget.used + size as u64 <= limit);
+        match &self.learner {
+            Some(learner) => learner.budget.has_room(size as u64),
+            None => self.pinned.has_room(size as u64),
         }
-        self.budget
-            .is_none_or(|budget| self.registered_bytes + size as u64 <= budget)
     }
 
     /// Whether a freed block of `size` bytes may be kept on a shelf: both shelves stay within
@@ -566,15 +563,15 @@ impl State {
     /// more); its size, if it was one.
     pub(crate) fn forget_registered(&mut self, start: usize) -> Option<usize> {
         let size = self.registered.remove(&start)?;
-        self.registered_bytes -= size as u64;
+        self.pinned.release(size as u64);
         Some(size)
     }
 
     /// Notes the pinned bytes now (hotpin's and the program's kept requests) in the peak.
     pub(crate) fn note_peak(&mut self) {
         let ours = match &self.learner {
-            Some(learner) => learner.budget.used.max(self.registered_bytes),
-            None => self.registered_bytes,
+            Some(learner) => learner.budget.used.max(self.pinned.used),
+            None => self.pinned.used,
         };
         self.counters.peak_pinned_bytes = self
             .counters
@@ -655,9 +652,9 @@ impl State {
         let (call, ordinal, why) = (birth.call, birth.ordinal, birth.why);
         if fate.register {
             // The budget is held for this block while it is registered without the lock.
-            self.registered_bytes += size as u64;
+            self.pinned.take(size as u64);
             if let Some(learner) = self.learner.as_mut() {
-                learner.budget.used += size as u64;
+                learner.budget.take(size as u64);
                 birth.score = learner.birth_score(group, size);
             }
             return Some(birth);
