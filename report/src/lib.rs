@@ -3,6 +3,7 @@
 //! ([`html::render`]). What is worth pinning is the policy's to say (`hotpin_policy`); this
 //! crate only gathers and shows it.
 
+mod budget;
 pub mod html;
 pub mod names;
 
@@ -157,6 +158,8 @@ pub struct SiteAdvice {
     pub pinned_already_bytes: u64,
     /// Where these are a framework's pinned staging buffer: what to change instead.
     pub staging: Option<Staging>,
+    /// The largest of these allocations: what pinning one of them takes of a budget.
+    pub block_bytes: u64,
     /// Whether hotpin's use mode can recognise these allocations when the program runs again:
     /// by their call site, or mappings by the Python line that made them; not memory with
     /// neither (a mapping outside Python, untracked memory), which no allocation call names.
@@ -171,6 +174,7 @@ impl SiteAdvice {
             python_line: None,
             pinned_already_bytes: 0,
             staging: None,
+            block_bytes: 0,
             allocations: 0,
             bytes: 0,
             transfers: 0,
@@ -182,7 +186,15 @@ impl SiteAdvice {
 
     /// Counts `allocations` allocations of `bytes` in all, copied `transfers` times, and what
     /// pinning them saves and costs.
-    fn count(&mut self, allocations: u64, bytes: u64, transfers: u64, weighing: Option<Weighing>) {
+    fn count(
+        &mut self,
+        allocations: u64,
+        bytes: u64,
+        transfers: u64,
+        weighing: Option<Weighing>,
+        block: u64,
+    ) {
+        self.block_bytes = self.block_bytes.max(block);
         self.allocations += allocations;
         self.bytes += bytes;
         self.transfers += transfers;
@@ -273,6 +285,10 @@ pub struct Report {
     pub pin_sites: Vec<SiteAdvice>,
     /// Bytes pinning `pin_sites` costs (their hot allocations).
     pub pin_bytes: u64,
+    /// With `tracer report --budget`: the budget the advice is held to, and the places it
+    /// leaves out (hot, but less dense than those that fit).
+    pub budget: Option<u64>,
+    pub over_budget_sites: Vec<SiteAdvice>,
     /// Call sites that pinned and were never hot: stop pinning these.
     pub unpin_sites: Vec<SiteAdvice>,
     /// Hot memory with no allocating call site: memory no probe saw allocated, and anonymous
@@ -386,6 +402,7 @@ fn judge_host<'a>(
                 g.pinned_bytes(),
                 g.transfers,
                 policy.weigh(&g.stats, g.size, g.peak_live),
+                g.size,
             );
     }
     for a in host {
@@ -412,6 +429,7 @@ fn judge_host<'a>(
                         a.size,
                         a.stats.transfers,
                         policy.weigh(&a.stats, a.size, 1),
+                        a.size,
                     );
             }
             let (entry, any_hot) = pinned_sites
@@ -422,6 +440,7 @@ fn judge_host<'a>(
                 a.size,
                 a.stats.transfers,
                 policy.weigh(&a.stats, a.size, 1),
+                a.size,
             );
             *any_hot |= hot;
         } else if hot && !grouped {
@@ -483,6 +502,7 @@ fn count_hot(
         a.size,
         a.stats.transfers,
         policy.weigh(&a.stats, a.size, 1),
+        a.size,
     );
 }
 
@@ -552,6 +572,7 @@ fn folded_host<'a>(
             g.size * live,
             g.stats.transfers,
             policy.weigh(&g.stats, g.size, live),
+            g.size,
         );
         *any_hot |= grouped;
     }
@@ -769,6 +790,8 @@ impl Report {
                 })
                 .collect(),
             pin_bytes: pin_sites.iter().map(|s| s.bytes).sum(),
+            budget: None,
+            over_budget_sites: Vec::new(),
             pin_sites,
             unpin_sites,
             untracked_hot_bytes,
@@ -865,6 +888,26 @@ impl Report {
                     let _ = writeln!(out, "      {}", staging.advice());
                 }
             }
+        }
+        if let Some(limit) = self.budget {
+            let left_out: Vec<String> = self
+                .over_budget_sites
+                .iter()
+                .map(|s| {
+                    let place = s.place_named(|name| options.name(name));
+                    format!("{} ({})", names::shorten(&place, 56), bytes(s.bytes))
+                })
+                .collect();
+            let _ = if left_out.is_empty() {
+                writeln!(out, "  a budget of {}: everything hot fits", bytes(limit))
+            } else {
+                writeln!(
+                    out,
+                    "  over a budget of {}, not pinned (hotpin run --budget keeps the densest): {}",
+                    bytes(limit),
+                    left_out.join(", ")
+                )
+            };
         }
         if self.untracked_hot_bytes > 0 {
             let _ = writeln!(

@@ -255,9 +255,13 @@ struct ReportArgs {
     min_transfers_per_mib: f64,
     /// The cost model's numbers from this file (`hotpin calibrate` writes one); default: the
     /// file the allocator reads ($HOTPIN_COSTS, else ~/.config/hotpin/costs.json), else our
-    /// H100's, stated in docs/benchmarks.md.
+    /// H100's, stated in docs/bench/history.md.
     #[arg(long, value_name = "FILE", conflicts_with = "min_transfers")]
     costs: Option<PathBuf>,
+    /// Hold the advice to a pinned-memory budget (`300M`, `2G`): the places `hotpin run
+    /// --budget` would pin, densest first, and those left over it.
+    #[arg(long, value_name = "BYTES", value_parser = hotpin_history::units::parse_bytes)]
+    budget: Option<u64>,
     /// Print JSON.
     #[arg(long)]
     json: bool,

@@ -34,7 +34,10 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         // The calibrated file the allocator reads, when there is one: report and use mode agree.
         (None, None) => HotPolicy::configured()?,
     };
-    let report = Report::new(&history, policy, args.top);
+    let mut report = Report::new(&history, policy, args.top);
+    if let Some(limit) = args.budget {
+        report = report.under_budget(limit);
+    }
     let options = RenderOptions {
         all: args.all,
         full_names: args.full_names,
