@@ -45,11 +45,13 @@ for imp in "${IMPORTS[@]}"; do
   one "$imp" pin-none "$BIN/hotpin" run --mode pin-none -- "$PY" -c "$imp"
   [ -f "$h" ] && one "$imp" use "$BIN/hotpin" run --mode use --history "$h" -- "$PY" -c "$imp"
 done
-# accelerate's cpu_offload of a Llama-shaped model: its output equal to the run as written.
-p="$HERE/offload_llama.py"; h="$OUT/offload_llama.hotpin"; rm -f "$h"
-one offload_llama as-written "$PY" "$p" "$OUT/want.pt"
-one offload_llama by-hand env BY_HAND=1 "$PY" "$p" "$OUT/want.pt"
-one offload_llama auto "$BIN/hotpin" run --history "$h" -- "$PY" "$p" "$OUT/want.pt"
-one offload_llama auto-history "$BIN/hotpin" run --history "$h" -- "$PY" "$p" "$OUT/want.pt"
-one offload_llama pin-all "$BIN/hotpin" run --mode pin-all -- "$PY" "$p" "$OUT/want.pt"
-one offload_llama pin-none "$BIN/hotpin" run --mode pin-none -- "$PY" "$p" "$OUT/want.pt"
+# accelerate's cpu_offload of a Llama-shaped model (bench/gpu/workloads/accelerate_offload.py):
+# its output equal to the run as written, which saves it in $OUT/want.
+p="$HERE/../workloads/accelerate_offload.py"; h="$OUT/offload_llama.hotpin"; rm -f "$h" "$OUT/want/accelerate_offload.pt"
+export WANT_DIR="$OUT/want"
+one offload_llama as-written "$PY" "$p"
+one offload_llama by-hand env BY_HAND=1 "$PY" "$p"
+one offload_llama auto "$BIN/hotpin" run --history "$h" -- "$PY" "$p"
+one offload_llama auto-history "$BIN/hotpin" run --history "$h" -- "$PY" "$p"
+one offload_llama pin-all "$BIN/hotpin" run --mode pin-all -- "$PY" "$p"
+one offload_llama pin-none "$BIN/hotpin" run --mode pin-none -- "$PY" "$p"
