@@ -168,6 +168,11 @@ mod tests {
         assert_eq!(part.pin_bytes, 4 * MIB);
         let text = held.render();
         assert!(text.contains("over a budget of 10.0 MiB"), "{text}");
+        let page = crate::html::render(&held, &h, &Default::default());
+        assert!(
+            page.contains("over a budget of 10.0 MiB, not pinned"),
+            "{page}"
+        );
         assert!(held.headline.contains("load_1"), "{}", held.headline);
     }
 }

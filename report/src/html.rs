@@ -432,6 +432,23 @@ fn pin_section(out: &mut String, report: &Report, options: &RenderOptions) {
             para(out, &staging.advice());
         }
     }
+    if let Some(limit) = report.budget {
+        if report.over_budget_sites.is_empty() {
+            para(
+                out,
+                &format!("a budget of {}: everything hot fits", bytes(limit)),
+            );
+        } else {
+            para(
+                out,
+                &format!(
+                    "over a budget of {}, not pinned (hotpin run --budget keeps the densest):",
+                    bytes(limit)
+                ),
+            );
+            site_table(out, report, &report.over_budget_sites, false, options);
+        }
+    }
     if report.untracked_hot_bytes > 0 {
         para(
             out,
