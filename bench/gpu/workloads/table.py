@@ -1,27 +1,24 @@
 """The workloads' table (markdown, on stdout) and summary (JSON, for the chart) from the
 JSONL lines of bench/gpu/online/run.sh: per workload and configuration the median `seconds`
-and its range, the median peak of pinned bytes (hotpin: the interposer's `peak_pinned_bytes`;
-by hand: what the program says it pins), results checked and wrong, and the targets:
+and its range, the median peak of pinned bytes, results checked and wrong, and the targets:
 never slower than as written; from history within 1.1x of by hand; first run within 1.5x.
+A run is read as bench/gpu/online/summarize.py reads it (its `Config`: crashed runs, checks,
+pinned bytes: hotpin's `peak_pinned_bytes`, by hand what the program says it pins).
 Usage: table.py ONLINE.jsonl [SUMMARY.json] (several JSONL files: join them with cat first)"""
 import json
-import statistics
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "online"))
+from summarize import Config, load  # noqa: E402
 
 CONFIGS = [("plain", "as written"), ("by-hand", "by hand"), ("auto-first", "hotpin, first run"),
            ("auto-history", "hotpin, from history"), ("budget", "hotpin, budget = by-hand bytes")]
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+rows = load(sys.argv[1])
 order = []
 for r in rows:
     if r["program"] not in order:
         order.append(r["program"])
-
-
-def pinned(r):
-    if r["config"] == "by-hand":
-        return r.get("pinned_by_hand_bytes", 0)
-    c = r.get("counters", {})
-    return c.get("peak_pinned_bytes", 0)
 
 
 def size(b):
@@ -34,17 +31,16 @@ print("| --- " * (len(CONFIGS) + 3) + "|")
 for p in order:
     cells, med, pins, bad, checked, failed = [], {}, {}, 0, 0, 0
     for c, _ in CONFIGS:
-        runs = [r for r in rows if r["program"] == p and r["config"] == c and "skipped" not in r]
-        ok = [r for r in runs if r.get("exit") == 0 and "seconds" in r]
-        failed += len(runs) - len(ok)
-        bad += sum(r.get("mismatches", 0) or 0 for r in runs)
-        checked += sum(r.get("checks", 0) or 0 for r in runs)
-        if not ok:
-            cells.append("-" if not runs else f"failed ({len(runs)} runs)")
+        config = Config([r for r in rows if r["program"] == p and r["config"] == c])
+        failed += len(config.crashed)
+        bad += config.mismatches
+        checked += config.checks
+        if not config.good:
+            cells.append("-" if not config.rows else f"failed ({len(config.rows)} runs)")
             continue
-        s = sorted(r["seconds"] for r in ok)
-        med[c] = statistics.median(s)
-        pins[c] = statistics.median(pinned(r) for r in ok)
+        s = sorted(r["seconds"] for r in config.good)
+        med[c] = config.seconds
+        pins[c] = config.pinned or 0
         cell = f"{med[c]:.2f} s ({s[0]:.2f}-{s[-1]:.2f})"
         if c != "plain":
             cell += f", {size(pins[c])}"
