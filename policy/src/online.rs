@@ -172,16 +172,14 @@ impl Budget {
         density: f64,
         held: impl IntoIterator<Item = (K, f64, u64)>,
     ) -> Admission<K> {
-        let Some(limit) = self.limit else {
-            self.used += len;
+        if self.has_room(len) {
+            self.take(len);
             return Admission::Admitted;
-        };
+        }
+        // No room, so there is a limit.
+        let limit = self.limit.unwrap_or(u64::MAX);
         if len > limit {
             return Admission::Refused;
-        }
-        if self.used + len <= limit {
-            self.used += len;
-            return Admission::Admitted;
         }
         let mut weaker: Vec<(K, f64, u64)> = held
             .into_iter()
@@ -207,8 +205,13 @@ impl Budget {
     /// Whether `len` more bytes fit under the limit, without displacing anything: the one
     /// budget rule of every mode (auto mode's [`Self::admit`] displaces where this says no).
     pub fn has_room(&self, len: u64) -> bool {
+        len <= self.room()
+    }
+
+    /// The bytes still free under the limit (all of them without one).
+    pub fn room(&self) -> u64 {
         self.limit
-            .is_none_or(|limit| self.used.saturating_add(len) <= limit)
+            .map_or(u64::MAX, |limit| limit.saturating_sub(self.used))
     }
 
     /// Counts `len` bytes as held: a block registered (or reserved for registering) after

@@ -7,7 +7,7 @@
 
 use hotpin_policy::online::Budget;
 
-use crate::{Report, SiteAdvice, headline};
+use crate::{Report, SiteAdvice, headline, most_copied_first};
 
 impl Report {
     /// This report with its pin advice held to a budget of `limit` bytes.
@@ -33,8 +33,7 @@ impl Report {
             // As many of its blocks as fit (hotpin run weighs block by block); the rest over
             // the budget.
             let each = site.block_bytes.max(1);
-            let room = budget.limit.unwrap_or(u64::MAX).saturating_sub(budget.used);
-            let fit = (room / each).min(site.bytes / each);
+            let fit = (budget.room() / each).min(site.bytes / each);
             if fit == 0 {
                 self.over_budget_sites.push(site);
                 continue;
@@ -44,15 +43,24 @@ impl Report {
             self.pin_sites.push(kept);
             self.over_budget_sites.push(left);
         }
-        let most_copied = |a: &SiteAdvice, b: &SiteAdvice| {
-            b.transfers.cmp(&a.transfers).then(b.bytes.cmp(&a.bytes))
-        };
-        self.pin_sites.sort_by(most_copied);
-        self.over_budget_sites.sort_by(most_copied);
+        self.pin_sites.sort_by(most_copied_first);
+        self.over_budget_sites.sort_by(most_copied_first);
         self.pin_bytes = budget.used;
         self.budget = Some(limit);
         self.headline = headline(&self.pin_sites, &self.unpin_sites, costed);
         self
+    }
+}
+
+impl Report {
+    /// What `--budget` says above what it left out (text and HTML alike), if one was given.
+    pub(crate) fn budget_summary(&self) -> Option<String> {
+        let limit = hotpin_history::units::bytes(self.budget?);
+        Some(if self.over_budget_sites.is_empty() {
+            format!("a budget of {limit}: everything hot fits")
+        } else {
+            format!("over a budget of {limit}, not pinned (hotpin run --budget keeps the densest):")
+        })
     }
 }
 

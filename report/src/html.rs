@@ -432,20 +432,9 @@ fn pin_section(out: &mut String, report: &Report, options: &RenderOptions) {
             para(out, &staging.advice());
         }
     }
-    if let Some(limit) = report.budget {
-        if report.over_budget_sites.is_empty() {
-            para(
-                out,
-                &format!("a budget of {}: everything hot fits", bytes(limit)),
-            );
-        } else {
-            para(
-                out,
-                &format!(
-                    "over a budget of {}, not pinned (hotpin run --budget keeps the densest):",
-                    bytes(limit)
-                ),
-            );
+    if let Some(summary) = report.budget_summary() {
+        para(out, &summary);
+        if !report.over_budget_sites.is_empty() {
             site_table(out, report, &report.over_budget_sites, false, options);
         }
     }

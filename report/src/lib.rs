@@ -624,8 +624,13 @@ fn advice(history: &MemHistory, sites: BTreeMap<SiteKey, SiteAdvice>) -> Vec<Sit
             advice
         })
         .collect();
-    list.sort_by(|a, b| b.transfers.cmp(&a.transfers).then(b.bytes.cmp(&a.bytes)));
+    list.sort_by(most_copied_first);
     list
+}
+
+/// The order advice is listed in: the most copied first, then the largest.
+fn most_copied_first(a: &SiteAdvice, b: &SiteAdvice) -> std::cmp::Ordering {
+    b.transfers.cmp(&a.transfers).then(b.bytes.cmp(&a.bytes))
 }
 
 /// The report's first line: what to change, where (the Python line first), and what it
@@ -649,7 +654,7 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
         let mut line = match &best.staging {
             Some(staging) => staging.advice(),
             // No line of the program to change: only pinning as it runs reaches it.
-            None if best.call_site == UNSEEN && best.python_line.is_none() => {
+            None if best.call_site == UNSEEN => {
                 format!("Run it under `hotpin run`, which pins hot {UNSEEN} as the program runs")
             }
             None => format!("Pin {} made at {}", these(best.allocations), best.place()),
@@ -889,25 +894,16 @@ impl Report {
                 }
             }
         }
-        if let Some(limit) = self.budget {
+        if let Some(summary) = self.budget_summary() {
             let left_out: Vec<String> = self
                 .over_budget_sites
                 .iter()
                 .map(|s| {
                     let place = s.place_named(|name| options.name(name));
-                    format!("{} ({})", names::shorten(&place, 56), bytes(s.bytes))
+                    format!(" {} ({})", names::shorten(&place, 56), bytes(s.bytes))
                 })
                 .collect();
-            let _ = if left_out.is_empty() {
-                writeln!(out, "  a budget of {}: everything hot fits", bytes(limit))
-            } else {
-                writeln!(
-                    out,
-                    "  over a budget of {}, not pinned (hotpin run --budget keeps the densest): {}",
-                    bytes(limit),
-                    left_out.join(", ")
-                )
-            };
+            let _ = writeln!(out, "  {summary}{}", left_out.join(","));
         }
         if self.untracked_hot_bytes > 0 {
             let _ = writeln!(
