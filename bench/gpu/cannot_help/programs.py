@@ -1,8 +1,9 @@
 """Programs hotpin cannot help (#40 item 1): under `hotpin run` each must stay within 1.02x of
 its time as written. Each checks what it computed and prints one JSON line: program, seconds
 (from the start of its work to the end), checks, mismatches.
-Usage: programs.py NAME, NAME one of: loader_pageable loader_pinned compute small_copies
-small_allocs forks device_only"""
+Usage: programs.py NAME, NAME one of: loader_pageable loader_pinned loader_inline compute
+small_copies small_allocs forks device_only. The loaders add where their time went: until the
+first batch (the workers' start), waiting for later batches, in `.cuda()`, in the model."""
 import json, os, sys, time
 
 import torch
@@ -22,17 +23,39 @@ class Batches(torch.utils.data.Dataset):
         return torch.full((1024, 4096), float(i % 97))
 
 
-def loader(pin):
+parts = {}
+
+
+def loader(pin, workers=2):
     global checks, mismatches
     model = torch.nn.Linear(4096, 256).cuda()
-    data = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=2,
-                                       pin_memory=pin, prefetch_factor=2)
-    for i, batch in enumerate(data):
+    data = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=workers,
+                                       pin_memory=pin, prefetch_factor=2 if workers else None)
+    clock = time.perf_counter
+    first = wait = copy = step = 0.0
+    it, i, t = iter(data), 0, clock()
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        got = clock()
+        if i == 0:
+            first = got - t
+        else:
+            wait += got - t
         x = batch.cuda(non_blocking=pin)
+        copied = clock()
+        copy += copied - got
         y = model(x)
         checks += 1
         mismatches += int(x[0, 0].item() != float(i % 97))
+        t = clock()
+        step += t - copied
+        i += 1
     torch.cuda.synchronize()
+    parts.update(first_batch=round(first, 4), waiting=round(wait, 4), copying=round(copy, 4),
+                 model=round(step, 4))
 
 
 def compute():
@@ -97,9 +120,10 @@ torch.cuda.init()
 torch.empty(1, device="cuda")
 began = time.perf_counter()
 {"loader_pageable": lambda: loader(False), "loader_pinned": lambda: loader(True),
+ "loader_inline": lambda: loader(False, workers=0),
  "compute": compute, "small_copies": small_copies, "small_allocs": small_allocs,
  "forks": forks, "device_only": device_only}[name]()
 seconds = time.perf_counter() - began
 print(json.dumps({"program": name, "seconds": round(seconds, 4), "checks": checks,
-                  "mismatches": mismatches}))
+                  "mismatches": mismatches, **parts}))
 sys.exit(1 if mismatches else 0)
