@@ -2,6 +2,7 @@
 //! interposer (registration in place) and `tracer report` (advice) all ask it; each keeps only
 //! its own way of pinning.
 //!
+//! - [`callers`]: who is told the truth about memory hotpin pinned behind the program's back.
 //! - [`cost`]: the cost model: what a copy loses pageable, what pinning costs.
 //! - [`hot`]: judged from a whole history with hindsight: which allocations and recycled
 //!   groups are worth pinning ([`hot::HotPolicy`]).
@@ -11,6 +12,7 @@
 //! - [`online`]: judged while the program runs: a block's heat, when it repays pinning (rent
 //!   or buy), its density, the budget and what it displaces, recycled groups.
 
+pub mod callers;
 pub mod cost;
 pub mod hot;
 pub mod mode;

@@ -71,6 +71,12 @@ pub struct Counters {
     /// Questions about a pointer (`cudaPointerGetAttributes`, ...) answered as for pageable
     /// memory, for memory hotpin registered behind the program's back.
     pub questions_hidden: u64,
+    /// Questions of a framework that only chooses a copy path with the answer
+    /// (`hotpin_policy::callers`): answered truly for a block hotpin registered whole (then
+    /// exposed: never let go while held); about a block left pageable, which it then copies
+    /// through its own staging buffer, counted as a copy of the block.
+    pub questions_shown: u64,
+    pub questions_staged: u64,
     /// Auto mode: blocks pinned because their copies repaid it, their bytes; blocks the
     /// budget let go for denser ones; candidates it refused.
     pub learned_pins: u64,
@@ -154,6 +160,8 @@ pub(crate) static CAPTURES_REFUSED: AtomicU64 = AtomicU64::new(0);
 /// Copies cut at the edges of registrations made in chunks (the report's `copies_cut`).
 pub(crate) static COPIES_CUT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static QUESTIONS_HIDDEN: AtomicU64 = AtomicU64::new(0);
+pub(crate) static QUESTIONS_SHOWN: AtomicU64 = AtomicU64::new(0);
+pub(crate) static QUESTIONS_STAGED: AtomicU64 = AtomicU64::new(0);
 /// The longest single unregistration call of ours, on any thread (the report's
 /// `longest_unregister_ns`).
 pub(crate) static LONGEST_UNREGISTER_NS: AtomicU64 = AtomicU64::new(0);
@@ -187,6 +195,8 @@ pub(crate) fn write_report(
         copies_cut: COPIES_CUT.load(Ordering::Relaxed),
         captures_refused: CAPTURES_REFUSED.load(Ordering::Relaxed),
         questions_hidden: QUESTIONS_HIDDEN.load(Ordering::Relaxed),
+        questions_shown: QUESTIONS_SHOWN.load(Ordering::Relaxed),
+        questions_staged: QUESTIONS_STAGED.load(Ordering::Relaxed),
         python_stacks: PYTHON_STACKS.load(Ordering::Relaxed),
         python_stack_ns: PYTHON_STACK_NS.load(Ordering::Relaxed),
         python_stack_max_ns: PYTHON_STACK_MAX_NS.load(Ordering::Relaxed),

@@ -100,6 +100,9 @@ pub struct Block {
     trusted_ns: Option<u64>,
     /// The history found it cold: never pinned on its group's trust.
     cold_by_history: bool,
+    /// Registered whole, and a framework was told so (`hotpin_policy::callers`): it may go on
+    /// using it as pinned memory, so it is never let go while the program holds it.
+    pub exposed: bool,
 }
 
 impl Block {
@@ -296,6 +299,7 @@ impl Learner {
                 one_call: false,
                 trusted_ns: None,
                 cold_by_history: false,
+                exposed: false,
             },
         );
         crate::regions::TRACKED.add(ptr, size);
@@ -479,7 +483,7 @@ impl Learner {
     ) -> Option<BlockRef> {
         let now = self.now_ns();
         let block = self.blocks.get_mut(&base)?;
-        if block.pin != Pin::Pinned {
+        if block.pin != Pin::Pinned || block.exposed {
             return None;
         }
         let part = block.part.take();
@@ -511,7 +515,7 @@ impl Learner {
         let held: Vec<(usize, f64, u64)> = if self.budget.limit.is_some() {
             self.blocks
                 .iter()
-                .filter(|(_, b)| b.pin == Pin::Pinned)
+                .filter(|(_, b)| b.pin == Pin::Pinned && !b.exposed)
                 .map(|(&at, b)| {
                     let len = b.pinned_len();
                     (at, self.worth(b, len, now), len as u64)
@@ -574,6 +578,28 @@ impl Learner {
         }
     }
 
+    /// A framework is to be told that the block registered at `start` (`len` bytes) is pinned:
+    /// whether it may be, because the block is pinned whole (not a part, not being let go);
+    /// if so it is exposed from now on.
+    pub fn expose(&mut self, start: usize, len: usize) -> bool {
+        match self.blocks.get_mut(&start) {
+            Some(block)
+                if block.pin == Pin::Pinned && block.part.is_none() && block.size == len =>
+            {
+                block.exposed = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The tracked block holding `ptr` that is pageable now (start, size): what a framework
+    /// asking about `ptr` will copy through its own staging buffer.
+    pub fn pageable_at(&self, ptr: usize) -> Option<(usize, usize)> {
+        let (&base, block) = self.blocks.range(..=ptr).next_back()?;
+        (block.pin == Pin::Pageable && base + block.size > ptr).then_some((base, block.size))
+    }
+
     /// The block at `base`, let go, is unregistered: pageable, to be weighed again.
     pub fn unpinned(&mut self, base: usize) {
         if let Some(block) = self.blocks.get_mut(&base)
@@ -618,7 +644,7 @@ impl Learner {
     pub fn give_back(&mut self, start: usize) -> Option<BlockRef> {
         let now = self.now_ns();
         let (base, len) = self.pinned_at(start)?;
-        let block = self.blocks.get_mut(&base)?;
+        let block = self.blocks.get_mut(&base).filter(|b| !b.exposed)?;
         let part = block.part.take().is_some();
         block.pin = Pin::Unpinning;
         block.set_aside(now);

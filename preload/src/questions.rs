@@ -11,18 +11,26 @@
 //! - Memory the program believes pinned that hotpin left pageable: registered first (pinned
 //!   on demand), then CUDA answers truly, and the program may use the answer (a mapped device
 //!   pointer).
+//! - Who asks decides (`hotpin_policy::callers`, told apart by return address): CUDA's own
+//!   libraries get the truth; so do frameworks whose only use of the answer is to choose a
+//!   copy path (CuPy), for a block registered whole, which is then exposed (never let go
+//!   while the program holds it). Their questions about a tracked block left pageable count
+//!   as the copy they will make through their own staging buffer, which hotpin never sees.
 
 use std::{
     ffi::{CStr, c_int, c_uint, c_void},
     sync::atomic::{AtomicUsize, Ordering},
 };
 
+use hotpin_policy::callers::{self, Caller};
+
 use crate::{
-    allocations,
-    counters::QUESTIONS_HIDDEN,
+    allocations, chunks,
+    counters::{QUESTIONS_HIDDEN, QUESTIONS_SHOWN, QUESTIONS_STAGED},
     cuda::{self, Real},
     guard::{Busy, judged},
-    state::{self, ACTIVE, BELIEVED_PINNED},
+    learning,
+    state::{self, ACTIVE, BELIEVED_PINNED, LEARNING},
 };
 
 /// Pageable memory of ours that is never registered: what CUDA is asked about in place of a
@@ -105,33 +113,121 @@ fn demoted_reference(ptr: usize, reference: &PinnedReference) -> Option<usize> {
 
 /// The address to ask CUDA about for a question from `caller` about `ptr`: CUDA's own
 /// questions (the runtime asks the driver whether memory is pinned before it copies it) get
-/// the truth, so that it copies a promoted block as pinned memory; the program's get
-/// [`ask_about`]'s.
+/// the truth, so that it copies a promoted block as pinned memory; a framework's get
+/// [`shown_to_framework`]'s; the program's get [`ask_about`]'s.
 fn asked_by(caller: usize, ptr: usize) -> usize {
-    if from_cuda(caller) {
-        ptr
+    match caller_of(caller) {
+        Caller::Cuda => ptr,
+        who => asked_by_other(who, ptr),
+    }
+}
+
+/// The address to ask CUDA about for a question about `ptr` from a framework or the program.
+fn asked_by_other(who: Caller, ptr: usize) -> usize {
+    if who == Caller::Framework {
+        shown_to_framework(ptr)
     } else {
         ask_about(ptr)
     }
 }
 
-thread_local! {
-    /// Return addresses this thread saw lately, and whether each lies in a CUDA library.
-    static CALLERS: std::cell::Cell<[(usize, bool); 8]> = const { std::cell::Cell::new([(0, false); 8]) };
+/// What a framework's question about a pointer found.
+enum Shown {
+    /// In a block hotpin registered whole, to be kept so: the truth (the block is exposed).
+    Truth,
+    /// In a block hotpin registered as a part or in chunks: CUDA's answer for pageable
+    /// memory, as the program gets.
+    Hidden,
+    /// In a tracked block left pageable (start, size): the framework will copy it through
+    /// its own staging buffer.
+    Staged(usize, usize),
+    Untouched,
 }
 
-/// Whether `caller` (a return address) lies in the CUDA runtime, the driver or NVIDIA's
-/// user-mode libraries, which call the driver's functions through the table
-/// `cuGetProcAddress` gave them, ours included. A static runtime inside the program counts
-/// as the program: its questions are answered as the program's (promoted memory looks
-/// pageable to it, which is slower but correct).
-fn from_cuda(caller: usize) -> bool {
-    if caller == 0 || !(ACTIVE.load(Ordering::Acquire) || BELIEVED_PINNED.load(Ordering::Acquire)) {
-        return false;
+/// What a framework asking about `ptr` is to be told, under the state's lock.
+fn shown(ptr: usize) -> Shown {
+    let mut guard = state::lock();
+    let Some(state) = guard.as_mut() else {
+        return Shown::Untouched;
+    };
+    if let Some(start) = state.hidden_block(ptr, 1) {
+        let len = state.registered.get(&start).copied().unwrap_or(0);
+        // Outside auto mode a registration is made whole at birth and let go only when the
+        // block is freed (or as a freed block in the cache).
+        let whole = !chunks::chunked_at(start)
+            && state
+                .learner
+                .as_mut()
+                .is_none_or(|learner| learner.expose(start, len));
+        return if whole { Shown::Truth } else { Shown::Hidden };
+    }
+    if LEARNING.load(Ordering::Acquire)
+        && let Some((start, size)) = state.learner.as_ref().and_then(|l| l.pageable_at(ptr))
+    {
+        return Shown::Staged(start, size);
+    }
+    Shown::Untouched
+}
+
+/// The address to ask CUDA about for a framework's question about `ptr`
+/// (`hotpin_policy::callers`): `ptr` itself where hotpin registered its block whole (the
+/// truth: the framework copies straight from it; copies of it still complete before they
+/// return, as the program's copies of pageable memory do), else what the program is told.
+/// A question about a tracked block left pageable counts, in auto mode, as a copy of the
+/// whole block: the framework copies it through its own staging buffer, a copy hotpin never
+/// sees, and pinning it is what would let the framework copy it directly.
+fn shown_to_framework(ptr: usize) -> usize {
+    if ptr == 0 || state::forked() {
+        return ptr;
+    }
+    let Some(busy) = Busy::enter() else {
+        return ptr;
+    };
+    let mut asked = ptr;
+    judged(|| match shown(ptr) {
+        Shown::Truth => {
+            QUESTIONS_SHOWN.fetch_add(1, Ordering::Relaxed);
+        }
+        Shown::Hidden => {
+            QUESTIONS_HIDDEN.fetch_add(1, Ordering::Relaxed);
+            asked = reference();
+        }
+        Shown::Staged(start, size) => {
+            QUESTIONS_STAGED.fetch_add(1, Ordering::Relaxed);
+            learning::copied(&[(start, size, true)]);
+        }
+        Shown::Untouched => {
+            if BELIEVED_PINNED.load(Ordering::Acquire) {
+                allocations::pin_on_demand(&[(ptr, 1, true)]);
+            }
+        }
+    });
+    drop(busy);
+    asked
+}
+
+thread_local! {
+    /// Return addresses this thread saw lately, and who each belongs to.
+    static CALLERS: std::cell::Cell<[(usize, Caller); 8]> =
+        const { std::cell::Cell::new([(0, Caller::Program); 8]) };
+}
+
+/// Who `caller` (a return address) is (`hotpin_policy::callers`, by the file it lies in):
+/// the CUDA runtime, the driver or NVIDIA's user-mode libraries, which call the driver's
+/// functions through the table `cuGetProcAddress` gave them, ours included; a framework that
+/// only chooses a copy path with the answer; or the program. A static runtime inside the
+/// program counts as the program: its questions are answered as the program's (promoted
+/// memory looks pageable to it, which is slower but correct).
+fn caller_of(caller: usize) -> Caller {
+    let anything = ACTIVE.load(Ordering::Acquire)
+        || BELIEVED_PINNED.load(Ordering::Acquire)
+        || LEARNING.load(Ordering::Acquire);
+    if caller == 0 || !anything {
+        return Caller::Program;
     }
     let mut seen = CALLERS.get();
-    if let Some(&(_, cuda)) = seen.iter().find(|(address, _)| *address == caller) {
-        return cuda;
+    if let Some(&(_, who)) = seen.iter().find(|(address, _)| *address == caller) {
+        return who;
     }
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
@@ -141,18 +237,16 @@ fn from_cuda(caller: usize) -> bool {
     };
     // SAFETY: dladdr only reads the loader's tables; `info` is ours.
     let found = unsafe { libc::dladdr(caller as *const c_void, &mut info) } != 0;
-    let cuda = found && !info.dli_fname.is_null() && {
+    let who = if found && !info.dli_fname.is_null() {
         // SAFETY: dladdr gives the file name as a C string.
-        let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
-        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        [&b"libcuda.so"[..], b"libcudart", b"libnvidia-"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
+        callers::caller(unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes())
+    } else {
+        Caller::Program
     };
     seen.rotate_right(1);
-    seen[0] = (caller, cuda);
+    seen[0] = (caller, who);
     CALLERS.set(seen);
-    cuda
+    who
 }
 
 /// Where CUDA's answer holds the address it was asked about (`asked`), the program's own
@@ -306,10 +400,10 @@ unsafe fn host_get_flags(
     // A demoted request's flags are those of a block allocated as the program asked (no
     // flags, or portable: requests with other flags are never demoted), in the same API, not
     // a registration's.
-    let asked = if from_cuda(caller) {
-        ptr as usize
-    } else {
-        demoted_reference(ptr as usize, reference).unwrap_or_else(|| ask_about(ptr as usize))
+    let asked = match caller_of(caller) {
+        Caller::Cuda => ptr as usize,
+        who => demoted_reference(ptr as usize, reference)
+            .unwrap_or_else(|| asked_by_other(who, ptr as usize)),
     };
     // SAFETY: the program's question, about `asked`.
     unsafe { real(flags, asked as *mut c_void) }

@@ -1,0 +1,144 @@
+//! Frameworks that ask before they copy (#44): a module installed under CuPy's module path
+//! (`hotpin_policy::callers`) asks CUDA whether an array is pinned before each copy, and copies
+//! straight from it if so, else through a pinned staging buffer of its own (tests/c/
+//! framework_module.c, CuPy's path; the CUDA stand-in, a test fixture, not CUDA). Under
+//! `hotpin run`, its questions about arrays left pageable count as copies, so the arrays are
+//! pinned; then it is told the truth and copies them directly; an array it was told is pinned
+//! is never let go while the program holds it, even when a hotter one wants its room. The
+//! program's own questions, and the same module installed elsewhere, are told "pageable".
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use common::{Setup, assert_computed_right, reports};
+use serde_json::Value;
+
+/// Builds tests/c/framework_module.c as a shared library at `dir/relative`.
+fn module(setup: &Setup, relative: &str) -> PathBuf {
+    let path = setup.dir.join(relative);
+    std::fs::create_dir_all(path.parent().expect("a folder")).expect("make its folder");
+    let source = format!("{}/tests/c/framework_module.c", env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("cc")
+        .args(["-O1", "-shared", "-fPIC", "-o"])
+        .arg(&path)
+        .arg(&source)
+        .arg(&setup.standin.runtime)
+        .arg(format!("-Wl,-rpath,{}", setup.dir.display()))
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling {source} failed");
+    path
+}
+
+/// The program with `module`, plain or under `hotpin run ARGS`.
+fn run(setup: &Setup, module: &Path, hotpin: Option<&[&str]>) -> Output {
+    let mut command = match hotpin {
+        Some(args) => {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_hotpin"));
+            command.arg("run").args(args).arg("--").arg(&setup.program);
+            command
+        }
+        None => Command::new(&setup.program),
+    };
+    let output = command
+        .arg(module)
+        .env("LD_LIBRARY_PATH", &setup.standin.dir)
+        .env("XDG_STATE_HOME", &setup.dir)
+        .output()
+        .expect("run the program");
+    assert!(
+        output.status.success(),
+        "{hotpin:?}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_computed_right(&output);
+    output
+}
+
+/// The framework's own counts: direct, staged, flipped.
+fn framework(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let verdict: Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("the verdict");
+    verdict["details"]["framework"].clone()
+}
+
+/// The interposer's counters of a run given `--report PREFIX` (one process).
+fn counters(prefix: &Path) -> Value {
+    let reports = reports(prefix);
+    assert_eq!(reports.len(), 1, "one report: {reports:?}");
+    reports[0]["counters"].clone()
+}
+
+#[test]
+fn a_framework_is_told_the_truth_and_what_it_was_told_stays_true() {
+    let setup = common::compile("frameworks", "framework");
+    let cupy = module(
+        &setup,
+        "site-packages/cupy_backends/cuda/api/runtime.cpython-311-x86_64-linux-gnu.so",
+    );
+    let other = module(
+        &setup,
+        "site-packages/other/runtime.cpython-311-x86_64-linux-gnu.so",
+    );
+
+    // As written: every array staged.
+    let plain = framework(&run(&setup, &cupy, None));
+    assert_eq!(plain["direct"], 0, "{plain}");
+    assert_eq!(plain["staged"], 180, "{plain}");
+
+    // Under hotpin, a budget of the three arrays (and the framework's staging buffer): their questions pin them, the framework
+    // then copies them directly, and none is let go for the hotter fourth array.
+    let prefix = setup.dir.join("cupy-report");
+    let history = setup.dir.join("cupy.hotpin");
+    let args = [
+        "--budget",
+        "25M",
+        "--history",
+        history.to_str().expect("UTF-8"),
+        "--report",
+        prefix.to_str().expect("UTF-8"),
+    ];
+    let told = framework(&run(&setup, &cupy, Some(&args)));
+    let c = counters(&prefix);
+    assert!(
+        told["direct"].as_u64() > Some(150),
+        "most copies direct: {told} {c}"
+    );
+    assert_eq!(told["flipped"], 0, "{told} {c}");
+    assert!(c["questions_staged"].as_u64() > Some(0), "{c}");
+    assert!(c["questions_shown"].as_u64() > Some(90), "{c}");
+    assert_eq!(
+        c["evictions"], 0,
+        "no array the framework was told of let go: {c}"
+    );
+    assert!(
+        c["budget_refusals"].as_u64() > Some(0),
+        "the fourth array wanted room: {c}"
+    );
+    assert!(
+        c["peak_promoted_bytes"].as_u64().expect("peak") <= 25 << 20,
+        "{c}"
+    );
+
+    // The same module elsewhere is not on the list: told "pageable", its questions not
+    // counted, so it stages every copy.
+    let prefix = setup.dir.join("other-report");
+    let history = setup.dir.join("other.hotpin");
+    let args = [
+        "--history",
+        history.to_str().expect("UTF-8"),
+        "--report",
+        prefix.to_str().expect("UTF-8"),
+    ];
+    let not_told = framework(&run(&setup, &other, Some(&args)));
+    let c = counters(&prefix);
+    assert_eq!(not_told["direct"], 0, "{not_told} {c}");
+    assert_eq!(c["questions_shown"], 0, "{c}");
+    assert_eq!(c["questions_staged"], 0, "{c}");
+}
