@@ -65,6 +65,7 @@ macro_rules! stub {
 mod allocations;
 mod chunks;
 mod copies;
+mod copy_ranges;
 mod counters;
 mod cuda;
 mod exports;
