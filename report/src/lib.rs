@@ -373,27 +373,12 @@ struct HostAdvice<'a> {
     folded_host: Vec<&'a hotpin_history::history::SiteAggregate>,
 }
 
-fn judge_host<'a>(
-    history: &'a MemHistory,
+/// The advice for each recycled group found hot: its place, the most of it alive at once.
+fn group_advice(
     policy: &HotPolicy,
-    host: &[&'a Allocation],
     groups: &[hotpin_policy::hot::RecycledGroup],
-) -> HostAdvice<'a> {
-    let mut wasted = Vec::new();
-    let mut candidates = Vec::new();
+) -> BTreeMap<SiteKey, SiteAdvice> {
     let mut pin: BTreeMap<SiteKey, SiteAdvice> = BTreeMap::new();
-    // Per place, what is pinned there (for the folded history) and, apart, what of it is
-    // wasted: a place that pins 8 buffers of which 2 are hot wastes the other 6.
-    let mut pinned_sites: BTreeMap<SiteKey, (SiteAdvice, bool)> = BTreeMap::new();
-    let mut unpin: BTreeMap<SiteKey, SiteAdvice> = BTreeMap::new();
-    let mut untracked_hot_bytes = 0;
-    // The hot allocations advised one by one, per place: they count the most of them alive
-    // at once, not their sum (a fresh buffer every step needs one or two pinned at a time).
-    let mut one_by_one: BTreeMap<SiteKey, Vec<&Allocation>> = BTreeMap::new();
-    let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
-        .iter()
-        .map(|g| (g.pid, g.call_site, g.size))
-        .collect();
     for g in groups {
         pin.entry((Some(g.call_site), g.python))
             .or_insert_with(SiteAdvice::empty)
@@ -405,6 +390,62 @@ fn judge_host<'a>(
                 g.size,
             );
     }
+    pin
+}
+
+/// The program's own pinned allocations, per place: what is pinned there and whether any of
+/// it is hot (for the folded history), and apart what of it is wasted: a place that pins 8
+/// buffers of which 2 are hot wastes the other 6.
+#[derive(Default)]
+struct PinnedTally<'a> {
+    wasted: Vec<&'a Allocation>,
+    unpin: BTreeMap<SiteKey, SiteAdvice>,
+    sites: BTreeMap<SiteKey, (SiteAdvice, bool)>,
+}
+
+impl<'a> PinnedTally<'a> {
+    fn count(
+        &mut self,
+        policy: &HotPolicy,
+        a: &'a Allocation,
+        line: Option<CallSiteId>,
+        hot: bool,
+    ) {
+        let weight = policy.weigh(&a.stats, a.size, 1);
+        if !hot {
+            self.wasted.push(a);
+            self.unpin
+                .entry((a.call_site, line))
+                .or_insert_with(SiteAdvice::empty)
+                .count(1, a.size, a.stats.transfers, weight, a.size);
+        }
+        let (entry, any_hot) = self
+            .sites
+            .entry((a.call_site, line))
+            .or_insert_with(|| (SiteAdvice::empty(), false));
+        entry.count(1, a.size, a.stats.transfers, weight, a.size);
+        *any_hot |= hot;
+    }
+}
+
+/// Sorts the host allocations into what the report advises (see [`HostAdvice`]).
+fn judge_host<'a>(
+    history: &'a MemHistory,
+    policy: &HotPolicy,
+    host: &[&'a Allocation],
+    groups: &[hotpin_policy::hot::RecycledGroup],
+) -> HostAdvice<'a> {
+    let mut candidates = Vec::new();
+    let mut pin = group_advice(policy, groups);
+    let mut pinned = PinnedTally::default();
+    let mut untracked_hot_bytes = 0;
+    // The hot allocations advised one by one, per place: they count the most of them alive
+    // at once, not their sum (a fresh buffer every step needs one or two pinned at a time).
+    let mut one_by_one: BTreeMap<SiteKey, Vec<&Allocation>> = BTreeMap::new();
+    let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
+        .iter()
+        .map(|g| (g.pid, g.call_site, g.size))
+        .collect();
     for a in host {
         let grouped = a
             .call_site
@@ -419,30 +460,7 @@ fn judge_host<'a>(
             count_hot(entry, history, policy, a, line);
         }
         if a.kind.is_pinned() {
-            if !hot {
-                wasted.push(*a);
-                unpin
-                    .entry((a.call_site, line))
-                    .or_insert_with(SiteAdvice::empty)
-                    .count(
-                        1,
-                        a.size,
-                        a.stats.transfers,
-                        policy.weigh(&a.stats, a.size, 1),
-                        a.size,
-                    );
-            }
-            let (entry, any_hot) = pinned_sites
-                .entry((a.call_site, line))
-                .or_insert_with(|| (SiteAdvice::empty(), false));
-            entry.count(
-                1,
-                a.size,
-                a.stats.transfers,
-                policy.weigh(&a.stats, a.size, 1),
-                a.size,
-            );
-            *any_hot |= hot;
+            pinned.count(policy, a, line, hot);
         } else if hot && !grouped {
             candidates.push(*a);
             if a.call_site.is_none() && line.is_none() {
@@ -451,9 +469,14 @@ fn judge_host<'a>(
         }
     }
     at_peak(&mut pin, one_by_one);
-    let folded_host = folded_host(history, policy, &in_group, &mut pinned_sites);
+    let PinnedTally {
+        mut wasted,
+        mut unpin,
+        mut sites,
+    } = pinned;
+    let folded_host = folded_host(history, policy, &in_group, &mut sites);
     // A place nothing of which is hot wastes all it pinned, folded history included.
-    for (k, (v, hot)) in pinned_sites {
+    for (k, (v, hot)) in sites {
         if !hot {
             unpin.insert(k, v);
         }
@@ -845,9 +868,51 @@ impl Report {
     fn pin_section(&self, out: &mut String, options: &RenderOptions) {
         let table = |out: &mut String, rows: &[ReportRow]| table(out, rows, options);
         let act = self.act();
+        let _ = writeln!(out, "\n1. What to pin, and what it saves");
+        self.pin_sites_text(out, options);
+        if let Some(summary) = self.budget_summary() {
+            let left_out: Vec<String> = self
+                .over_budget_sites
+                .iter()
+                .map(|s| {
+                    let place = s.place_named(|name| options.name(name));
+                    format!(" {} ({})", names::shorten(&place, 56), bytes(s.bytes))
+                })
+                .collect();
+            let _ = writeln!(out, "  {summary}{}", left_out.join(","));
+        }
+        if self.untracked_hot_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "  {} of hot memory has no allocating call site (memory no probe saw allocated, \
+                 anonymous mappings, the heap); run with the hotpin allocator to attribute it \
+                 to call sites",
+                bytes(self.untracked_hot_bytes)
+            );
+        }
+        self.recycled_table(out, options);
+        if !self.hot.is_empty() {
+            let _ = writeln!(out, "  the most transferred host allocations:");
+            table(out, &self.hot);
+        }
+        if self.unresolved_copies > 0 {
+            let _ = writeln!(
+                out,
+                "  {} copies whose direction could not be known (in neither direction's bytes)",
+                self.unresolved_copies
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  -> {act}   (auto mode pins these as the program runs; `hotpin run --mode use \
+             --history FILE -- ...` pins exactly these from this history)"
+        );
+    }
+
+    /// Section 1's places to pin: their total, what they save, and one line each.
+    fn pin_sites_text(&self, out: &mut String, options: &RenderOptions) {
         let saving: f64 = self.pin_sites.iter().map(|s| s.saving_s).sum();
         let cost: f64 = self.pin_sites.iter().map(|s| s.cost_s).sum();
-        let _ = writeln!(out, "\n1. What to pin, and what it saves");
         if self.pin_sites.is_empty() {
             let _ = writeln!(out, "  no call site is hot: nothing to pin");
         } else {
@@ -894,43 +959,6 @@ impl Report {
                 }
             }
         }
-        if let Some(summary) = self.budget_summary() {
-            let left_out: Vec<String> = self
-                .over_budget_sites
-                .iter()
-                .map(|s| {
-                    let place = s.place_named(|name| options.name(name));
-                    format!(" {} ({})", names::shorten(&place, 56), bytes(s.bytes))
-                })
-                .collect();
-            let _ = writeln!(out, "  {summary}{}", left_out.join(","));
-        }
-        if self.untracked_hot_bytes > 0 {
-            let _ = writeln!(
-                out,
-                "  {} of hot memory has no allocating call site (memory no probe saw allocated, \
-                 anonymous mappings, the heap); run with the hotpin allocator to attribute it \
-                 to call sites",
-                bytes(self.untracked_hot_bytes)
-            );
-        }
-        self.recycled_table(out, options);
-        if !self.hot.is_empty() {
-            let _ = writeln!(out, "  the most transferred host allocations:");
-            table(out, &self.hot);
-        }
-        if self.unresolved_copies > 0 {
-            let _ = writeln!(
-                out,
-                "  {} copies whose direction could not be known (in neither direction's bytes)",
-                self.unresolved_copies
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  -> {act}   (auto mode pins these as the program runs; `hotpin run --mode use \
-             --history FILE -- ...` pins exactly these from this history)"
-        );
     }
 
     /// The recycled groups: buffers each rarely copied, hot as a group.
