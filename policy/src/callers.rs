@@ -30,10 +30,18 @@ const CUDA: [&[u8]; 3] = [b"libcuda.so", b"libcudart", b"libnvidia-"];
 
 /// Path fragments of the framework modules whose questions only choose a copy path, each
 /// read in the framework's source (docs/transparency.md has the table, with what each does
-/// with the answer). CuPy's runtime module links CUDA's runtime statically: its
-/// `cudaPointerGetAttributes` reaches the driver's `cuPointerGetAttributes` through the
-/// table, from inside this module.
-const FRAMEWORKS: [&[u8]; 1] = [b"/cupy_backends/cuda/api/runtime."];
+/// with the answer):
+/// - CuPy's runtime module, where `cp.asarray` asks (`is_memory_pinned`) whether to copy a
+///   NumPy array straight or through its pinned pool. It links CUDA's runtime statically:
+///   its `cudaPointerGetAttributes` reaches the driver's `cuPointerGetAttributes` through the
+///   table, from inside this module.
+/// - JAX's CUDA plugin, where XLA's `IsHostMemoryPinned` (`cuPointerGetAttributes`: type and
+///   range) decides whether `device_put` and `np.asarray` of an array stage through a bounce
+///   buffer (JAX 0.11 and later ask; older ones never do).
+const FRAMEWORKS: [&[u8]; 2] = [
+    b"/cupy_backends/cuda/api/runtime.",
+    b"/jax_plugins/xla_cuda",
+];
 
 /// Who asked, from the path of the file its return address lies in.
 pub fn caller(path: &[u8]) -> Caller {
@@ -65,6 +73,12 @@ mod tests {
             caller(
                 b"/opt/venv/lib/python3.12/site-packages/cupy_backends/cuda/api/\
                   runtime.cpython-312-x86_64-linux-gnu.so"
+            ),
+            Caller::Framework
+        );
+        assert_eq!(
+            caller(
+                b"/opt/venv/lib/python3.12/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so"
             ),
             Caller::Framework
         );

@@ -176,7 +176,8 @@ fn tracked(ranges: &[Range]) -> bool {
 
 /// Auto mode: counts a completed copy of `ranges`.
 fn count(ranges: &[Range]) {
-    if tracked(ranges)
+    if !questions::announced(ranges)
+        && tracked(ranges)
         && let Some(_busy) = Busy::enter()
     {
         judged(|| learning::copied(ranges));

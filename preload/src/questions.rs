@@ -194,6 +194,7 @@ fn shown_to_framework(ptr: usize) -> usize {
         }
         Shown::Staged(start, size) => {
             QUESTIONS_STAGED.fetch_add(1, Ordering::Relaxed);
+            ANNOUNCED.set((start, size));
             learning::copied(&[(start, size, true)]);
         }
         Shown::Untouched => {
@@ -204,6 +205,27 @@ fn shown_to_framework(ptr: usize) -> usize {
     });
     drop(busy);
     asked
+}
+
+thread_local! {
+    /// The block (start, size) whose copy this thread's last framework question announced
+    /// and counted: a copy of it made next on this thread is that copy (a framework's static
+    /// CUDA runtime asks before it copies), not counted again. Empty: none.
+    static ANNOUNCED: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Whether the copy of `ranges` (address, length, read), the next this thread completes, is
+/// the one its last framework question announced and counted already. Any copy uses the
+/// announcement up: a framework that staged the block copies something else next.
+pub(crate) fn announced(ranges: &[(usize, usize, bool)]) -> bool {
+    let (start, size) = ANNOUNCED.get();
+    if size == 0 {
+        return false;
+    }
+    ANNOUNCED.set((0, 0));
+    ranges
+        .iter()
+        .any(|&(at, _, _)| at >= start && at < start.saturating_add(size))
 }
 
 thread_local! {
@@ -537,4 +559,22 @@ pub fn questions() -> [(Option<&'static CStr>, &'static Real, usize); 7] {
             cudaHostGetDevicePointer as *const () as usize,
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_announced_copy_is_not_counted_twice_and_any_copy_uses_the_announcement_up() {
+        // A static runtime's question, then its copy of the same block: counted once.
+        ANNOUNCED.set((0x10_0000, 0x10_0000));
+        assert!(announced(&[(0x18_0000, 4096, true)]));
+        assert!(!announced(&[(0x18_0000, 4096, true)]));
+        // A framework that staged the block copies its staging buffer next: the block's next
+        // copy, later, is counted.
+        ANNOUNCED.set((0x10_0000, 0x10_0000));
+        assert!(!announced(&[(0x90_0000, 4096, true)]));
+        assert!(!announced(&[(0x18_0000, 4096, true)]));
+    }
 }
