@@ -265,7 +265,7 @@ fn python_lines_can_be_turned_off() {
         .iter()
         .filter(|a| a.kind == AllocKind::Pinned)
         .count();
-    assert_eq!(pinned, 2);
+    assert_eq!(pinned, 3);
     assert!(
         saved
             .call_sites()

@@ -103,6 +103,8 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
             depth.allocator += 1;
         } else if cookie.layer() == Layer::Runtime as u8 {
             depth.runtime += 1;
+        } else if cookie.layer() == Layer::Driver as u8 && cookie.want_site() {
+            depth.driver_alloc += 1;
         }
     }
     Ok(())
@@ -156,13 +158,15 @@ fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
     // The event is filled in place in the ring buffer: built on the BPF stack (160 bytes, with
     // the entry's arguments copied there too) it took the return program over the 512-byte
     // stack limit that kernels before 6.x enforce across calls (Debian 6.1 refused it).
+    // The layer's depth comes down first: whatever happens to the event, the thread has left.
+    let mut flags = 0u16;
+    leave_layer(tid, cookie, &mut flags);
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         let _ = PENDING.remove(key);
         bump(counter::RINGBUF_FULL);
         return Ok(());
     };
     let event = entry.as_mut_ptr();
-    let mut flags = 0u16;
     // SAFETY: `event` points at the reserved record, ours until it is submitted; `pending`
     // points at this thread's entry, which only this thread changes, read before removal.
     unsafe {
@@ -179,7 +183,6 @@ fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
         }
     }
     let _ = PENDING.remove(key);
-    leave_layer(tid, cookie, &mut flags);
     // SAFETY: as above: the reserved record.
     let out = unsafe { read_out_params(&mut (*event).args, cookie, &mut flags) };
     // SAFETY: as above: the reserved record.
@@ -213,9 +216,9 @@ fn try_api_call_return(ctx: &RetProbeContext) -> Result<(), i64> {
     Ok(())
 }
 
-/// This thread leaves a call of `cookie`'s layer: the layer's depth comes down, and the call
-/// is flagged nested when it ran inside another layer's call (a runtime call inside hotpin's
-/// allocator, a driver call inside the runtime's).
+/// This thread leaves a call of `cookie`'s layer: the layer's depth comes down (a driver
+/// allocation call's too), and the call is flagged nested when it ran inside another layer's
+/// call (a runtime call inside hotpin's allocator, a driver call inside the runtime's).
 #[inline(always)]
 fn leave_layer(tid: u32, cookie: ProbeCookie, flags: &mut u16) {
     let Some(depth) = DEPTH.get_ptr_mut(tid) else {
@@ -231,8 +234,13 @@ fn leave_layer(tid: u32, cookie: ProbeCookie, flags: &mut u16) {
         if depth.allocator > 0 {
             *flags |= FLAG_NESTED;
         }
-    } else if depth.runtime > 0 || depth.allocator > 0 {
-        *flags |= FLAG_NESTED;
+    } else {
+        if layer == Layer::Driver as u8 && cookie.want_site() {
+            depth.driver_alloc = depth.driver_alloc.saturating_sub(1);
+        }
+        if depth.runtime > 0 || depth.allocator > 0 {
+            *flags |= FLAG_NESTED;
+        }
     }
 }
 

@@ -30,7 +30,7 @@ pub(crate) static TARGETS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TAR
 pub(crate) static PENDING: LruHashMap<PendingKey, Pending> =
     LruHashMap::with_max_entries(MAX_PENDING, 0);
 
-/// How many allocator and runtime calls each thread is inside.
+/// How many allocator, runtime and driver allocation calls each thread is inside.
 #[map]
 pub(crate) static DEPTH: LruHashMap<u32, Depth> = LruHashMap::with_max_entries(MAX_PENDING, 0);
 
@@ -39,15 +39,19 @@ pub(crate) static DEPTH: LruHashMap<u32, Depth> = LruHashMap::with_max_entries(M
 pub(crate) struct Depth {
     pub(crate) allocator: u32,
     pub(crate) runtime: u32,
+    /// The driver's allocation calls (`cuMemHostAlloc`, ...): what the driver maps inside one
+    /// is that allocation, and the Python lines its entry sent are its own.
+    pub(crate) driver_alloc: u32,
 }
 
-/// Whether this thread is inside a probed call (the runtime's, or an allocator's): what it
-/// does then (memory it maps, copies it makes) is that call's, nested.
+/// Whether this thread is inside a probed call (the runtime's, an allocator's, or the
+/// driver's allocation call): what it does then (memory it maps, copies it makes) is that
+/// call's, nested.
 pub(crate) fn inside_probed_call(tid: u32) -> bool {
     DEPTH.get_ptr(tid).is_some_and(|depth| {
         // SAFETY: this thread's entry, read while this thread runs this program.
         let depth = unsafe { &*depth };
-        depth.runtime > 0 || depth.allocator > 0
+        depth.runtime > 0 || depth.allocator > 0 || depth.driver_alloc > 0
     })
 }
 

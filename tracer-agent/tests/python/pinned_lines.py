@@ -13,6 +13,9 @@ import time
 
 H2D, D2H = 1, 2
 cudart = ctypes.CDLL(sys.argv[1])
+# The driver beside it: an allocation made at the driver's layer (as a framework's static
+# CUDA runtime makes them: CuPy's pinned pool) carries its lines too.
+driver = ctypes.CDLL(os.path.join(os.path.dirname(sys.argv[1]), "libcuda.so.1"))
 truth = {"allocations": [], "h2d": 0, "d2h": 0, "h2d_bytes": 0, "d2h_bytes": 0}
 
 
@@ -32,9 +35,23 @@ def pinned(size):
     return ptr.value
 
 
+def pinned_by_driver(size):
+    ptr = ctypes.c_void_p()
+    check(driver.cuMemHostAlloc(ctypes.byref(ptr), ctypes.c_size_t(size), 0)); line = sys._getframe().f_lineno
+    caller = sys._getframe(1)
+    truth["allocations"].append({
+        "size": size, "file": __file__, "line": line, "function": "pinned_by_driver",
+        "caller_line": caller.f_lineno, "caller": caller.f_code.co_qualname,
+    })
+    return ptr.value
+
+
 class Loader:
     def staging(self, size):
         return pinned(size)
+
+    def pool(self, size):
+        return pinned_by_driver(size)
 
 
 def copy(dst, src, size, direction):
@@ -57,9 +74,12 @@ def main():
             time.sleep(0.01)
     batch = Loader().staging(1 << 20)
     result = pinned(256 << 10)
+    pool = Loader().pool(512 << 10)
     for _ in range(3):
         copy(device.value, batch, 1 << 20, H2D)
         copy(result, device.value, 256 << 10, D2H)
+        copy(device.value, pool, 512 << 10, H2D)
+    check(driver.cuMemFreeHost(ctypes.c_void_p(pool)))
     check(cudart.cudaFreeHost(ctypes.c_void_p(batch)))
     check(cudart.cudaFreeHost(ctypes.c_void_p(result)))
     check(cudart.cudaFree(device))
