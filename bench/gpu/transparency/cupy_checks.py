@@ -67,6 +67,26 @@ def memory_type(ptr):
     return int(t) if t is not None else None
 
 
+def program_memory_type(ptr):
+    """The driver's cuPointerGetAttribute(MEMORY_TYPE) for a host address, asked by the
+    program itself through ctypes, not through CuPy (0 unregistered, 1 host, else "rc N"):
+    what every caller but a framework on hotpin's list is told (docs/transparency.md)."""
+    import ctypes
+    driver = ctypes.CDLL("libcuda.so.1")
+    value = ctypes.c_uint(0)
+    rc = driver.cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(2), ctypes.c_uint64(ptr))
+    if rc == 1:  # CUDA_ERROR_INVALID_VALUE: memory CUDA does not know, as for pageable memory
+        return 0
+    return int(value.value) if rc == 0 else f"rc {rc}"
+
+
+def observe(key, ptr):
+    """What CuPy's question about `ptr` is told (key), and what the program's own is (key +
+    "_program")."""
+    observed[key] = memory_type(ptr)
+    observed[key + "_program"] = program_memory_type(ptr)
+
+
 def gpu_matches(g, dev_base, k):
     """Whether g == dev_base + k, and how many elements differ (on the current stream)."""
     bad = int(cp.count_nonzero(g != dev_base + k).get())
@@ -87,7 +107,7 @@ def check_asarray_overwrite(s, base, dev_base):
             ok, bad = gpu_matches(g, dev_base, k)
         count("asarray_overwrite", ok, "" if ok else f"step {step}: {bad} bad")
         del g
-    observed["asarray_src_memory_type"] = memory_type(src.ctypes.data)
+    observe("asarray_src_memory_type", src.ctypes.data)
 
 
 def check_set_overwrite(s, base, dev_base):
@@ -104,7 +124,7 @@ def check_set_overwrite(s, base, dev_base):
             s.synchronize()
             ok, bad = gpu_matches(g, dev_base, k)
         count("set_overwrite", ok, "" if ok else f"step {step}: {bad} bad")
-    observed["set_src_memory_type"] = memory_type(src.ctypes.data)
+    observe("set_src_memory_type", src.ctypes.data)
 
 
 def host_matches(h, base, k):
@@ -143,7 +163,7 @@ def check_get(s, base, dev_base):
             count("asnumpy_fresh_nonblocking", ok, "" if ok else f"step {step}: {bad} bad")
             s.synchronize()
             del h, g
-    observed["get_out_memory_type"] = memory_type(buf.ctypes.data)
+    observe("get_out_memory_type", buf.ctypes.data)
 
 
 def check_free_then_alloc(s, base, dev_base):
@@ -167,7 +187,7 @@ def check_free_then_alloc(s, base, dev_base):
 
 def check_empty_pinned(s, base, dev_base):
     p = cupyx.empty_pinned((N,), dtype=np.int32)
-    observed["empty_pinned_memory_type"] = memory_type(p.ctypes.data)
+    observe("empty_pinned_memory_type", p.ctypes.data)
     g = cp.empty(N, dtype=cp.int32)
     for step in range(STEPS):
         k = salt(step, 7)
@@ -230,7 +250,7 @@ def main():
             s.end_capture()
         cp.cuda.Device(0).synchronize()
 
-    observed["numpy_fresh_memory_type"] = memory_type(np.ones(N, dtype=np.int32).ctypes.data)
+    observe("numpy_fresh_memory_type", np.ones(N, dtype=np.int32).ctypes.data)
     return run_all("cupy_checks", STEPS, WALL0, start, [
         ("asarray_overwrite", check_asarray_overwrite, (s, base, dev_base)),
         ("set_overwrite", check_set_overwrite, (s, base, dev_base)),

@@ -38,13 +38,28 @@ def reference(rs, key):
     return json.loads(values[0]), ""
 
 
-def compare(rs, ref, why, key):
+# Answers a framework on hotpin's list of callers told the truth (docs/transparency.md,
+# "Frameworks that ask before they copy") may get: "host" (1) for memory hotpin pinned.
+# What the program itself is told (the same keys + "_program") must stay as plain.
+TOLD_TRUTH = {"cupy_checks": {"asarray_src_memory_type", "set_src_memory_type",
+                              "get_out_memory_type", "numpy_fresh_memory_type"}}
+
+
+def as_plain(program, got, ref):
+    """`got` with the answers its framework may be told truthfully put back to plain's."""
+    if not isinstance(got, dict) or not isinstance(ref, dict):
+        return got
+    allowed = TOLD_TRUTH.get(program, set())
+    return {k: (ref.get(k) if k in allowed and v == 1 else v) for k, v in got.items()}
+
+
+def compare(rs, ref, why, key, program=None):
     if ref is None:
         return why or "-"
     printed = [r for r in rs if "error" not in r]  # runs that printed their JSON line
     if not printed:
         return "no JSON line"
-    differing = [r for r in printed if r.get(key) != ref]
+    differing = [r for r in printed if as_plain(program, r.get(key), ref) != ref]
     if not differing:
         return "same" if len(printed) == len(rs) else f"same in {len(printed)}/{len(rs)}"
     if not isinstance(ref, dict):
@@ -75,7 +90,7 @@ for p in programs:
         print(f"| {p} | {c} | {len(rs)} | {len(crashed) or '-'} | {total(rs, 0)} | "
               f"{total(rs, 1)} | {median(r.get('seconds') for r in rs)} | "
               f"{median(r.get('elapsed') for r in rs)} | "
-              f"{'plain' if c == 'plain' and ref_obs is not None else compare(rs, ref_obs, why_obs, 'observed')} | "
+              f"{'plain' if c == 'plain' and ref_obs is not None else compare(rs, ref_obs, why_obs, 'observed', p)} | "
               f"{'plain' if c == 'plain' and ref_copies is not None else compare(rs, ref_copies, why_copies, 'copies')} |")
 
 print()
