@@ -14,9 +14,71 @@ pub struct Setup {
     pub standin: cuda_standin::Scratch,
 }
 
+/// Fails at once where the interposer `hotpin run` would load is older than the sources it is
+/// built from: `cargo test` rebuilds the `hotpin` binary but not the cdylib next to it, so a
+/// test would run the interposer of an earlier build and prove nothing about this one.
+/// `cargo build -p preload` (or `cargo xtask test`, which builds first) mends it.
+pub fn interposer_is_current() {
+    let hotpin = Path::new(env!("CARGO_BIN_EXE_hotpin"));
+    let library = hotpin.with_file_name("libhotpin_preload.so");
+    let built = std::fs::metadata(&library)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: run `cargo build -p preload` first",
+                library.display()
+            )
+        });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let newest = [
+        "preload/src",
+        "policy/src",
+        "allocator/src",
+        "history/src",
+        "lease/src",
+    ]
+    .iter()
+    .filter_map(|dir| newest_source(&root.join(dir)))
+    .max();
+    if let Some((when, file)) = newest {
+        assert!(
+            when <= built,
+            "{} is older than {}: run `cargo build -p preload` before these tests",
+            library.display(),
+            file.display()
+        );
+    }
+}
+
+/// The most recently changed `.rs` file under `dir`: when, and which.
+fn newest_source(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.filter_map(Result::ok) {
+        let path = entry.path();
+        let found = if path.is_dir() {
+            newest_source(&path)
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .map(|t| (t, path))
+        } else {
+            None
+        };
+        if let Some(found) = found
+            && newest.as_ref().is_none_or(|n| found.0 > n.0)
+        {
+            newest = Some(found);
+        }
+    }
+    newest
+}
+
 /// Installs the stand-in into a fresh folder named for `name` and compiles
 /// tests/c/PROGRAM.c against its runtime.
 pub fn compile(name: &str, program: &str) -> Setup {
+    interposer_is_current();
     let standin = cuda_standin::Scratch::new(name).expect("install the CUDA stand-in");
     let dir = standin.dir.clone();
     let source = format!("{}/tests/c/{program}.c", env!("CARGO_MANIFEST_DIR"));
