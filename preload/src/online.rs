@@ -593,11 +593,13 @@ impl Learner {
         }
     }
 
-    /// The tracked block holding `ptr` that is pageable now (start, size): what a framework
+    /// The tracked block holding `ptr` that is pageable now (start, size), not a pinned
+    /// request served pageable (the program believes that one pinned): what a framework
     /// asking about `ptr` will copy through its own staging buffer.
     pub fn pageable_at(&self, ptr: usize) -> Option<(usize, usize)> {
         let (&base, block) = self.blocks.range(..=ptr).next_back()?;
-        (block.pin == Pin::Pageable && base + block.size > ptr).then_some((base, block.size))
+        (block.pin == Pin::Pageable && !block.asked_pinned && base + block.size > ptr)
+            .then_some((base, block.size))
     }
 
     /// The block at `base`, let go, is unregistered: pageable, to be weighed again.

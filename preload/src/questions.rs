@@ -135,76 +135,72 @@ fn asked_by_other(who: Caller, ptr: usize) -> usize {
 enum Shown {
     /// In a block hotpin registered whole, to be kept so: the truth (the block is exposed).
     Truth,
-    /// In a block hotpin registered as a part or in chunks: CUDA's answer for pageable
-    /// memory, as the program gets.
-    Hidden,
-    /// In a tracked block left pageable (start, size): the framework will copy it through
-    /// its own staging buffer.
+    /// In a tracked block left pageable (start, size) that the program does not believe
+    /// pinned: the framework will copy it through its own staging buffer.
     Staged(usize, usize),
-    Untouched,
+    /// Anything else: what the program is told ([`ask_about`]).
+    AsTheProgram,
 }
 
 /// What a framework asking about `ptr` is to be told, under the state's lock.
 fn shown(ptr: usize) -> Shown {
     let mut guard = state::lock();
     let Some(state) = guard.as_mut() else {
-        return Shown::Untouched;
+        return Shown::AsTheProgram;
     };
     if let Some(start) = state.hidden_block(ptr, 1) {
         let len = state.registered.get(&start).copied().unwrap_or(0);
         // Outside auto mode a registration is made whole at birth and let go only when the
-        // block is freed (or as a freed block in the cache).
+        // block is freed (or as a freed block in the cache). A part, or a registration in
+        // chunks, stays hidden.
         let whole = !chunks::chunked_at(start)
             && state
                 .learner
                 .as_mut()
                 .is_none_or(|learner| learner.expose(start, len));
-        return if whole { Shown::Truth } else { Shown::Hidden };
+        return if whole {
+            Shown::Truth
+        } else {
+            Shown::AsTheProgram
+        };
     }
     if LEARNING.load(Ordering::Acquire)
         && let Some((start, size)) = state.learner.as_ref().and_then(|l| l.pageable_at(ptr))
     {
         return Shown::Staged(start, size);
     }
-    Shown::Untouched
+    Shown::AsTheProgram
 }
 
 /// The address to ask CUDA about for a framework's question about `ptr`
 /// (`hotpin_policy::callers`): `ptr` itself where hotpin registered its block whole (the
 /// truth: the framework copies straight from it; copies of it still complete before they
-/// return, as the program's copies of pageable memory do), else what the program is told.
-/// A question about a tracked block left pageable counts, in auto mode, as a copy of the
-/// whole block: the framework copies it through its own staging buffer, a copy hotpin never
-/// sees, and pinning it is what would let the framework copy it directly.
+/// return, as the program's copies of pageable memory do), else what the program is told
+/// ([`ask_about`]: a block pinned meanwhile stays hidden until the next question exposes it;
+/// a pinned request hotpin served pageable is pinned on demand first). A question about a
+/// tracked block left pageable counts, in auto mode, as a copy of the whole block: the
+/// framework copies it through its own staging buffer, a copy hotpin never sees, and pinning
+/// it is what would let the framework copy it directly.
 fn shown_to_framework(ptr: usize) -> usize {
     if ptr == 0 || state::forked() {
         return ptr;
     }
-    let Some(busy) = Busy::enter() else {
-        return ptr;
-    };
-    let mut asked = ptr;
-    judged(|| match shown(ptr) {
-        Shown::Truth => {
-            QUESTIONS_SHOWN.fetch_add(1, Ordering::Relaxed);
-        }
-        Shown::Hidden => {
-            QUESTIONS_HIDDEN.fetch_add(1, Ordering::Relaxed);
-            asked = reference();
-        }
-        Shown::Staged(start, size) => {
-            QUESTIONS_STAGED.fetch_add(1, Ordering::Relaxed);
-            ANNOUNCED.set((start, size));
-            learning::copied(&[(start, size, true)]);
-        }
-        Shown::Untouched => {
-            if BELIEVED_PINNED.load(Ordering::Acquire) {
-                allocations::pin_on_demand(&[(ptr, 1, true)]);
+    let mut truth = false;
+    if let Some(_busy) = Busy::enter() {
+        judged(|| match shown(ptr) {
+            Shown::Truth => {
+                QUESTIONS_SHOWN.fetch_add(1, Ordering::Relaxed);
+                truth = true;
             }
-        }
-    });
-    drop(busy);
-    asked
+            Shown::Staged(start, size) => {
+                QUESTIONS_STAGED.fetch_add(1, Ordering::Relaxed);
+                ANNOUNCED.set((start, size));
+                learning::copied(&[(start, size, true)]);
+            }
+            Shown::AsTheProgram => {}
+        });
+    }
+    if truth { ptr } else { ask_about(ptr) }
 }
 
 thread_local! {

@@ -51,7 +51,12 @@ int framework_to_device(void *device, const void *host, size_t size) {
     staged++;
     /* Through its staging buffer, a piece at a time (a small pinned buffer, below the size
      * hotpin judges: it stays pinned as asked), each piece waited for before the next. */
-    if (!staging && cudaMallocHost(&staging, STAGING) != cudaSuccess) return ++failed, -1;
+    if (!staging) {
+        if (cudaMallocHost(&staging, STAGING) != cudaSuccess) return ++failed, -1;
+        /* Its own pinned buffer, asked about as CuPy's pool blocks are: pinned, whoever
+         * served the request. */
+        if (!is_pinned(staging)) failed++;
+    }
     for (size_t done = 0; done < size; done += STAGING) {
         size_t piece = size - done < STAGING ? size - done : STAGING;
         if (cudaStreamSynchronize(stream) != cudaSuccess) return ++failed, -1;
