@@ -3,7 +3,8 @@
 # `hotpin run` on its first run, and from its own history, ROUNDS rounds interleaved. Writes
 # one JSON line per run to $OUT/cannot_help.jsonl and prints medians (summarize.py). Each
 # hotpin run writes its report under $OUT/r; the line gets `busy_ns`, the time the program's
-# threads spent inside hotpin's own work (the report's counter, summed over its processes).
+# threads spent inside hotpin's own work (the report's counter, summed over its processes),
+# and `cpu_s`, the CPU seconds of the run's whole process tree (../cpu_time.py).
 # Usage: BIN=dir OUT=dir bash bench/gpu/cannot_help/run.sh ROUNDS [PROGRAMS...]
 set -u
 BIN=${BIN:-target/release}; OUT=${OUT:-/tmp/hotpin-cannot-help}; PY=${PYTHON:-python3}
@@ -15,7 +16,9 @@ J="$OUT/cannot_help.jsonl"; : >"$J"
 one() { # program config round cmd...
   local p=$1 c=$2 r=$3; shift 3
   local began=$EPOCHREALTIME
-  local line; line=$(timeout 120 "$@" 2>"$OUT/last.err" | tail -1); local rc=$?
+  rm -f "$OUT/cpu"
+  # pipefail: the run's exit status, not tail's (before, a failed run read as exit 0).
+  local line rc; line=$(set -o pipefail; timeout 120 "$PY" "$HERE/../cpu_time.py" "$OUT/cpu" "$@" 2>"$OUT/last.err" | tail -1); rc=$?
   local wall=$(awk "BEGIN{print $EPOCHREALTIME - $began}")
   [ -z "$line" ] && line='{}'
   echo "$line" | python3 -c "
@@ -25,6 +28,10 @@ reports = [json.load(open(f)) for f in glob.glob('$OUT/r/$p.$c.$r.*.json')]
 if reports:
     d['busy_ns'] = sum(x['counters']['busy_ns'] for x in reports)
     d['busy_entries'] = sum(x['counters']['busy_entries'] for x in reports)
+try:
+    d['cpu_s'] = float(open('$OUT/cpu').read())
+except (OSError, ValueError):
+    pass
 d.update(program='$p', config='$c', round=$r, wall=$wall, exit=$rc)
 print(json.dumps(d))" >>"$J"
 }

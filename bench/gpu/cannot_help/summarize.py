@@ -3,11 +3,13 @@ history, the ratios of the medians to as written, the paired ratios (each hotpin
 the as-written run of its own round, which ran just before it: the median of those ratios,
 less moved by the machine's drift between rounds), whether every run checked out, and the
 time the program's threads spent inside hotpin (the reports' busy_ns: median ms, and its
-share of the work's seconds)."""
+share of the work's seconds), and the paired ratio of the CPU seconds of each run's whole
+process tree (cpu_s, where recorded)."""
 import collections, json, statistics, sys
 
 runs = collections.defaultdict(list)
 by_round = collections.defaultdict(dict)
+cpu_round = collections.defaultdict(dict)
 busy = collections.defaultdict(list)
 bad = collections.Counter()
 for line in open(sys.argv[1]):
@@ -19,11 +21,13 @@ for line in open(sys.argv[1]):
         continue
     runs[(d["program"], d["config"])].append(d["seconds"])
     by_round[(d["program"], d["round"])][d["config"]] = d["seconds"]
+    if "cpu_s" in d:
+        cpu_round[(d["program"], d["round"])][d["config"]] = d["cpu_s"]
     if "busy_ns" in d:
         busy[(d["program"], d["config"])].append((d["busy_ns"] / 1e6, d["busy_ns"] / 1e7 / d["seconds"]))
-print("| program | as written (median, range) | first run | x | from history | x | paired x, first / history | failed runs | inside hotpin, first / history (ms, % of work) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for p in dict.fromkeys(k[0] for k in runs):
+print("| program | as written (median, range) | first run | x | from history | x | paired x, first / history | failed runs | inside hotpin, first / history (ms, % of work) | CPU of the process tree, paired x, first / history |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for p in dict.fromkeys([k[0] for k in runs] + [k[0] for k in bad]):
     def cell(c):
         s = runs.get((p, c), [])
         return (statistics.median(s), f"{statistics.median(s):.3f} ({min(s):.3f}-{max(s):.3f})") if s else (None, "-")
@@ -35,7 +39,7 @@ for p in dict.fromkeys(k[0] for k in runs):
         if not b:
             return "-"
         return f"{statistics.median(x[0] for x in b):.1f} ms, {statistics.median(x[1] for x in b):.2f}%"
-    def paired(c):
-        r = [v[c] / v["plain"] for (q, _), v in by_round.items() if q == p and c in v and "plain" in v]
+    def paired(c, rounds=by_round):
+        r = [v[c] / v["plain"] for (q, _), v in rounds.items() if q == p and c in v and "plain" in v]
         return f"{statistics.median(r):.3f}" if r else "-"
-    print(f"| {p} | {pc} | {fc} | {ratio(fm)} | {hc} | {ratio(hm)} | {paired('auto-first')} / {paired('auto-history')} | {failed} | {inside('auto-first')} / {inside('auto-history')} |")
+    print(f"| {p} | {pc} | {fc} | {ratio(fm)} | {hc} | {ratio(hm)} | {paired('auto-first')} / {paired('auto-history')} | {failed} | {inside('auto-first')} / {inside('auto-history')} | {paired('auto-first', cpu_round)} / {paired('auto-history', cpu_round)} |")
