@@ -47,7 +47,12 @@ impl Report {
         self.over_budget_sites.sort_by(most_copied_first);
         self.pin_bytes = budget.used;
         self.budget = Some(limit);
-        self.headline = headline(&self.pin_sites, &self.unpin_sites, costed);
+        self.headline = headline(
+            &self.pin_sites,
+            &self.unpin_sites,
+            self.partly_copied.first(),
+            costed,
+        );
         self
     }
 }

@@ -547,6 +547,9 @@ fn wasted_section(out: &mut String, report: &Report, options: &RenderOptions) {
     if !report.wasted_pinned.is_empty() {
         allocation_table(out, &report.wasted_pinned, options);
     }
+    for partly in &report.partly_copied {
+        para(out, &partly.listed(str::to_owned));
+    }
     if !report.unpin_sites.is_empty() {
         para(out, "stop pinning these call sites:");
         site_table(out, report, &report.unpin_sites, false, options);

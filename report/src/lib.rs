@@ -6,6 +6,9 @@
 mod budget;
 pub mod html;
 pub mod names;
+mod partly;
+
+pub use partly::{LEAST_UNTOUCHED_BYTES, PartlyCopied};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -211,10 +214,7 @@ impl SiteAdvice {
 
     /// [`Self::place`], the call site named by `name` (the text report's shortening).
     fn place_named(&self, name: impl Fn(&str) -> String) -> String {
-        match &self.python_line {
-            Some(line) => format!("{line} ({})", name(&self.call_site)),
-            None => name(&self.call_site),
-        }
+        place_of(&self.call_site, self.python_line.as_deref(), name)
     }
 
     /// "saves 12.3 ms of copies for 4.0 ms of pinning", under a cost model.
@@ -227,6 +227,15 @@ impl SiteAdvice {
             seconds(self.saving_s),
             seconds(self.cost_s)
         )
+    }
+}
+
+/// Where memory was made, as advice names it: the Python line first, then the call site
+/// named by `name`.
+fn place_of(call_site: &str, python_line: Option<&str>, name: impl Fn(&str) -> String) -> String {
+    match python_line {
+        Some(line) => format!("{line} ({})", name(call_site)),
+        None => name(call_site),
     }
 }
 
@@ -274,6 +283,9 @@ pub struct Report {
     /// Pinned memory transferred fewer times than the policy asks: pinned for nothing.
     pub wasted_pinned_bytes: u64,
     pub wasted_pinned: Vec<ReportRow>,
+    /// Pinned memory kept pinned for its copies, of which they touched only a part: most
+    /// untouched first ([`PartlyCopied`]).
+    pub partly_copied: Vec<PartlyCopied>,
     /// Pageable memory transferred often: what pinning would speed up.
     pub candidate_bytes: u64,
     pub candidates: Vec<ReportRow>,
@@ -657,8 +669,14 @@ fn most_copied_first(a: &SiteAdvice, b: &SiteAdvice) -> std::cmp::Ordering {
 }
 
 /// The report's first line: what to change, where (the Python line first), and what it
-/// brings; what to stop pinning where nothing is worth pinning; else that nothing is.
-fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) -> String {
+/// brings; where nothing is worth pinning, the largest waste: what to stop pinning, or a
+/// pinned block of which copies use only a part; else that nothing is.
+fn headline(
+    pin_sites: &[SiteAdvice],
+    unpin_sites: &[SiteAdvice],
+    partly: Option<&PartlyCopied>,
+    costed: bool,
+) -> String {
     let these = |n: u64| match n {
         1 => "the allocation".to_owned(),
         n => format!("the {n} allocations"),
@@ -709,7 +727,13 @@ fn headline(pin_sites: &[SiteAdvice], unpin_sites: &[SiteAdvice], costed: bool) 
         }
         return line;
     }
-    if let Some(worst) = unpin_sites.iter().max_by_key(|site| site.bytes) {
+    let worst = unpin_sites.iter().max_by_key(|site| site.bytes);
+    if let Some(partly) = partly
+        && worst.is_none_or(|worst| partly.untouched_bytes() > worst.bytes)
+    {
+        return partly.advice();
+    }
+    if let Some(worst) = worst {
         return format!(
             "Stop pinning {} made at {} that {} copied too rarely to repay it: {} pinned",
             these(worst.allocations),
@@ -772,8 +796,14 @@ impl Report {
         } = host_advice;
         let pin_sites = advice(history, pin);
         let unpin_sites = advice(history, unpin);
+        let partly_copied = partly::partly_copied(history, &host, &wasted);
         Report {
-            headline: headline(&pin_sites, &unpin_sites, policy.cost.is_some()),
+            headline: headline(
+                &pin_sites,
+                &unpin_sites,
+                partly_copied.first(),
+                policy.cost.is_some(),
+            ),
             policy,
             pids: history.meta().pids.clone(),
             command: history.meta().command.clone(),
@@ -803,6 +833,7 @@ impl Report {
             pinned: history.pinned_accounts(),
             wasted_pinned_bytes: wasted.iter().map(|a| a.size).sum(),
             wasted_pinned: rows(&wasted),
+            partly_copied: partly_copied.into_iter().take(top).collect(),
             candidate_bytes: candidates.iter().map(|a| a.size).sum(),
             candidates: rows(&candidates),
             recycled: groups
@@ -1001,6 +1032,9 @@ impl Report {
         }
         if !self.wasted_pinned.is_empty() {
             table(out, &self.wasted_pinned);
+        }
+        for partly in &self.partly_copied {
+            let _ = writeln!(out, "  {}", partly.listed(|name| options.name(name)));
         }
         for site in &self.unpin_sites {
             let _ = writeln!(
@@ -1347,6 +1381,105 @@ mod tests {
     /// The first line of an over-pinned program (#42): of 8 pinned buffers made at one line,
     /// 2 hot, the 6 cold ones are the waste to name, not a 1-byte pinned scalar copied often
     /// elsewhere; the hot ones are advice to keep.
+    #[test]
+    fn a_pinned_dataset_copied_in_one_slice_is_named_first_and_only_its_slice_counts_copied() {
+        // over_pinned.py's shape (#42): a 4 GiB pinned dataset of which one 64 MiB slice is
+        // copied every step, and 6 pinned 32 MiB buffers never copied.
+        const MIB: u64 = 1 << 20;
+        let mut h = MemHistory::new();
+        let site = h.intern_call_site(CallSite {
+            module: "libtorch_cuda.so".into(),
+            offset: 0xcc0bd3,
+            symbol: Some("allocate_host_memory_slowpath".into()),
+        });
+        let line = |h: &mut MemHistory, n: u64| {
+            h.intern_call_site(CallSite {
+                module: format!("{}over_pinned.py", hotpin_history::history::PYTHON_MODULE),
+                offset: n,
+                symbol: Some("<module>".into()),
+            })
+        };
+        let (dataset_line, staging_line) = (line(&mut h, 57), line(&mut h, 59));
+        let dataset = h.alloc(
+            1,
+            0x1_0000_0000,
+            4096 * MIB,
+            AllocKind::Pinned,
+            Some(site),
+            0,
+        );
+        h.record_callers(dataset, vec![dataset_line]);
+        for t in 0..150 {
+            h.transfer(
+                1,
+                0xd000_0000,
+                0x1_0000_0000 + 1536 * MIB,
+                64 * MIB,
+                CopyDirection::HostToDevice,
+                t,
+            );
+        }
+        for i in 0..6u64 {
+            let id = h.alloc(
+                1,
+                0x8000_0000 + i * 64 * MIB,
+                32 * MIB,
+                AllocKind::Pinned,
+                Some(site),
+                0,
+            );
+            h.record_callers(id, vec![staging_line]);
+        }
+        let report = Report::new(&h, HotPolicy::default(), 10);
+        assert!(
+            report.headline.starts_with(
+                "Pin only the part that is copied of the allocation made at over_pinned.py:57 \
+                 in <module> ("
+            ) && report.headline.ends_with(
+                "4.0 GiB pinned, its 150 copies touched 64.0 MiB of it (at 1.5 GiB), 3.9 GiB \
+                 pinned and never copied"
+            ),
+            "{}",
+            report.headline
+        );
+        assert_eq!(report.partly_copied.len(), 1);
+        assert_eq!(report.partly_copied[0].untouched_bytes(), 4032 * MIB);
+        // The process's account: only the slice copied.
+        assert_eq!(report.pinned[0].copied_bytes, 64 * MIB);
+        assert_eq!(
+            report.pinned[0].never_copied_bytes,
+            4032 * MIB + 6 * 32 * MIB
+        );
+        let text = report.render();
+        assert!(
+            text.contains("its 150 copies touched 64.0 MiB of it (at 1.5 GiB), 3.9 GiB never: pin only that part"),
+            "{text}"
+        );
+        // The six never copied are still what to stop pinning.
+        assert!(text.contains("stop pinning over_pinned.py:59"), "{text}");
+
+        // Copied whole, the same dataset is not partly copied.
+        let mut whole = MemHistory::new();
+        let a = whole.alloc(1, 0x1_0000_0000, 256 * MIB, AllocKind::Pinned, None, 0);
+        for t in 0..20 {
+            whole.transfer(
+                1,
+                0xd000_0000,
+                0x1_0000_0000,
+                256 * MIB,
+                CopyDirection::HostToDevice,
+                t,
+            );
+        }
+        let report = Report::new(&whole, HotPolicy::default(), 10);
+        assert!(
+            report.partly_copied.is_empty(),
+            "{:?}",
+            report.partly_copied
+        );
+        assert!(whole.copied_extent(a).is_some());
+    }
+
     #[test]
     fn the_first_line_names_the_largest_waste_even_beside_hot_buffers_of_its_line() {
         const MIB: u64 = 1 << 20;

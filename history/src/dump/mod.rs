@@ -19,7 +19,7 @@ pub const MAGIC: &[u8; 8] = b"HOTPINH\0";
 /// Version of the binary layout and of the JSON schema; bumped on any incompatible change.
 /// Versions 1 (no host memory counters), 2 (no checkpoint time), 3 (no device memory) and 4
 /// (no unread copies, no thread or stream per copy) are still read.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// The JSON document's `format` field.
 pub const JSON_FORMAT: &str = "hotpin-history";
 /// Largest history file read, compressed or not (a history of 1M allocations is far below).
@@ -117,7 +117,7 @@ impl Serialize for Dumped<'_> {
             }
         }
         let data = self.data;
-        let mut out = serializer.serialize_struct("HistoryData", 7)?;
+        let mut out = serializer.serialize_struct("HistoryData", 8)?;
         out.serialize_field("meta", &data.meta)?;
         out.serialize_field("call_sites", &data.call_sites)?;
         out.serialize_field("allocations", &data.allocations)?;
@@ -125,6 +125,7 @@ impl Serialize for Dumped<'_> {
         out.serialize_field("callers", &Pairs(&data.callers))?;
         out.serialize_field("compacted", &data.compacted)?;
         out.serialize_field("pinned", &self.pinned)?;
+        out.serialize_field("copied_extents", &Pairs(&data.copied_extents))?;
         out.end()
     }
 }
@@ -466,6 +467,9 @@ fn decode_binary(rest: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> 
         (old.into(), used)
     } else if version == 6 {
         let (old, used) = decode_body::<legacy::v6::HistoryData>(&body).map_err(corrupted)?;
+        (old.into(), used)
+    } else if version == 7 {
+        let (old, used) = decode_body::<legacy::v7::HistoryData>(&body).map_err(corrupted)?;
         (old.into(), used)
     } else {
         decode_body::<HistoryData>(&body).map_err(corrupted)?

@@ -367,6 +367,19 @@ fn a_format_6_history_loads_and_is_accounted() {
     assert_eq!(accounted, pinned);
 }
 
+/// A format-7 history (written before copied extents were kept), recorded by `tracer record`
+/// of the stand-in's transfer-bench (a test fixture, not CUDA), 82 copies: it loads, with no
+/// extents, its accounts as written.
+#[test]
+fn a_format_7_history_loads_without_extents() {
+    let bytes = include_bytes!("testdata/standin-v7.hotpin");
+    assert_eq!(&bytes[MAGIC.len()..MAGIC.len() + 4], &7u32.to_le_bytes());
+    let data = decode(bytes).expect("the format-7 history decodes");
+    assert_eq!(data.stats.transfers, 82);
+    assert!(data.copied_extents.is_empty());
+    MemHistory::from_data(data).expect("and is consistent");
+}
+
 /// The random histories that are bounded do fold allocations (or the round trip above would
 /// not test aggregates).
 #[test]

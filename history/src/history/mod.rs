@@ -192,9 +192,24 @@ pub struct HistoryData {
     /// read, only the leases (the rest is computed again).
     #[serde(default)]
     pub pinned: Vec<PinnedAccount>,
+    /// The part of each host allocation that copies touched, where one did: (from, to),
+    /// offsets from its start, the lowest copy's start to the highest copy's end (#42: a 4 GiB
+    /// pinned dataset of which one 64 MiB slice is copied is pinned and mostly wasted). A
+    /// span, not the union: copies far apart count what lies between them as touched. A list
+    /// of pairs, as `callers`.
+    #[serde(default, with = "pairs")]
+    pub copied_extents: BTreeMap<AllocId, (u64, u64)>,
 }
 
 impl HistoryData {
+    /// The part of allocation `id` its copies touched, inside its present size (a mapping or
+    /// the heap may have shrunk since): None where none was seen, or none of it is left.
+    pub fn copied_extent(&self, id: AllocId) -> Option<(u64, u64)> {
+        let &(from, to) = self.copied_extents.get(&id)?;
+        let size = self.allocations.get(id as usize)?.size;
+        (from < size).then(|| (from, to.min(size)))
+    }
+
     /// Each process's pinned host memory, from the allocations (folded ones too); the leases
     /// as `pinned` holds them.
     pub fn pinned_accounts(&self) -> Vec<PinnedAccount> {
@@ -221,6 +236,10 @@ pub enum InvalidHistory {
     },
     #[error("process {pid}'s pinned memory is accounted twice")]
     DuplicateAccount { pid: u32 },
+    #[error(
+        "the copied part {from}..{to} names allocation {id}, which does not exist, or is empty"
+    )]
+    BadExtent { id: AllocId, from: u64, to: u64 },
     #[error("allocations {first} and {second} are both live at {start:#x} in process {pid}")]
     DuplicateLive {
         pid: u32,
@@ -338,6 +357,13 @@ fn check(data: &HistoryData) -> Result<(), InvalidHistory> {
                 first,
                 second: id,
             });
+        }
+    }
+    // An extent may reach past its allocation's end: a mapping or the heap can shrink after
+    // it was copied. Readers keep to the allocation (`copied_extent`).
+    for (&id, &(from, to)) in &data.copied_extents {
+        if id as usize >= data.allocations.len() || from >= to {
+            return Err(InvalidHistory::BadExtent { id, from, to });
         }
     }
     for (&id, callers) in &data.callers {
@@ -860,7 +886,16 @@ impl MemHistory {
             CopyDirection::DeviceToHost => stats.d2h_bytes = stats.d2h_bytes.saturating_add(total),
             _ => {}
         }
-        let s = &mut self.data.allocations[id as usize].stats;
+        let allocation = &mut self.data.allocations[id as usize];
+        if allocation.kind != AllocKind::Untracked && bytes > 0 {
+            let from = host.saturating_sub(allocation.start).min(allocation.size);
+            let to = from.saturating_add(bytes).min(allocation.size);
+            if from < to {
+                let extent = self.data.copied_extents.entry(id).or_insert((from, to));
+                *extent = (extent.0.min(from), extent.1.max(to));
+            }
+        }
+        let s = &mut allocation.stats;
         let old = s.transfers;
         s.add_copies(direction, count, total, ts_ns);
         let new = s.transfers;
@@ -1172,6 +1207,13 @@ impl MemHistory {
         if !callers.is_empty() {
             self.data.callers.insert(id, callers);
         }
+    }
+
+    /// The part of allocation `id` its copies touched: (from, to), offsets from its start
+    /// (see [`HistoryData::copied_extents`]), inside its present size; None where none was
+    /// seen.
+    pub fn copied_extent(&self, id: AllocId) -> Option<(u64, u64)> {
+        self.data.copied_extent(id)
     }
 
     /// The callers beyond an allocation's call site, innermost first (empty if unknown).

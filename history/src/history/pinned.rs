@@ -18,9 +18,10 @@ pub struct PinnedAccount {
     /// Of those, registered by hotpin (its interposer's call site): the rest the program
     /// pinned itself.
     pub by_hotpin_bytes: u64,
-    /// Of those, copied at least once; the rest was pinned and never copied. Of folded
-    /// allocations (a long run's history keeps their sum), at most one is counted copied per
-    /// copy they had together.
+    /// Of those, the bytes copies touched (of an allocation whose copied part is known, that
+    /// part: `HistoryData::copied_extents`; else all of it, if copied at least once); the rest
+    /// was pinned and never copied. Of folded allocations (a long run's history keeps their
+    /// sum), at most one is counted copied per copy they had together.
     pub copied_bytes: u64,
     pub never_copied_bytes: u64,
     /// What the node's arbiter leased it, where `tracer daemon` granted leases to it.
@@ -78,7 +79,11 @@ pub(super) fn accounts(data: &HistoryData) -> Vec<PinnedAccount> {
         }
     };
     for a in data.allocations.iter().filter(|a| a.kind.is_pinned()) {
-        let copied = if a.stats.transfers > 0 { a.size } else { 0 };
+        let copied = match data.copied_extent(a.id) {
+            Some((from, to)) => to - from,
+            None if a.stats.transfers > 0 => a.size,
+            None => 0,
+        };
         add(a.pid, a.size, copied, by_hotpin(a.call_site));
     }
     for folded in data.compacted.iter().filter(|f| f.kind.is_pinned()) {

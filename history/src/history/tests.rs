@@ -571,7 +571,7 @@ fn pinned_memory_is_accounted_per_process_with_its_leases() {
         offset: 0x40,
         symbol: None,
     });
-    // The program's 8 MiB pinned and copied, 4 MiB pinned and never copied; hotpin's 2 MiB.
+    // The program's 8 MiB pinned and copied whole, 4 MiB pinned and never copied; hotpin's 2 MiB.
     h.alloc(
         PID,
         0x100_0000,
@@ -593,7 +593,7 @@ fn pinned_memory_is_accounted_per_process_with_its_leases() {
         PID,
         0xd000_0000,
         0x100_0000,
-        MIB,
+        8 * MIB,
         CopyDirection::HostToDevice,
         4,
     );
@@ -685,4 +685,61 @@ fn pinned_accounts_load_once_per_process_in_order() {
             .expect("consistent");
         assert_eq!(reloaded.data(), history.data(), "{format:?}");
     }
+}
+
+#[test]
+fn copies_keep_the_part_of_an_allocation_they_touched_and_the_account_counts_only_that() {
+    let mut h = MemHistory::new();
+    let dataset = h.alloc(PID, 0x1000_0000, 64 * MIB, AllocKind::Pinned, None, 1);
+    let never = h.alloc(PID, 0x8000_0000, MIB, AllocKind::Pinned, None, 2);
+    // One 2 MiB slice at 10 MiB copied three times, then one copy at 12 MiB.
+    for t in 0..3 {
+        h.transfer(
+            PID,
+            0xd000_0000,
+            0x1000_0000 + 10 * MIB,
+            2 * MIB,
+            CopyDirection::HostToDevice,
+            10 + t,
+        );
+    }
+    h.transfer(
+        PID,
+        0x1000_0000 + 12 * MIB,
+        0xd000_0000,
+        MIB,
+        CopyDirection::DeviceToHost,
+        20,
+    );
+    assert_eq!(h.copied_extent(dataset), Some((10 * MIB, 13 * MIB)));
+    assert_eq!(h.copied_extent(never), None);
+    // A copy running past the end is kept inside the allocation.
+    h.transfer(
+        PID,
+        0xd000_0000,
+        0x1000_0000 + 63 * MIB,
+        4 * MIB,
+        CopyDirection::HostToDevice,
+        30,
+    );
+    assert_eq!(h.copied_extent(dataset), Some((10 * MIB, 64 * MIB)));
+    let accounts = h.pinned_accounts();
+    assert_eq!(accounts.len(), 1);
+    assert_eq!(accounts[0].pinned_bytes, 65 * MIB);
+    assert_eq!(accounts[0].copied_bytes, 54 * MIB);
+    assert_eq!(accounts[0].never_copied_bytes, 11 * MIB);
+
+    // An extent of no allocation, or an empty one, is refused, saying which.
+    let mut data = h.into_data();
+    data.copied_extents.insert(99, (0, MIB));
+    assert!(matches!(
+        MemHistory::from_data(data.clone()),
+        Err(InvalidHistory::BadExtent { id: 99, .. })
+    ));
+    data.copied_extents.remove(&99);
+    data.copied_extents.insert(never, (MIB, MIB));
+    assert!(matches!(
+        MemHistory::from_data(data),
+        Err(InvalidHistory::BadExtent { id, .. }) if id == never
+    ));
 }

@@ -7,3 +7,4 @@ pub(super) mod v3;
 pub(super) mod v4;
 pub(super) mod v5;
 pub(super) mod v6;
+pub(super) mod v7;

@@ -78,6 +78,7 @@ impl From<HistoryData> for history::HistoryData {
             callers: Default::default(),
             compacted: Vec::new(),
             pinned: Vec::new(),
+            copied_extents: BTreeMap::new(),
         }
     }
 }

@@ -45,6 +45,7 @@ impl From<HistoryData> for history::HistoryData {
             callers: old.callers.into_iter().collect(),
             compacted: Vec::new(),
             pinned: Vec::new(),
+            copied_extents: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -117,6 +117,7 @@ impl From<HistoryData> for history::HistoryData {
             callers: old.callers.into_iter().collect(),
             compacted: Vec::new(),
             pinned: Vec::new(),
+            copied_extents: BTreeMap::new(),
         }
     }
 }

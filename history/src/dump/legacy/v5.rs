@@ -28,6 +28,7 @@ impl From<HistoryData> for history::HistoryData {
             callers: old.callers,
             compacted: Vec::new(),
             pinned: Vec::new(),
+            copied_extents: BTreeMap::new(),
         }
     }
 }

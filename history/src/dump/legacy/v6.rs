@@ -30,6 +30,7 @@ impl From<HistoryData> for history::HistoryData {
             callers: old.callers,
             compacted: old.compacted,
             pinned: Vec::new(),
+            copied_extents: BTreeMap::new(),
         }
     }
 }
