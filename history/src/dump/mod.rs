@@ -125,7 +125,7 @@ impl Serialize for Dumped<'_> {
         out.serialize_field("callers", &Pairs(&data.callers))?;
         out.serialize_field("compacted", &data.compacted)?;
         out.serialize_field("pinned", &self.pinned)?;
-        out.serialize_field("copied_extents", &Pairs(&data.copied_extents))?;
+        out.serialize_field("copied_extents", &data.gathered_extents())?;
         out.end()
     }
 }
@@ -390,8 +390,17 @@ pub fn decode(bytes: &[u8]) -> Result<HistoryData, DecodeFailure> {
     decode_with_limit(bytes, decompressed_limit(bytes.len()))
 }
 
-/// [`decode`] with an explicit limit on the decompressed size of a binary dump.
+/// [`decode`] with an explicit limit on the decompressed size of a binary dump. The copied
+/// extents it holds are moved into their allocations (`HistoryData::spread_extents`).
 pub fn decode_with_limit(bytes: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> {
+    let mut data = decode_either(bytes, limit)?;
+    data.spread_extents()
+        .map_err(|e| DecodeFailure::Corrupted(e.to_string()))?;
+    Ok(data)
+}
+
+/// The history a dump of either format holds, as written.
+fn decode_either(bytes: &[u8], limit: u64) -> Result<HistoryData, DecodeFailure> {
     if bytes.starts_with(MAGIC) {
         return decode_binary(&bytes[MAGIC.len()..], limit);
     }

@@ -197,10 +197,6 @@ impl MemHistory {
             .into_iter()
             .filter_map(|(id, sites)| Some((new_ids.get(id as usize).copied()??, sites)))
             .collect();
-        data.copied_extents = std::mem::take(&mut data.copied_extents)
-            .into_iter()
-            .filter_map(|(id, extent)| Some((new_ids.get(id as usize).copied()??, extent)))
-            .collect();
         let retention = self.retention;
         let pinned_marks = std::mem::take(&mut self.pinned_marks);
         *self = MemHistory::index(data);

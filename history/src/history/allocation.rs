@@ -219,6 +219,11 @@ pub struct Allocation {
     /// so its call site and allocation time are unknown (`alloc_ns` is the attach).
     #[serde(default)]
     pub pre_existing: bool,
+    /// The part its copies touched: (from, to), offsets from its start, the lowest copy's
+    /// start to the highest copy's end; None where none was seen. Held here for speed (one
+    /// write per copy); a dump writes them apart, as `HistoryData::copied_extents`.
+    #[serde(skip)]
+    pub copied: Option<(u64, u64)>,
 }
 
 impl Allocation {

@@ -196,7 +196,9 @@ pub struct HistoryData {
     /// offsets from its start, the lowest copy's start to the highest copy's end (#42: a 4 GiB
     /// pinned dataset of which one 64 MiB slice is copied is pinned and mostly wasted). A
     /// span, not the union: copies far apart count what lies between them as touched. A list
-    /// of pairs, as `callers`.
+    /// of pairs, as `callers`. Only in a dump: in memory each allocation holds its own
+    /// ([`Allocation::copied`]); what a dump holds is moved there as it is read
+    /// ([`HistoryData::spread_extents`]), so this is empty in a history in memory.
     #[serde(default, with = "pairs")]
     pub copied_extents: BTreeMap<AllocId, (u64, u64)>,
 }
@@ -205,9 +207,29 @@ impl HistoryData {
     /// The part of allocation `id` its copies touched, inside its present size (a mapping or
     /// the heap may have shrunk since): None where none was seen, or none of it is left.
     pub fn copied_extent(&self, id: AllocId) -> Option<(u64, u64)> {
-        let &(from, to) = self.copied_extents.get(&id)?;
-        let size = self.allocations.get(id as usize)?.size;
-        (from < size).then(|| (from, to.min(size)))
+        let allocation = self.allocations.get(id as usize)?;
+        let (from, to) = allocation.copied?;
+        (from < allocation.size).then(|| (from, to.min(allocation.size)))
+    }
+
+    /// Moves the copied extents a dump holds (`copied_extents`) into their allocations; one
+    /// of no allocation, or empty, is an error.
+    pub fn spread_extents(&mut self) -> Result<(), InvalidHistory> {
+        for (id, (from, to)) in std::mem::take(&mut self.copied_extents) {
+            match self.allocations.get_mut(id as usize) {
+                Some(allocation) if from < to => allocation.copied = Some((from, to)),
+                _ => return Err(InvalidHistory::BadExtent { id, from, to }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Each allocation's copied extent, by id: what a dump writes as `copied_extents`.
+    pub fn gathered_extents(&self) -> Vec<(AllocId, (u64, u64))> {
+        self.allocations
+            .iter()
+            .filter_map(|a| Some((a.id, a.copied?)))
+            .collect()
     }
 
     /// Each process's pinned host memory, from the allocations (folded ones too); the leases
@@ -361,9 +383,13 @@ fn check(data: &HistoryData) -> Result<(), InvalidHistory> {
     }
     // An extent may reach past its allocation's end: a mapping or the heap can shrink after
     // it was copied. Readers keep to the allocation (`copied_extent`).
-    for (&id, &(from, to)) in &data.copied_extents {
-        if id as usize >= data.allocations.len() || from >= to {
-            return Err(InvalidHistory::BadExtent { id, from, to });
+    for allocation in &data.allocations {
+        if let Some((from, to)) = allocation.copied.filter(|(from, to)| from >= to) {
+            return Err(InvalidHistory::BadExtent {
+                id: allocation.id,
+                from,
+                to,
+            });
         }
     }
     for (&id, callers) in &data.callers {
@@ -405,7 +431,8 @@ impl MemHistory {
     }
 
     /// Rebuilds a history and its indexes from its content, checking it is consistent.
-    pub fn from_data(data: HistoryData) -> Result<Self, InvalidHistory> {
+    pub fn from_data(mut data: HistoryData) -> Result<Self, InvalidHistory> {
+        data.spread_extents()?;
         check(&data)?;
         Ok(Self::index(data))
     }
@@ -697,6 +724,7 @@ impl MemHistory {
             stats: TransferStats::default(),
             events: Vec::new(),
             pre_existing: false,
+            copied: None,
         };
         if kind.takes_device_memory() {
             let memory = self.data.stats.device_memory.entry(pid).or_default();
@@ -891,8 +919,10 @@ impl MemHistory {
             let from = host.saturating_sub(allocation.start).min(allocation.size);
             let to = from.saturating_add(bytes).min(allocation.size);
             if from < to {
-                let extent = self.data.copied_extents.entry(id).or_insert((from, to));
-                *extent = (extent.0.min(from), extent.1.max(to));
+                allocation.copied = Some(match allocation.copied {
+                    Some((low, high)) => (low.min(from), high.max(to)),
+                    None => (from, to),
+                });
             }
         }
         let s = &mut allocation.stats;

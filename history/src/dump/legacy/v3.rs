@@ -75,6 +75,7 @@ impl From<Allocation> for history::Allocation {
             stats: a.stats,
             events: a.events.into_iter().map(Into::into).collect(),
             pre_existing: false,
+            copied: None,
         }
     }
 }

@@ -92,6 +92,7 @@ impl From<Allocation> for history::Allocation {
             stats: a.stats,
             events: a.events.into_iter().map(Into::into).collect(),
             pre_existing: a.pre_existing,
+            copied: None,
         }
     }
 }
