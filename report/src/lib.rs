@@ -337,6 +337,16 @@ fn site_name(history: &MemHistory, site: Option<CallSiteId>) -> String {
 /// Memory at least this large that was never copied is listed as cold.
 pub const LARGE_BYTES: u64 = 1 << 20;
 
+/// A pinned block smaller than this that copies use is not listed as wasted, however little
+/// its copies save: it holds a few pages at most, and a program rarely chooses it (PyTorch
+/// copies a scalar result for `.item()` or a `non_blocking` copy into such a block).
+pub const SMALL_PINNED_BYTES: u64 = 64 << 10;
+
+/// Whether `a` is a small pinned block that copies use ([`SMALL_PINNED_BYTES`]).
+fn small_and_used(a: &Allocation) -> bool {
+    a.kind.is_pinned() && a.size < SMALL_PINNED_BYTES && a.stats.transfers > 0
+}
+
 /// What to call an allocation: its call site, or for memory with none, what it is.
 fn allocation_name(history: &MemHistory, a: &Allocation) -> String {
     if a.call_site.is_some() {
@@ -472,7 +482,7 @@ fn judge_host<'a>(
             count_hot(entry, history, policy, a, line);
         }
         if a.kind.is_pinned() {
-            pinned.count(policy, a, line, hot);
+            pinned.count(policy, a, line, hot || small_and_used(a));
         } else if hot && !grouped {
             candidates.push(*a);
             if a.call_site.is_none() && line.is_none() {
@@ -621,7 +631,7 @@ fn cold_list<'a>(host: &[&'a Allocation], policy: &HotPolicy) -> (Vec<&'a Alloca
     let mut cold: Vec<&'a Allocation> = host
         .iter()
         .copied()
-        .filter(|a| a.kind != AllocKind::Untracked && !policy.is_hot(a))
+        .filter(|a| a.kind != AllocKind::Untracked && !policy.is_hot(a) && !small_and_used(a))
         .filter(|a| a.kind.is_pinned() || (a.size >= LARGE_BYTES && a.stats.transfers == 0))
         .collect();
     // Pinned first, then memory a call site made, then mappings and heaps nobody copied
@@ -1523,8 +1533,8 @@ mod tests {
         for t in 0..43 {
             h.transfer(
                 1,
-                0xd000_0000,
                 0x9000_0000,
+                0xd000_0000,
                 1,
                 CopyDirection::DeviceToHost,
                 t,
@@ -1539,6 +1549,22 @@ mod tests {
                 .ends_with("that are copied too rarely to repay it: 192.0 MiB pinned"),
             "{}",
             report.headline
+        );
+        // The scalar, copied 43 times, is not waste worth a line.
+        assert_eq!(report.wasted_pinned.len(), 6, "{:?}", report.wasted_pinned);
+        assert!(report.wasted_pinned.iter().all(|row| row.size == 32 * MIB));
+        assert!(
+            report.cold.iter().all(|row| row.size == 32 * MIB),
+            "{:?}",
+            report.cold
+        );
+        assert!(
+            !report.unpin_sites.iter().any(|site| site
+                .python_line
+                .as_deref()
+                .is_some_and(|l| l.contains(":91"))),
+            "{:?}",
+            report.unpin_sites
         );
     }
 
