@@ -511,6 +511,59 @@ fn memory_from_before_a_pid_attach_is_credited_with_its_copies() {
     );
 }
 
+/// A pinned block of which copies use one slice (#42): the recording keeps the part they
+/// touched, and the report's first line says to pin only that part.
+#[test]
+fn a_pinned_block_copied_in_one_slice_is_named_first_with_the_part_copied() {
+    common::require_root();
+    let standin = common::standin("cli-partly-copied");
+    let program = common::compile_c(&standin, "partly_copied");
+    let history = standin.dir.join("partly.hotpin");
+    let recorded = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "-o"])
+        .arg(&history)
+        .arg("--")
+        .arg(&program)
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(
+        recorded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    let saved = hotpin_history::dump::read(&history).expect("history");
+    let dataset = saved
+        .allocations()
+        .iter()
+        .find(|a| a.kind == AllocKind::Pinned && a.size == 128 << 20)
+        .expect("the pinned dataset");
+    assert_eq!(dataset.stats.transfers, 20);
+    assert_eq!(saved.copied_extent(dataset.id), Some((64 << 20, 80 << 20)));
+    let report = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .arg("report")
+        .arg(&history)
+        .output()
+        .expect("run tracer report");
+    assert!(report.status.success());
+    let text = String::from_utf8_lossy(&report.stdout);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(
+            "Pin only the part that is copied of the allocation made at partly_copied+0x"
+        ) && first.ends_with(
+            "128.0 MiB pinned, its 20 copies touched 16.0 MiB of it (at 64.0 MiB), 112.0 MiB \
+                 pinned and never copied"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("128.0 MiB pinned (128.0 MiB by the program, 0 B by hotpin); 16.0 MiB of it copied, 112.0 MiB never"),
+        "{text}"
+    );
+}
+
 /// Asserts that `run` failed and said `why` on stderr.
 fn assert_refused(run: &Output, why: &str) {
     let stderr = String::from_utf8_lossy(&run.stderr);
