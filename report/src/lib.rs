@@ -678,6 +678,34 @@ fn most_copied_first(a: &SiteAdvice, b: &SiteAdvice) -> std::cmp::Ordering {
     b.transfers.cmp(&a.transfers).then(b.bytes.cmp(&a.bytes))
 }
 
+/// The first `top` recycled groups, as the report lists them.
+fn recycled_rows(
+    history: &MemHistory,
+    groups: &[hotpin_policy::hot::RecycledGroup],
+    top: usize,
+) -> Vec<RecycledRow> {
+    groups
+        .iter()
+        .take(top)
+        .map(|g| RecycledRow {
+            pid: g.pid,
+            call_site: site_name(history, Some(g.call_site)),
+            size: g.size,
+            allocations: g.allocations,
+            transfers: g.transfers,
+            peak_live: g.peak_live,
+        })
+        .collect()
+}
+
+/// "the allocation", or "the N allocations".
+fn these(n: u64) -> String {
+    match n {
+        1 => "the allocation".to_owned(),
+        n => format!("the {n} allocations"),
+    }
+}
+
 /// The report's first line: what to change, where (the Python line first), and what it
 /// brings; where nothing is worth pinning, the largest waste: what to stop pinning, or a
 /// pinned block of which copies use only a part; else that nothing is.
@@ -687,54 +715,7 @@ fn headline(
     partly: Option<&PartlyCopied>,
     costed: bool,
 ) -> String {
-    let these = |n: u64| match n {
-        1 => "the allocation".to_owned(),
-        n => format!("the {n} allocations"),
-    };
-    // What the program pins already is advice to keep, not a change.
-    let to_pin: Vec<&SiteAdvice> = pin_sites
-        .iter()
-        .filter(|site| site.pinned_already_bytes < site.bytes || site.staging.is_some())
-        .collect();
-    let best = to_pin.iter().copied().max_by(|a, b| {
-        a.saving_s
-            .total_cmp(&b.saving_s)
-            .then(a.transfers.cmp(&b.transfers))
-    });
-    if let Some(best) = best {
-        let mut line = match &best.staging {
-            Some(staging) => staging.advice(),
-            // No line of the program to change: only pinning as it runs reaches it.
-            None if best.call_site == UNSEEN => {
-                format!("Run it under `hotpin run`, which pins hot {UNSEEN} as the program runs")
-            }
-            None => format!("Pin {} made at {}", these(best.allocations), best.place()),
-        };
-        if best.staging.is_some() {
-            // What it saves is the CPU's copies, which no cost model here weighs.
-        } else if costed {
-            let _ = write!(
-                line,
-                ": saves {} of copies for {} of pinning, {} pinned",
-                seconds(best.saving_s),
-                seconds(best.cost_s),
-                bytes(best.bytes)
-            );
-        } else {
-            let _ = write!(
-                line,
-                ": copied {} times, {} pinned",
-                best.transfers,
-                bytes(best.bytes)
-            );
-        }
-        match to_pin.len() - 1 {
-            0 => {}
-            1 => line.push_str(" (1 more place below)"),
-            more => {
-                let _ = write!(line, " ({more} more places below)");
-            }
-        }
+    if let Some(line) = pin_line(pin_sites, costed) {
         return line;
     }
     let worst = unpin_sites.iter().max_by_key(|site| site.bytes);
@@ -766,6 +747,55 @@ fn headline(
     "Nothing to change: no host memory is copied often enough to repay pinning it, and none \
      is pinned for nothing"
         .to_owned()
+}
+
+/// The first line where something is worth pinning that the program does not pin already
+/// (or a framework's staging buffer is hot): the place that saves most, and what it brings.
+fn pin_line(pin_sites: &[SiteAdvice], costed: bool) -> Option<String> {
+    // What the program pins already is advice to keep, not a change.
+    let to_pin: Vec<&SiteAdvice> = pin_sites
+        .iter()
+        .filter(|site| site.pinned_already_bytes < site.bytes || site.staging.is_some())
+        .collect();
+    let best = to_pin.iter().copied().max_by(|a, b| {
+        a.saving_s
+            .total_cmp(&b.saving_s)
+            .then(a.transfers.cmp(&b.transfers))
+    })?;
+    let mut line = match &best.staging {
+        Some(staging) => staging.advice(),
+        // No line of the program to change: only pinning as it runs reaches it.
+        None if best.call_site == UNSEEN => {
+            format!("Run it under `hotpin run`, which pins hot {UNSEEN} as the program runs")
+        }
+        None => format!("Pin {} made at {}", these(best.allocations), best.place()),
+    };
+    if best.staging.is_some() {
+        // What it saves is the CPU's copies, which no cost model here weighs.
+    } else if costed {
+        let _ = write!(
+            line,
+            ": saves {} of copies for {} of pinning, {} pinned",
+            seconds(best.saving_s),
+            seconds(best.cost_s),
+            bytes(best.bytes)
+        );
+    } else {
+        let _ = write!(
+            line,
+            ": copied {} times, {} pinned",
+            best.transfers,
+            bytes(best.bytes)
+        );
+    }
+    match to_pin.len() - 1 {
+        0 => {}
+        1 => line.push_str(" (1 more place below)"),
+        more => {
+            let _ = write!(line, " ({more} more places below)");
+        }
+    }
+    Some(line)
 }
 
 /// Device memory still allocated at the end of the history (leaks, for a program that had
@@ -846,18 +876,7 @@ impl Report {
             partly_copied: partly_copied.into_iter().take(top).collect(),
             candidate_bytes: candidates.iter().map(|a| a.size).sum(),
             candidates: rows(&candidates),
-            recycled: groups
-                .iter()
-                .take(top)
-                .map(|g| RecycledRow {
-                    pid: g.pid,
-                    call_site: site_name(history, Some(g.call_site)),
-                    size: g.size,
-                    allocations: g.allocations,
-                    transfers: g.transfers,
-                    peak_live: g.peak_live,
-                })
-                .collect(),
+            recycled: recycled_rows(history, &groups, top),
             pin_bytes: pin_sites.iter().map(|s| s.bytes).sum(),
             budget: None,
             over_budget_sites: Vec::new(),
