@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The "cannot help" set (#40 item 1) on the GPU machine: each program as written, under
-# `hotpin run` on its first run, and from its own history, ROUNDS rounds interleaved. Writes
+# `hotpin run` on its first run, and from its own history, ROUNDS rounds interleaved (the
+# order reversed every other round). Writes
 # one JSON line per run to $OUT/cannot_help.jsonl and prints medians (summarize.py). Each
 # hotpin run writes its report under $OUT/r; the line gets `busy_ns`, the time the program's
 # threads spent inside hotpin's own work (the report's counter, summed over its processes),
@@ -35,15 +36,27 @@ except (OSError, ValueError):
 d.update(program='$p', config='$c', round=$r, wall=$wall, exit=$rc)
 print(json.dumps(d))" >>"$J"
 }
+config() { # program config round
+  local p=$1 c=$2 r=$3
+  case $c in
+    plain) one "$p" plain "$r" "$PY" "$HERE/programs.py" "$p" ;;
+    auto-first)
+      rm -f "$OUT/$p.first.hotpin"
+      one "$p" auto-first "$r" "$BIN/hotpin" run --history "$OUT/$p.first.hotpin" --report "$OUT/r/$p.auto-first.$r" -- "$PY" "$HERE/programs.py" "$p" ;;
+    auto-history)
+      cp "$OUT/$p.hotpin" "$OUT/$p.history.hotpin" 2>/dev/null || rm -f "$OUT/$p.history.hotpin"
+      one "$p" auto-history "$r" "$BIN/hotpin" run --history "$OUT/$p.history.hotpin" --report "$OUT/r/$p.auto-history.$r" -- "$PY" "$HERE/programs.py" "$p" ;;
+  esac
+}
 for r in $(seq 1 "$ROUNDS"); do
   for p in $PROGRAMS; do
     h="$OUT/$p.hotpin"
     [ "$r" = 1 ] && rm -f "$h" && one "$p" learn 0 "$BIN/hotpin" run --history "$h" --report "$OUT/r/$p.learn.0" -- "$PY" "$HERE/programs.py" "$p"
-    one "$p" plain "$r" "$PY" "$HERE/programs.py" "$p"
-    rm -f "$OUT/$p.first.hotpin"
-    one "$p" auto-first "$r" "$BIN/hotpin" run --history "$OUT/$p.first.hotpin" --report "$OUT/r/$p.auto-first.$r" -- "$PY" "$HERE/programs.py" "$p"
-    cp "$h" "$OUT/$p.history.hotpin" 2>/dev/null || rm -f "$OUT/$p.history.hotpin"
-    one "$p" auto-history "$r" "$BIN/hotpin" run --history "$OUT/$p.history.hotpin" --report "$OUT/r/$p.auto-history.$r" -- "$PY" "$HERE/programs.py" "$p"
+    # Odd rounds as written first, even rounds last: a run's place in the round (a machine
+    # that speeds up or slows down within a round) counts against neither side.
+    order="plain auto-first auto-history"
+    [ $((r % 2)) = 0 ] && order="auto-history auto-first plain"
+    for c in $order; do config "$p" "$c" "$r"; done
   done
 done
 python3 "$HERE/summarize.py" "$J"

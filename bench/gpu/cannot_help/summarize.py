@@ -1,7 +1,8 @@
 """Medians of the cannot-help runs: per program, seconds as written, first run and from
 history, the ratios of the medians to as written, the paired ratios (each hotpin run against
-the as-written run of its own round, which ran just before it: the median of those ratios,
-less moved by the machine's drift between rounds), whether every run checked out, and the
+the as-written run of its own round, which ran next to it (before it in odd rounds, after it
+in even ones since run.sh reverses the order; just before it in sets made before that): the
+median of those ratios, less moved by the machine's drift between rounds), whether every run checked out, and the
 time the program's threads spent inside hotpin (the reports' busy_ns: median ms, and its
 share of the work's seconds), and the paired ratio of the CPU seconds of each run's whole
 process tree (cpu_s, where recorded)."""
