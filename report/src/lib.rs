@@ -1407,27 +1407,34 @@ mod tests {
         );
     }
 
-    /// The first line of an over-pinned program (#42): of 8 pinned buffers made at one line,
-    /// 2 hot, the 6 cold ones are the waste to name, not a 1-byte pinned scalar copied often
-    /// elsewhere; the hot ones are advice to keep.
+    /// PyTorch's pinned allocation call site, as over_pinned.py's report names it.
+    fn torch_pinned_site(h: &mut MemHistory) -> CallSiteId {
+        h.intern_call_site(CallSite {
+            module: "libtorch_cuda.so".into(),
+            offset: 0xcc0bd3,
+            symbol: Some("allocate_host_memory_slowpath".into()),
+        })
+    }
+
+    /// Line `n` of over_pinned.py, at module level.
+    fn over_pinned_line(h: &mut MemHistory, n: u64) -> CallSiteId {
+        h.intern_call_site(CallSite {
+            module: format!("{}over_pinned.py", hotpin_history::history::PYTHON_MODULE),
+            offset: n,
+            symbol: Some("<module>".into()),
+        })
+    }
+
+    /// over_pinned.py's pinned dataset (#42): hot, so not "pinned and wasted", yet nearly all
+    /// of it pinned for nothing.
     #[test]
     fn a_pinned_dataset_copied_in_one_slice_is_named_first_and_only_its_slice_counts_copied() {
         // over_pinned.py's shape (#42): a 4 GiB pinned dataset of which one 64 MiB slice is
         // copied every step, and 6 pinned 32 MiB buffers never copied.
         const MIB: u64 = 1 << 20;
         let mut h = MemHistory::new();
-        let site = h.intern_call_site(CallSite {
-            module: "libtorch_cuda.so".into(),
-            offset: 0xcc0bd3,
-            symbol: Some("allocate_host_memory_slowpath".into()),
-        });
-        let line = |h: &mut MemHistory, n: u64| {
-            h.intern_call_site(CallSite {
-                module: format!("{}over_pinned.py", hotpin_history::history::PYTHON_MODULE),
-                offset: n,
-                symbol: Some("<module>".into()),
-            })
-        };
+        let site = torch_pinned_site(&mut h);
+        let line = over_pinned_line;
         let (dataset_line, staging_line) = (line(&mut h, 57), line(&mut h, 59));
         let dataset = h.alloc(
             1,
@@ -1509,22 +1516,15 @@ mod tests {
         assert!(whole.copied_extent(a).is_some());
     }
 
+    /// The first line of an over-pinned program (#42): of 8 pinned buffers made at one line,
+    /// 2 hot, the 6 cold ones are the waste to name, not a 1-byte pinned scalar copied often
+    /// elsewhere; the hot ones are advice to keep.
     #[test]
     fn the_first_line_names_the_largest_waste_even_beside_hot_buffers_of_its_line() {
         const MIB: u64 = 1 << 20;
         let mut h = MemHistory::new();
-        let site = h.intern_call_site(CallSite {
-            module: "libtorch_cuda.so".into(),
-            offset: 0xcc0bd3,
-            symbol: Some("allocate_host_memory_slowpath".into()),
-        });
-        let line = |h: &mut MemHistory, n: u64| {
-            h.intern_call_site(CallSite {
-                module: format!("{}over_pinned.py", hotpin_history::history::PYTHON_MODULE),
-                offset: n,
-                symbol: Some("<module>".into()),
-            })
-        };
+        let site = torch_pinned_site(&mut h);
+        let line = over_pinned_line;
         let staging = line(&mut h, 59);
         for i in 0..8u64 {
             let host = 0x1000_0000 + i * 64 * MIB;
