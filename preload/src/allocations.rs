@@ -251,10 +251,22 @@ pub enum PinnedRequest {
     Pinned { score: Option<f64> },
     /// Serve it pageable.
     Demote,
+    /// A framework's staging buffer (#44): served pageable and pinned by hotpin at once
+    /// ([`staging_born`]), so that it can be let go once the arrays it stages are shown
+    /// pinned ([`let_staging_go`]).
+    Staging,
 }
 
-/// Judges a pinned request of `size` bytes with `flags` from the call site `caller`.
-pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize) -> PinnedRequest {
+/// Judges a pinned request of `size` bytes with `flags` from the call site `caller`;
+/// `framework`: whether the caller is a framework that stages copies through its pinned
+/// memory (`hotpin_policy::callers`).
+pub fn pinned_request(
+    call: &'static str,
+    size: usize,
+    flags: u32,
+    caller: usize,
+    framework: bool,
+) -> PinnedRequest {
     let python = python_frames();
     let mut guard = lock();
     let Some(state) = guard.as_mut() else {
@@ -263,6 +275,30 @@ pub fn pinned_request(call: &'static str, size: usize, flags: u32, caller: usize
     let (site, ordinal) = state.identify(caller);
     let group = GroupKey::new(&site, &python);
     let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, true);
+    // A framework's portable pool (CuPy's) asks for its staging buffers before any array is
+    // known hot: pinned now, but by hotpin, so that they can be let go later.
+    // Only where the budget holds it and an array of its size besides: else it would keep
+    // out the arrays whose pinning lets it go, and is better left to CUDA, as before.
+    if !pin
+        && framework
+        && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0
+        && flags & cuda::HOST_ALLOC_PORTABLE != 0
+        && state
+            .learner
+            .as_ref()
+            .is_some_and(|learner| learner.budget.has_room(2 * size as u64))
+    {
+        state.record(
+            call,
+            &site,
+            ordinal,
+            size as u64,
+            "framework-staging",
+            Why::Flags,
+        );
+        DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
+        return PinnedRequest::Staging;
+    }
     if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
         let score = state
             .learner
@@ -334,6 +370,56 @@ pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
     }
 }
 
+/// A framework's staging buffer served pageable at `ptr` (`PinnedRequest::Staging`): pinned
+/// at once, as the framework believes it is, and remembered as staging.
+pub fn staging_born(ptr: *mut c_void, size: usize) {
+    // Leased from the node's arbiter first, at the lowest density (the first to give back);
+    // without a lease it stays pageable, its copies waited for, as a kept request's would.
+    if !crate::lease::ask(ptr as usize, size, 0.0) {
+        return;
+    }
+    pin_on_demand(&[(ptr as usize, size, true)]);
+    let mut guard = lock();
+    let Some(state) = guard.as_mut() else { return };
+    if state
+        .demoted
+        .get(&(ptr as usize))
+        .is_some_and(|d| d.pinned_on_demand)
+    {
+        state.staging.insert(ptr as usize);
+        state.note_peak();
+    } else {
+        drop(guard);
+        crate::lease::released(ptr as usize);
+    }
+}
+
+/// A framework was just shown an array pinned that it would have staged (#44): from now on
+/// it copies that array directly, so its staging buffers pinned by hotpin are let go (the
+/// device waited for first: a copy from one may be in flight). One it stages through later
+/// is a pinned request served pageable, its copies waited for, pinned again if they repay.
+pub fn let_staging_go() {
+    let blocks: Vec<_> = {
+        let mut guard = lock();
+        let Some(state) = guard.as_mut() else { return };
+        let starts: Vec<usize> = state.staging.iter().copied().collect();
+        let Some(learner) = state.learner.as_mut() else {
+            return;
+        };
+        starts
+            .into_iter()
+            .filter_map(|start| learner.give_back(start))
+            .collect()
+    };
+    let count = blocks.len() as u64;
+    for block in blocks {
+        unpin_block(block, true);
+    }
+    if let Some(state) = lock().as_mut() {
+        state.counters.staging_let_go += count;
+    }
+}
+
 /// `cudaFreeHost(ptr)`: true if `ptr` was demoted (and is to be freed to libc); a block
 /// pinned on demand since is unregistered first.
 pub fn free_demoted(ptr: *mut c_void) -> bool {
@@ -344,6 +430,7 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
     let Some(demoted) = state.demoted.remove(&(ptr as usize)) else {
         return false;
     };
+    state.staging.remove(&(ptr as usize));
     // Auto mode pinned it (its copies repaid it, or on demand): marked pinned on demand too,
     // unless only a part of it was registered.
     let mut part = None;

@@ -77,6 +77,9 @@ pub struct Counters {
     /// through its own staging buffer, counted as a copy of the block.
     pub questions_shown: u64,
     pub questions_staged: u64,
+    /// A framework's staging buffers hotpin pinned at birth and let go once the arrays they
+    /// staged were shown pinned (#44).
+    pub staging_let_go: u64,
     /// Auto mode: blocks pinned because their copies repaid it, their bytes; blocks the
     /// budget let go for denser ones; candidates it refused.
     pub learned_pins: u64,

@@ -252,12 +252,23 @@ unsafe fn pinned_request(
     let Some(_busy) = Busy::enter() else {
         return pinned();
     };
+    let framework = questions::from_framework(caller);
     let mut request = PinnedRequest::Pinned { score: None };
-    judged(|| request = allocations::pinned_request(call, size, flags, caller));
+    judged(|| request = allocations::pinned_request(call, size, flags, caller, framework));
     let score = match request {
         PinnedRequest::Demote => {
             // SAFETY: as the caller promises.
             if unsafe { serve_demoted(out, size, 0) } {
+                return 0;
+            }
+            return pinned();
+        }
+        PinnedRequest::Staging => {
+            // SAFETY: as the caller promises.
+            if unsafe { serve_demoted(out, size, flags & cuda::HOST_ALLOC_PORTABLE) } {
+                // SAFETY: the caller's out-pointer, just written.
+                let ptr = unsafe { *out };
+                judged(|| allocations::staging_born(ptr, size));
                 return 0;
             }
             return pinned();

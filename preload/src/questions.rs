@@ -196,6 +196,13 @@ fn shown_to_framework(ptr: usize) -> usize {
                 QUESTIONS_STAGED.fetch_add(1, Ordering::Relaxed);
                 ANNOUNCED.set((start, size));
                 learning::copied(&[(start, size, true)]);
+                // Pinned whole by that count, on this thread: shown at once, so the framework
+                // copies it directly from now, and its staging buffers are let go.
+                if matches!(shown(ptr), Shown::Truth) {
+                    QUESTIONS_SHOWN.fetch_add(1, Ordering::Relaxed);
+                    truth = true;
+                    allocations::let_staging_go();
+                }
             }
             Shown::AsTheProgram => {}
         });
@@ -228,6 +235,12 @@ thread_local! {
     /// Return addresses this thread saw lately, and who each belongs to.
     static CALLERS: std::cell::Cell<[(usize, Caller); 8]> =
         const { std::cell::Cell::new([(0, Caller::Program); 8]) };
+}
+
+/// Whether `caller` (a return address) lies in a framework that stages copies through its
+/// own pinned memory (`hotpin_policy::callers`): its pinned requests are its staging buffers.
+pub(crate) fn from_framework(caller: usize) -> bool {
+    caller_of(caller) == Caller::Framework
 }
 
 /// Who `caller` (a return address) is (`hotpin_policy::callers`, by the file it lies in):

@@ -114,8 +114,8 @@ fn a_framework_is_told_the_truth_and_what_it_was_told_stays_true() {
     assert!(c["questions_staged"].as_u64() > Some(0), "{c}");
     assert!(c["questions_shown"].as_u64() > Some(90), "{c}");
     assert_eq!(
-        c["evictions"], 0,
-        "no array the framework was told of let go: {c}"
+        c["evictions"], c["staging_let_go"],
+        "no array the framework was told of let go, only its staging buffer: {c}"
     );
     assert!(
         c["budget_refusals"].as_u64() > Some(0),
@@ -124,6 +124,16 @@ fn a_framework_is_told_the_truth_and_what_it_was_told_stays_true() {
     assert!(
         c["peak_promoted_bytes"].as_u64().expect("peak") <= 25 << 20,
         "{c}"
+    );
+    // The framework's 8 MiB staging buffer (a portable pinned request, as CuPy's pool makes)
+    // is pinned by hotpin and let go once the arrays are shown pinned: at most the three
+    // arrays and one array's more are pinned at once, not the arrays and the staging buffer
+    // for the rest of the run (#44: CuPy's first run pinned 1.71x by hand).
+    assert_eq!(c["staging_let_go"], 1, "{c}");
+    assert_eq!(c["kept_pinned"], 0, "{c}");
+    assert!(
+        c["peak_pinned_bytes"].as_u64().expect("peak") <= 30 << 20,
+        "at most 1.25x the three arrays: {c}"
     );
 
     // The same module elsewhere is not on the list: told "pageable", its questions not

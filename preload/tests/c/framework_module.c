@@ -4,7 +4,8 @@
  * under another. Before each copy to the device it asks CUDA whether the host memory is
  * pinned: if so it queues the copy straight from that memory on its stream and returns (as
  * CuPy does for pinned memory); if not it first copies the memory on the CPU into a pinned
- * staging buffer of its own and copies that, a piece at a time. It remembers each pointer it was told is pinned,
+ * staging buffer of its own and copies that, as CuPy's pool does: a portable cudaHostAlloc
+ * of the array's size, asked for at the first need and kept. It remembers each pointer it was told is pinned,
  * and counts an answer that changed to "pageable" while the program still holds the memory
  * (a framework may go on using memory as pinned once told it is). */
 #include <stdint.h>
@@ -14,11 +15,11 @@
 #include "transparency/cuda_decls.h"
 
 #define MAX_TOLD 16
-#define STAGING ((size_t)512 * 1024)
 
 static const void *told[MAX_TOLD];
 static long direct, staged, flipped, failed;
 static void *staging;
+static size_t staging_size;
 static cudaStream_t stream;
 
 static int is_pinned(const void *host) {
@@ -49,23 +50,20 @@ int framework_to_device(void *device, const void *host, size_t size) {
                    ? 0 : (++failed, -1);
     }
     staged++;
-    /* Through its staging buffer, a piece at a time (a small pinned buffer, below the size
-     * hotpin judges: it stays pinned as asked), each piece waited for before the next. */
-    if (!staging) {
-        if (cudaMallocHost(&staging, STAGING) != cudaSuccess) return ++failed, -1;
-        /* Its own pinned buffer, asked about as CuPy's pool blocks are: pinned, whoever
-         * served the request. */
+    /* Through its staging buffer, waited for before it is filled again. */
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return ++failed, -1;
+    if (staging_size < size) {
+        if (staging && cudaFreeHost(staging) != cudaSuccess) return ++failed, -1;
+        if (cudaHostAlloc(&staging, size, cudaHostAllocPortable) != cudaSuccess)
+            return ++failed, -1;
+        staging_size = size;
+        /* Its own pinned buffer, asked about as CuPy asks about a pool block a program
+         * holds (cupyx.empty_pinned): pinned, whoever served the request. */
         if (!is_pinned(staging)) failed++;
     }
-    for (size_t done = 0; done < size; done += STAGING) {
-        size_t piece = size - done < STAGING ? size - done : STAGING;
-        if (cudaStreamSynchronize(stream) != cudaSuccess) return ++failed, -1;
-        memcpy(staging, (const char *)host + done, piece);
-        if (cudaMemcpyAsync((char *)device + done, staging, piece, cudaMemcpyHostToDevice,
-                            stream) != cudaSuccess)
-            return ++failed, -1;
-    }
-    return 0;
+    memcpy(staging, host, size);
+    return cudaMemcpyAsync(device, staging, size, cudaMemcpyHostToDevice, stream) == cudaSuccess
+               ? 0 : (++failed, -1);
 }
 
 /* The program lets go of `host`: forgotten. */
