@@ -19,8 +19,22 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
     Cuda,
+    /// A framework whose questions only choose a copy path ([`Caller::is_framework`]).
     Framework,
+    /// Such a framework whose pinned requests are its staging buffers, made before any array
+    /// is known hot (CuPy's pinned pool, `cudaHostAllocPortable`): hotpin pins them itself, to
+    /// let them go once the arrays they stage are shown pinned. Not XLA: its pinned host
+    /// allocator also holds arrays of the `pinned_host` memory kind, which it may use as only
+    /// pinned memory can be used.
+    FrameworkPool,
     Program,
+}
+
+impl Caller {
+    /// Whether its questions are a framework's ([`FRAMEWORKS`]).
+    pub fn is_framework(self) -> bool {
+        matches!(self, Caller::Framework | Caller::FrameworkPool)
+    }
 }
 
 /// File names (the start of the last path component) of CUDA's libraries: the runtime, the
@@ -43,16 +57,25 @@ const FRAMEWORKS: [&[u8]; 2] = [
     b"/jax_plugins/xla_cuda",
 ];
 
+/// Of those, the ones whose pinned requests are staging buffers of a pool
+/// ([`Caller::FrameworkPool`]): CuPy's runtime module, where `cupy.cuda.pinned_memory`'s pool
+/// calls `cudaHostAlloc(..., cudaHostAllocPortable)`.
+const POOLS: [&[u8]; 1] = [b"/cupy_backends/cuda/api/runtime."];
+
 /// Who asked, from the path of the file its return address lies in.
 pub fn caller(path: &[u8]) -> Caller {
     let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
     if CUDA.iter().any(|prefix| name.starts_with(prefix)) {
         Caller::Cuda
-    } else if FRAMEWORKS
+    } else if let Some(fragment) = FRAMEWORKS
         .iter()
-        .any(|fragment| path.windows(fragment.len()).any(|w| w == *fragment))
+        .find(|fragment| path.windows(fragment.len()).any(|w| w == **fragment))
     {
-        Caller::Framework
+        if POOLS.contains(fragment) {
+            Caller::FrameworkPool
+        } else {
+            Caller::Framework
+        }
     } else {
         Caller::Program
     }
@@ -74,7 +97,7 @@ mod tests {
                 b"/opt/venv/lib/python3.12/site-packages/cupy_backends/cuda/api/\
                   runtime.cpython-312-x86_64-linux-gnu.so"
             ),
-            Caller::Framework
+            Caller::FrameworkPool
         );
         assert_eq!(
             caller(

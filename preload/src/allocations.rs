@@ -258,8 +258,8 @@ pub enum PinnedRequest {
 }
 
 /// Judges a pinned request of `size` bytes with `flags` from the call site `caller`;
-/// `framework`: whether the caller is a framework that stages copies through its pinned
-/// memory (`hotpin_policy::callers`).
+/// `framework`: whether the caller is a framework's pool of staging buffers
+/// (`hotpin_policy::callers::Caller::FrameworkPool`).
 pub fn pinned_request(
     call: &'static str,
     size: usize,

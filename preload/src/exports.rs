@@ -252,7 +252,7 @@ unsafe fn pinned_request(
     let Some(_busy) = Busy::enter() else {
         return pinned();
     };
-    let framework = questions::from_framework(caller);
+    let framework = questions::from_staging_pool(caller);
     let mut request = PinnedRequest::Pinned { score: None };
     judged(|| request = allocations::pinned_request(call, size, flags, caller, framework));
     let score = match request {

@@ -124,7 +124,7 @@ fn asked_by(caller: usize, ptr: usize) -> usize {
 
 /// The address to ask CUDA about for a question about `ptr` from a framework or the program.
 fn asked_by_other(who: Caller, ptr: usize) -> usize {
-    if who == Caller::Framework {
+    if who.is_framework() {
         shown_to_framework(ptr)
     } else {
         ask_about(ptr)
@@ -237,10 +237,10 @@ thread_local! {
         const { std::cell::Cell::new([(0, Caller::Program); 8]) };
 }
 
-/// Whether `caller` (a return address) lies in a framework that stages copies through its
-/// own pinned memory (`hotpin_policy::callers`): its pinned requests are its staging buffers.
-pub(crate) fn from_framework(caller: usize) -> bool {
-    caller_of(caller) == Caller::Framework
+/// Whether `caller` (a return address) lies in a framework whose pinned requests are the
+/// staging buffers of its pool (`hotpin_policy::callers`, `Caller::FrameworkPool`).
+pub(crate) fn from_staging_pool(caller: usize) -> bool {
+    caller_of(caller) == Caller::FrameworkPool
 }
 
 /// Who `caller` (a return address) is (`hotpin_policy::callers`, by the file it lies in):
