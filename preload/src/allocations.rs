@@ -413,7 +413,9 @@ pub fn let_staging_go() {
     };
     let count = blocks.len() as u64;
     for block in blocks {
-        unpin_block(block, true);
+        // Relaxed, so that waiting for the device and unregistering disturb no capture of
+        // the program's (a question may come while it captures a stream).
+        cuda::with_relaxed_capture(|| unpin_block(block, true));
     }
     if let Some(state) = lock().as_mut() {
         state.counters.staging_let_go += count;
