@@ -258,14 +258,14 @@ pub enum PinnedRequest {
 }
 
 /// Judges a pinned request of `size` bytes with `flags` from the call site `caller`;
-/// `framework`: whether the caller is a framework's pool of staging buffers
+/// `staging_pool`: whether the caller is a framework's pool of staging buffers
 /// (`hotpin_policy::callers::Caller::FrameworkPool`).
 pub fn pinned_request(
     call: &'static str,
     size: usize,
     flags: u32,
     caller: usize,
-    framework: bool,
+    staging_pool: bool,
 ) -> PinnedRequest {
     let python = python_frames();
     let mut guard = lock();
@@ -280,7 +280,7 @@ pub fn pinned_request(
     // Only where the budget holds it and an array of its size besides: else it would keep
     // out the arrays whose pinning lets it go, and is better left to CUDA, as before.
     if !pin
-        && framework
+        && staging_pool
         && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0
         && flags & cuda::HOST_ALLOC_PORTABLE != 0
         && state
@@ -358,6 +358,7 @@ pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
             size,
             flags,
             pinned_on_demand: false,
+            staging: false,
         },
     );
     BELIEVED_PINNED.store(true, Ordering::Release);
@@ -381,16 +382,15 @@ pub fn staging_born(ptr: *mut c_void, size: usize) {
     pin_on_demand(&[(ptr as usize, size, true)]);
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
-    if state
-        .demoted
-        .get(&(ptr as usize))
-        .is_some_and(|d| d.pinned_on_demand)
-    {
-        state.staging.insert(ptr as usize);
-        state.note_peak();
-    } else {
-        drop(guard);
-        crate::lease::released(ptr as usize);
+    match state.demoted.get_mut(&(ptr as usize)) {
+        Some(demoted) if demoted.pinned_on_demand => {
+            demoted.staging = true;
+            state.note_peak();
+        }
+        _ => {
+            drop(guard);
+            crate::lease::released(ptr as usize);
+        }
     }
 }
 
@@ -402,7 +402,12 @@ pub fn let_staging_go() {
     let blocks: Vec<_> = {
         let mut guard = lock();
         let Some(state) = guard.as_mut() else { return };
-        let starts: Vec<usize> = state.staging.iter().copied().collect();
+        let starts: Vec<usize> = state
+            .demoted
+            .iter()
+            .filter(|(_, demoted)| demoted.staging)
+            .map(|(&start, _)| start)
+            .collect();
         let Some(learner) = state.learner.as_mut() else {
             return;
         };
@@ -432,7 +437,6 @@ pub fn free_demoted(ptr: *mut c_void) -> bool {
     let Some(demoted) = state.demoted.remove(&(ptr as usize)) else {
         return false;
     };
-    state.staging.remove(&(ptr as usize));
     // Auto mode pinned it (its copies repaid it, or on demand): marked pinned on demand too,
     // unless only a part of it was registered.
     let mut part = None;

@@ -252,9 +252,9 @@ unsafe fn pinned_request(
     let Some(_busy) = Busy::enter() else {
         return pinned();
     };
-    let framework = questions::from_staging_pool(caller);
+    let staging_pool = questions::from_staging_pool(caller);
     let mut request = PinnedRequest::Pinned { score: None };
-    judged(|| request = allocations::pinned_request(call, size, flags, caller, framework));
+    judged(|| request = allocations::pinned_request(call, size, flags, caller, staging_pool));
     let score = match request {
         PinnedRequest::Demote => {
             // SAFETY: as the caller promises.

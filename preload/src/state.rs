@@ -61,6 +61,9 @@ pub(crate) struct Demoted {
     pub(crate) flags: u32,
     /// Registered since, because the program used it as only pinned memory can be used.
     pub(crate) pinned_on_demand: bool,
+    /// A framework's staging buffer hotpin pinned at birth (#44): let go once the arrays it
+    /// stages are shown pinned (`allocations::let_staging_go`).
+    pub(crate) staging: bool,
 }
 
 pub(crate) struct State {
@@ -77,9 +80,6 @@ pub(crate) struct State {
     /// Pinned requests served from libc: address -> size, and whether it was pinned on
     /// demand since (a question or a capture that needs it pinned).
     pub(crate) demoted: BTreeMap<usize, Demoted>,
-    /// Of those, a framework's staging buffers hotpin pinned at birth (#44): let go once the
-    /// arrays they stage are shown pinned (`allocations::let_staging_go`).
-    pub(crate) staging: std::collections::BTreeSet<usize>,
     /// Program registrations not carried out (or of blocks registered by us already):
     /// address -> (size, the program's registration flags).
     pub(crate) skipped: BTreeMap<usize, (usize, u32)>,
@@ -441,7 +441,6 @@ impl State {
             ordinals: Default::default(),
             registered: BTreeMap::new(),
             demoted: BTreeMap::new(),
-            staging: Default::default(),
             skipped: BTreeMap::new(),
             cache: Shelf::default(),
             warm: Shelf::default(),

@@ -47,14 +47,10 @@ impl PartlyCopied {
     /// Its line in "Pinned and wasted", the call site named by `name`.
     pub fn listed(&self, name: impl Fn(&str) -> String) -> String {
         format!(
-            "allocation {}, made at {}: {} pinned, its {} copies touched {} of it (at {}), {} \
-             never: pin only that part",
+            "allocation {}, made at {}: {}, {} never: pin only that part",
             self.id,
             crate::place_of(&self.call_site, self.python_line.as_deref(), name),
-            bytes(self.size),
-            self.transfers,
-            bytes(self.copied_to - self.copied_from),
-            bytes(self.copied_from),
+            self.use_of(),
             bytes(self.untouched_bytes())
         )
     }
@@ -62,14 +58,22 @@ impl PartlyCopied {
     /// The change, in one line: pin only the part copies use.
     pub fn advice(&self) -> String {
         format!(
-            "Pin only the part that is copied of the allocation made at {}: {} pinned, its \
-             {} copies touched {} of it (at {}), {} pinned and never copied",
+            "Pin only the part that is copied of the allocation made at {}: {}, {} pinned and \
+             never copied",
             self.place(),
+            self.use_of(),
+            bytes(self.untouched_bytes())
+        )
+    }
+
+    /// "4.0 GiB pinned, its 150 copies touched 64.0 MiB of it (at 1.5 GiB)".
+    fn use_of(&self) -> String {
+        format!(
+            "{} pinned, its {} copies touched {} of it (at {})",
             bytes(self.size),
             self.transfers,
             bytes(self.copied_to - self.copied_from),
-            bytes(self.copied_from),
-            bytes(self.untouched_bytes())
+            bytes(self.copied_from)
         )
     }
 }
@@ -83,12 +87,13 @@ pub(crate) fn partly_copied(
 ) -> Vec<PartlyCopied> {
     let mut list: Vec<PartlyCopied> = host
         .iter()
-        .filter(|a| a.kind.is_pinned() && !wasted.iter().any(|w| w.id == a.id))
+        .filter(|a| a.kind.is_pinned())
         .filter_map(|a| {
             let (from, to) = history.copied_extent(a.id)?;
             let untouched = a.size - (to - from);
             let partly = untouched >= LEAST_UNTOUCHED_BYTES
-                && untouched as f64 >= LEAST_UNTOUCHED_SHARE * a.size as f64;
+                && untouched as f64 >= LEAST_UNTOUCHED_SHARE * a.size as f64
+                && !wasted.iter().any(|w| w.id == a.id);
             partly.then(|| PartlyCopied {
                 id: a.id,
                 pid: a.pid,

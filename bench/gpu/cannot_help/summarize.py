@@ -6,7 +6,7 @@ median of those ratios, less moved by the machine's drift between rounds), wheth
 time the program's threads spent inside hotpin (the reports' busy_ns: median ms, and its
 share of the work's seconds), and the paired ratio of the CPU seconds of each run's whole
 process tree (cpu_s, where recorded)."""
-import collections, json, statistics, sys
+import collections, json, random, statistics, sys
 
 runs = collections.defaultdict(list)
 by_round = collections.defaultdict(dict)
@@ -50,8 +50,6 @@ for p in dict.fromkeys([k[0] for k in runs] + [k[0] for k in bad]):
 # fixed seed so a set always reads the same). "met": the whole interval is at most 1.02;
 # "missed": all of it is above; "not shown": the interval holds 1.02, and more rounds are
 # needed to tell.
-import random
-
 TARGET = 1.02
 rng = random.Random(40)
 
