@@ -64,6 +64,9 @@ pub struct HotSet {
     /// recording's view of a large malloc, which no allocation call names, such as the
     /// daemon's): per line, each mapping's length and whether it was hot.
     mapped: HashMap<(String, u32), Vec<(u64, bool)>>,
+    /// The sizes of the allocations and groups it pins, sorted: what a freed block may be
+    /// kept warm for ([`HotSet::pins_size_served_by`]).
+    pinned_sizes: Vec<u64>,
 }
 
 /// A mapping of `length` bytes holds a malloc of `size` bytes: malloc's header and its
@@ -395,7 +398,36 @@ impl HotSet {
                 }
             };
         }
+        set.pinned_sizes = set
+            .allocations
+            .iter()
+            .filter(|(_, (_, verdict))| *verdict == Verdict::Pin)
+            .map(|((_, _, size), _)| *size)
+            .chain(
+                set.groups
+                    .iter()
+                    .filter(|(_, verdict)| **verdict == Verdict::Pin)
+                    .map(|((_, _, size), _)| *size),
+            )
+            .collect();
+        set.pinned_sizes.sort_unstable();
+        set.pinned_sizes.dedup();
         set
+    }
+
+    /// Whether a freed block of `block` bytes would serve an allocation the history pins
+    /// (`crate::reuse::serves`, pages of `page` bytes): worth keeping warm for it, so that
+    /// registering it at birth finds its pages in.
+    pub fn pins_size_served_by(&self, block: u64, page: usize) -> bool {
+        // Served sizes lie between a tenth (or a page) under `block` and `block`.
+        let low = (block - block / 10)
+            .saturating_sub(1)
+            .min(block.saturating_sub(page as u64));
+        let from = self.pinned_sizes.partition_point(|&size| size < low);
+        self.pinned_sizes[from..]
+            .iter()
+            .take_while(|&&size| size <= block)
+            .any(|&size| crate::reuse::serves(block as usize, size as usize, page))
     }
 
     /// The runs' anonymous mappings made at a Python line with no allocating call site, by
@@ -546,6 +578,24 @@ mod tests {
             Judged::Known(Verdict::Cold)
         );
         assert_eq!(set.pinned_count(), 2);
+    }
+
+    /// A freed block is worth keeping warm only for a size the history pins, which it serves
+    /// (at most a tenth more than that size).
+    #[test]
+    fn a_freed_block_serves_a_pinned_size_only_within_a_tenth() {
+        let set = HotSet::from_history(&history(), HotPolicy::transfers(4), None);
+        let page = 4096;
+        assert!(set.pins_size_served_by(4 * MIB, page));
+        assert!(set.pins_size_served_by(4 * MIB + 4 * MIB / 10, page));
+        assert!(!set.pins_size_served_by(4 * MIB + 4 * MIB / 10 + 1, page));
+        assert!(
+            !set.pins_size_served_by(4 * MIB - 1, page),
+            "smaller never serves"
+        );
+        assert!(!set.pins_size_served_by(0, page));
+        let cold = HotSet::from_history(&history(), HotPolicy::transfers(1000), None);
+        assert!(!cold.pins_size_served_by(4 * MIB, page), "nothing pinned");
     }
 
     #[test]

@@ -50,8 +50,16 @@ pub struct Counters {
     pub peak_promoted_bytes: u64,
     /// Allocations served from the cache of freed pinned blocks (no new registration).
     pub cache_hits: u64,
-    /// Auto mode: allocations to be pinned that found no room (budget or lease), served a
-    /// warm block: a freed pageable one of their size, its pages faulted in already.
+    /// Auto mode: allocations not (yet) worth pinning served a freed pinned block of their
+    /// size from the cache anyway: it costs no registration, and left there it would be
+    /// pinned memory holding nothing (`module.to("cpu")` after `.to("cuda")` freed the last
+    /// block). Let go if not copied within a second.
+    pub spare_hits: u64,
+    /// Of those, let go because not copied within a second.
+    pub spares_let_go: u64,
+    /// Auto mode: allocations to be pinned served a warm block, a freed pageable one of their
+    /// size, its pages faulted in already: left pageable where they found no room (budget
+    /// or lease), else registered.
     pub warm_hits: u64,
     /// Allocations the CUDA libraries made for themselves, left alone.
     pub cuda_internal: u64,

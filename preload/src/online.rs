@@ -100,6 +100,9 @@ pub struct Block {
     trusted_ns: Option<u64>,
     /// The history found it cold: never pinned on its group's trust.
     cold_by_history: bool,
+    /// Served a pinned block from the cache though not judged worth pinning
+    /// ([`Learner::on_spec`]).
+    on_spec: bool,
     /// Registered whole, and a framework was told so (`hotpin_policy::callers`): it may go on
     /// using it as pinned memory, so it is never let go while the program holds it.
     pub exposed: bool,
@@ -233,6 +236,8 @@ pub struct Learner {
     /// Of those, how many were pinned, and let go idle (the report's counters).
     pub trusted_pins: u64,
     pub trusted_let_go: u64,
+    /// Blocks served from the cache on spec let go idle.
+    pub spares_let_go: u64,
 }
 
 impl Learner {
@@ -248,6 +253,7 @@ impl Learner {
             trusting: Vec::new(),
             trusted_pins: 0,
             trusted_let_go: 0,
+            spares_let_go: 0,
         }
     }
 
@@ -299,6 +305,7 @@ impl Learner {
                 one_call: false,
                 trusted_ns: None,
                 cold_by_history: false,
+                on_spec: false,
                 exposed: false,
             },
         );
@@ -430,6 +437,17 @@ impl Learner {
         }
     }
 
+    /// The block at `ptr` was served a pinned block from the cache though not judged worth
+    /// pinning: watched as a block pinned on trust is, and let go if not copied within
+    /// `TRUST_IDLE_NS` (kept once copied: it costs no registration).
+    pub fn on_spec(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.trusted_ns = Some(self.started.elapsed().as_nanos() as u64);
+            block.on_spec = true;
+            self.trusting.push(ptr);
+        }
+    }
+
     /// Lets go (into `out.unpin`) each block pinned on its group's trust that was not copied
     /// again within `TRUST_IDLE_NS`; forgets those copied again (they repaid) or gone.
     fn let_idle_trust_go(&mut self, now: u64, out: &mut Decisions) {
@@ -441,9 +459,10 @@ impl Learner {
             let Some(since) = block.trusted_ns else {
                 continue;
             };
-            if block.heat.stats.transfers > 1
-                || !matches!(block.pin, Pin::Pinned | Pin::Registering)
-            {
+            // Kept once copied again (pinned on trust: its first copy was foreseen) or, for
+            // a block served on spec, once copied at all.
+            let copied_enough = block.heat.stats.transfers > u64::from(!block.on_spec);
+            if copied_enough || !matches!(block.pin, Pin::Pinned | Pin::Registering) {
                 block.trusted_ns = None;
                 continue;
             }
@@ -453,8 +472,13 @@ impl Learner {
             }
             block.trusted_ns = None;
             // Let go as a registration a copy would cross is, with no copy to widen it by.
+            let on_spec = block.on_spec;
             if let Some(let_go) = self.let_crossed_go(base, base, 0, false) {
-                self.trusted_let_go += 1;
+                if on_spec {
+                    self.spares_let_go += 1;
+                } else {
+                    self.trusted_let_go += 1;
+                }
                 out.unpin.push(let_go);
             }
         }

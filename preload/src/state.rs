@@ -233,6 +233,7 @@ pub fn write_what_was_learned() -> Option<bool> {
             budget_refusals: learner.map_or(0, |l| l.refusals),
             trusted_pins: learner.map_or(0, |l| l.trusted_pins),
             trusted_let_go: learner.map_or(0, |l| l.trusted_let_go),
+            spares_let_go: learner.map_or(0, |l| l.spares_let_go),
             ..state.counters.clone()
         };
         counters::write_report(state.mode.name(), counters, &state.log, path);
@@ -638,6 +639,25 @@ impl State {
         );
         if let Some(learner) = self.learner.as_mut() {
             learner.track(ptr, size, &birth.site, false, true, birth.python);
+        }
+    }
+
+    /// A block not judged worth pinning, served a freed pinned block from the cache
+    /// (`allocations::allocate`): counted, recorded, and tracked as pinned on spec (let go if
+    /// not copied within `TRUST_IDLE_NS`).
+    pub(crate) fn served_spare(&mut self, birth: Birth, ptr: usize, size: usize) {
+        self.counters.spare_hits += 1;
+        self.record(
+            birth.call,
+            &birth.site,
+            birth.ordinal,
+            size as u64,
+            "pinned-from-cache",
+            birth.why,
+        );
+        if let Some(learner) = self.learner.as_mut() {
+            learner.track(ptr, size, &birth.site, false, true, birth.python);
+            learner.on_spec(ptr);
         }
     }
 

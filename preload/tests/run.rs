@@ -798,6 +798,50 @@ fn a_trusted_block_not_copied_again_is_let_go() {
     assert_eq!(c["trusted_let_go"], 4, "{c}");
 }
 
+/// `module.to("cuda")` / `.to("cpu")` per layer (#43): each layer is copied to the device and
+/// freed, and brought back into a fresh block. On a first run the block a layer frees, pinned
+/// on its group's trust, serves the fresh block made next (`spare_hits`), so the run holds one
+/// set of layers pinned (before: the freed blocks sat in the cache while the fresh ones were
+/// pinned anew, 17 blocks for 8 layers). From its history the fresh blocks are pinned at
+/// birth, each on the warm block its layer freed (`warm_hits`: registered with its pages in,
+/// not faulting every page in), holding no more than the first run.
+#[test]
+fn fresh_blocks_made_as_layers_are_freed_reuse_their_pinned_or_warm_blocks() {
+    const LAYERS: u64 = 8;
+    let setup = setup_program("moveto", "online");
+    let history = setup.dir.join("moveto.hotpin");
+    let run = |name: &str| {
+        let prefix = setup.dir.join(name);
+        let output = hotpin_run_with(
+            &setup,
+            &[
+                "--history",
+                history.to_str().expect("UTF-8"),
+                "--report",
+                prefix.to_str().expect("UTF-8"),
+            ],
+            &[
+                Path::new("moveto"),
+                Path::new("64"),
+                Path::new("8"),
+                Path::new("3"),
+            ],
+        );
+        assert_computed_right(&output);
+        counters(&prefix)
+    };
+    let peak = |c: &Value| c["peak_pinned_bytes"].as_u64().expect("peak");
+    let first = run("first");
+    assert!(peak(&first) <= (LAYERS + 1) * 64 * MIB, "{first}");
+    assert!(
+        first["spare_hits"].as_u64().expect("spare hits") >= LAYERS - 2,
+        "{first}"
+    );
+    let again = run("again");
+    assert_eq!(again["warm_hits"], LAYERS, "{again}");
+    assert!(peak(&again) <= peak(&first), "{again}\n{first}");
+}
+
 /// From its history, a group that was copied once is not pinned on trust (#40 items 2 and
 /// 3): the history says each of its blocks was cold, so the second run pins none of them
 /// before a copy, and holds no more pinned than the first. (Before, PyTorch's loop pinned

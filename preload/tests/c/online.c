@@ -48,6 +48,10 @@
  *          call site, each copied whole there and back at every step (STEPS, default 4), as
  *          layers streamed from CPU memory are; then, for IDLE_MS ms (default 0), only another
  *          buffer is copied, every 20 ms (the layers idle, as a model moved once is).
+ *   moveto [MIB] [N] [STEPS]: `module.to("cuda")` / `.to("cpu")` per layer: N malloc'd layers
+ *          of MIB MiB (default 8), filled once; at every step (STEPS, default 4) each layer is
+ *          copied to the device and freed, and brought back into a fresh malloc'd block
+ *          (asynchronously and synchronously in turn), which is checked and becomes the layer.
  *   chunks [MIB]: two malloc'd buffers of MIB MiB, each copied whole there and back at every
  *          step (30): asynchronously and synchronously in turn, and at every 6th step to the
  *          device by one 2D copy (rows of MIB/8 MiB) instead: asynchronous for the first,
@@ -272,6 +276,36 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < n; i++) free(layers[i]);
         free(other);
+    } else if (strcmp(which, "moveto") == 0) {
+        int n = argc > 3 ? atoi(argv[3]) : 8, steps = argc > 4 ? atoi(argv[4]) : 4;
+        char *layers[64];
+        if (n > 64) n = 64;
+        for (int i = 0; i < n; i++) {
+            layers[i] = (char *)malloc(size);
+            fill(layers[i], size, 0, (unsigned)i);
+        }
+        for (int step = 0; step < steps; step++)
+            for (int i = 0; i < n; i++) {
+                int async = (step + i) % 2;
+                if (async) {
+                    CUDA_OK(cudaMemcpyAsync(device, layers[i], size, cudaMemcpyHostToDevice,
+                                            stream));
+                    CUDA_OK(cudaStreamSynchronize(stream));
+                } else {
+                    CUDA_OK(cudaMemcpy(device, layers[i], size, cudaMemcpyHostToDevice));
+                }
+                free(layers[i]);
+                layers[i] = (char *)malloc(size);
+                if (async) {
+                    CUDA_OK(cudaMemcpyAsync(layers[i], device, size, cudaMemcpyDeviceToHost,
+                                            stream));
+                    CUDA_OK(cudaStreamSynchronize(stream));
+                } else {
+                    CUDA_OK(cudaMemcpy(layers[i], device, size, cudaMemcpyDeviceToHost));
+                }
+                tally_check(&t, (unsigned)step, count_wrong(layers[i], size, 0, (unsigned)i));
+            }
+        for (int i = 0; i < n; i++) free(layers[i]);
     } else if (strcmp(which, "chunks") == 0) {
         char *blocks[2] = {(char *)malloc(size), (char *)malloc(size)};
         char *plain = (char *)malloc(size);
