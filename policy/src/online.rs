@@ -234,11 +234,22 @@ struct Group {
     retired_saving_s: f64,
     /// Blocks alive now.
     live: u64,
+    /// A block was made after one was freed: the group makes blocks again and again (a
+    /// step's result), not a set made once (a model's layers).
+    reborn: bool,
     /// Blocks whose first copy alone was worth pinning them before it.
     first_copies_repaid: u64,
     /// What every copy of any of its blocks saved, decayed as a block's [`Heat`] is.
     decayed_saving_s: f64,
     updated_ns: u64,
+}
+
+impl Group {
+    /// Its retired blocks (two at least) together lost what pinning one of its blocks of
+    /// `size` bytes costs.
+    fn hot(&self, policy: &Online, size: u64) -> bool {
+        self.retired >= 2 && self.retired_saving_s >= policy.pin_cost(size as usize)
+    }
 }
 
 /// Recycled groups, by call site and size: the blocks they retired and what those saved, the
@@ -278,7 +289,22 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
 
     /// A block of the group made.
     pub fn born(&mut self, site: &K, size: u64) {
-        self.group_mut(site, size).live += 1;
+        let group = self.group_mut(site, size);
+        group.live += 1;
+        group.reborn |= group.retired > 0;
+    }
+
+    /// Whether a freed pinned block of `block` bytes is one a hot group that makes blocks
+    /// again and again will want for its next (`crate::reuse::serves`, pages of `page`
+    /// bytes): not to be handed to a block that is not worth pinning.
+    pub fn claims(&self, policy: &Online, block: u64, page: usize) -> bool {
+        self.groups.values().any(|sizes| {
+            sizes.iter().any(|(&size, group)| {
+                group.reborn
+                    && crate::reuse::serves(block as usize, size as usize, page)
+                    && group.hot(policy, size)
+            })
+        })
     }
 
     /// A block of the group freed, with the copy seconds pinning saved (or would have) it.
@@ -314,9 +340,8 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
     /// (two at least) together lost what pinning one block of the group costs (rent or buy
     /// over the group, whose blocks share one registration through the cache).
     pub fn hot(&self, policy: &Online, site: &K, size: u64) -> bool {
-        self.group(site, size).is_some_and(|group| {
-            group.retired >= 2 && group.retired_saving_s >= policy.pin_cost(size as usize)
-        })
+        self.group(site, size)
+            .is_some_and(|group| group.hot(policy, size))
     }
 
     /// The density of one place in a hot group (None for a group that is not hot): the copy
@@ -362,6 +387,34 @@ mod tests {
             small.copy(&online, 4096, true, i);
         }
         assert!(!online.repays(&small, 1 << 30));
+    }
+
+    /// A hot group that makes blocks again after freeing some claims freed blocks of its size;
+    /// a set made once and then freed (a model's layers moved away) claims nothing.
+    #[test]
+    fn only_a_hot_group_that_makes_blocks_again_claims_freed_blocks() {
+        let policy = Online::new(CostModel::default());
+        let size = 32u64 << 20;
+        let page = 4096;
+        let mut groups: Groups<&str> = Groups::new();
+        for _ in 0..3 {
+            groups.born(&"layers", size);
+        }
+        for _ in 0..3 {
+            groups.retire(&"layers", size, 1.0);
+        }
+        assert!(groups.hot(&policy, &"layers", size));
+        assert!(!groups.claims(&policy, size, page), "made once, then freed");
+        for _ in 0..3 {
+            groups.born(&"results", size);
+            groups.retire(&"results", size, 1.0);
+        }
+        assert!(groups.claims(&policy, size, page));
+        assert!(groups.claims(&policy, size + size / 10, page));
+        assert!(
+            !groups.claims(&policy, 2 * size, page),
+            "too large to be reused for it"
+        );
     }
 
     #[test]

@@ -80,14 +80,20 @@ pub fn allocate(
         freed.release();
         return ptr as *mut c_void;
     }
-    // Not worth pinning (yet), but a freed pinned block of its size waits in the cache:
-    // serving it costs no registration (its pages are in, too), where left there it holds
-    // pinned memory for nothing. Auto mode lets it go if it is not copied within a second.
+    // Not worth pinning (yet), but a freed pinned block of its size waits in the cache, and
+    // no hot group that makes blocks again wants it: serving it costs no registration (its
+    // pages are in, too), where left there it holds pinned memory for nothing. Auto mode
+    // lets it go if it is not copied again within a second.
     if !pin
         && reuse
-        && state.learner.is_some()
-        && let Some(ptr) = state.cache.take_fitting(size, align)
+        && let Some((ptr, block)) = state.cache.fitting(size, align)
+        && state.learner.as_ref().is_some_and(|l| !l.claims(block))
+        && !state
+            .hot
+            .as_ref()
+            .is_some_and(|hot| hot.pins_size_served_by(block as u64, hotpin::pool::page_size()))
     {
+        state.cache.take_at(ptr);
         state.served_spare(birth, ptr, size);
         drop(guard);
         freed.release();

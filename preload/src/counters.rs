@@ -53,9 +53,10 @@ pub struct Counters {
     /// Auto mode: allocations not (yet) worth pinning served a freed pinned block of their
     /// size from the cache anyway: it costs no registration, and left there it would be
     /// pinned memory holding nothing (`module.to("cpu")` after `.to("cuda")` freed the last
-    /// block). Let go if not copied within a second.
+    /// block), where no hot group that makes blocks again wants it. Let go unless copied
+    /// twice within a second.
     pub spare_hits: u64,
-    /// Of those, let go because not copied within a second.
+    /// Of those, let go because not copied twice within a second.
     pub spares_let_go: u64,
     /// Auto mode: allocations to be pinned served a warm block, a freed pageable one of their
     /// size, its pages faulted in already: left pageable where they found no room (budget

@@ -340,6 +340,13 @@ impl Learner {
         }
     }
 
+    /// Whether a freed pinned block of `block` bytes is wanted by a hot group that makes
+    /// blocks again and again (`Groups::claims`).
+    pub fn claims(&self, block: usize) -> bool {
+        self.groups
+            .claims(&self.online, block as u64, hotpin::pool::page_size())
+    }
+
     /// Whether the next block of `size` bytes from `site` is to be pinned at birth.
     pub fn group_hot(&self, group: &GroupKey, size: usize) -> bool {
         self.groups.hot(&self.online, group, size as u64)
@@ -438,8 +445,8 @@ impl Learner {
     }
 
     /// The block at `ptr` was served a pinned block from the cache though not judged worth
-    /// pinning: watched as a block pinned on trust is, and let go if not copied within
-    /// `TRUST_IDLE_NS` (kept once copied: it costs no registration).
+    /// pinning: watched as a block pinned on trust is, let go unless copied twice within
+    /// `TRUST_IDLE_NS`.
     pub fn on_spec(&mut self, ptr: usize) {
         if let Some(block) = self.blocks.get_mut(&ptr) {
             block.trusted_ns = Some(self.started.elapsed().as_nanos() as u64);
@@ -459,10 +466,9 @@ impl Learner {
             let Some(since) = block.trusted_ns else {
                 continue;
             };
-            // Kept once copied again (pinned on trust: its first copy was foreseen) or, for
-            // a block served on spec, once copied at all.
-            let copied_enough = block.heat.stats.transfers > u64::from(!block.on_spec);
-            if copied_enough || !matches!(block.pin, Pin::Pinned | Pin::Registering) {
+            if block.heat.stats.transfers > 1
+                || !matches!(block.pin, Pin::Pinned | Pin::Registering)
+            {
                 block.trusted_ns = None;
                 continue;
             }

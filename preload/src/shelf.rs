@@ -34,18 +34,21 @@ impl Shelf {
     /// A block that serves `size` bytes (`hotpin_policy::reuse`: at most 10% more, or within a
     /// page), aligned to `align`: the smallest such, taken off the shelf.
     pub fn take_fitting(&mut self, size: usize, align: usize) -> Option<usize> {
-        let (index, &(ptr, block)) = self
-            .blocks
+        let (ptr, _) = self.fitting(size, align)?;
+        self.take_at(ptr);
+        Some(ptr)
+    }
+
+    /// The block [`Shelf::take_fitting`] would take, left on the shelf: `(address, size)`.
+    pub fn fitting(&self, size: usize, align: usize) -> Option<(usize, usize)> {
+        self.blocks
             .iter()
-            .enumerate()
-            .filter(|(_, (ptr, block))| {
+            .filter(|(ptr, block)| {
                 hotpin_policy::reuse::serves(*block, size, hotpin::pool::page_size())
                     && ptr % align.max(1) == 0
             })
-            .min_by_key(|(_, (_, block))| *block)?;
-        self.blocks.swap_remove(index);
-        self.bytes -= block;
-        Some(ptr)
+            .min_by_key(|(_, block)| *block)
+            .copied()
     }
 
     /// Whether it holds the block at `ptr`.

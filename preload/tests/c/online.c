@@ -11,10 +11,12 @@
  *          times; then copies across the edges of what was copied so far (24 MiB of the block
  *          from 64 MiB, the whole dataset), and 20 more steps of the wider slice and the
  *          first. The result buffer is 160 MiB (malloc'd), copied into from its start.
- *   fresh [MIB]: one malloc'd buffer of MIB MiB copied to the device at every step (40), and
- *          a fresh malloc'd result each step that the device's copy is brought back into,
- *          made before the last one is freed (two results alive at once, as `y = x.cpu()`
- *          in a loop keeps them).
+ *   fresh [MIB] [temp]: one malloc'd buffer of MIB MiB copied to the device at every step
+ *          (40), and a fresh malloc'd result each step that the device's copy is brought back
+ *          into, made before the last one is freed (two results alive at once, as `y =
+ *          x.cpu()` in a loop keeps them); with `temp`, after the last result is freed, a
+ *          temporary of the same size, written and never copied, alive until the next
+ *          step's.
  *   offload [MIB]: activation offload, shaped as PyTorch's: every step (30) makes 8 activations
  *          on the device and brings each back to the host, then reloads them, last first. The
  *          even ones land in 5 long-lived malloc'd buffers taken in turn (a caching host
@@ -204,7 +206,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++) free(buffers[i]);
         free(cold);
     } else if (strcmp(which, "fresh") == 0) {
-        char *hot = (char *)malloc(size), *last = NULL;
+        int temps = argc > 3 && strcmp(argv[3], "temp") == 0;
+        char *hot = (char *)malloc(size), *last = NULL, *temp = NULL;
         for (unsigned step = 0; step < 40; step++) {
             fill(hot, size, step, 1);
             CUDA_OK(cudaMemcpyAsync(device, hot, size, cudaMemcpyHostToDevice, stream));
@@ -215,7 +218,15 @@ int main(int argc, char **argv) {
             tally_check(&t, step, count_wrong(fresh, size, step, 1));
             free(last);
             last = fresh;
+            if (temps) {
+                /* A temporary of the same size, never copied, alive until the next step's
+                 * result is made. */
+                free(temp);
+                temp = (char *)malloc(size);
+                memset(temp, (int)step, size);
+            }
         }
+        free(temp);
         free(last);
         free(hot);
     } else if (strcmp(which, "offload") == 0) {
