@@ -643,7 +643,7 @@ impl State {
     }
 
     /// A block not judged worth pinning, served a freed pinned block from the cache
-    /// (`allocations::allocate`): counted, recorded, and tracked as pinned on spec (let go if
+    /// (`allocations::allocate`): counted, recorded, and tracked as pinned on spec (let go
     /// unless copied twice within `TRUST_IDLE_NS`).
     pub(crate) fn served_spare(&mut self, birth: Birth, ptr: usize, size: usize) {
         self.counters.spare_hits += 1;
