@@ -167,7 +167,7 @@ struct State {
     live: HashMap<usize, Block>,
     /// Pointers freed and not handed out since, to tell a double free from a foreign pointer.
     freed: HashSet<usize>,
-    ordinals: hotpin_policy::reuse::Ordinals,
+    ordinals: hotpin_policy::ordinals::Ordinals,
     sites: callsite::Resolver,
     pressure: Pressure,
     stats: Stats,

@@ -11,12 +11,16 @@
 //!   ([`set::decide`]).
 //! - [`online`]: judged while the program runs: a block's heat, when it repays pinning (rent
 //!   or buy), its density, the budget and what it displaces, recycled groups.
+//! - [`ordinals`]: an allocation's ordinal at its call site (with the site and size, its
+//!   name across runs).
+//! - [`reuse`]: which freed pinned block serves an allocation.
 
 pub mod callers;
 pub mod cost;
 pub mod hot;
 pub mod mode;
 pub mod online;
+pub mod ordinals;
 pub mod reuse;
 pub mod set;
 

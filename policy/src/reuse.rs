@@ -1,10 +1,5 @@
-//! What a freed pinned block may serve, and an allocation's identity within its call site:
-//! the two run-time rules the allocator's pool and the interposer's shelves and judgement
-//! share, written once.
-
-use rustc_hash::FxHashMap;
-
-use crate::set::SiteKey;
+//! What a freed pinned block may serve: the run-time rule the allocator's pool, the
+//! interposer's shelves and a history's sizes share, written once.
 
 /// The largest freed block that serves a request of `size` bytes: at most 10% larger
 /// (PyTorch rounds to powers of two, which can hold 1.78x what was asked, so a block made for
@@ -22,30 +17,6 @@ pub fn serves(block: usize, size: usize, page: usize) -> bool {
     block >= size && block <= reuse_limit(size, page)
 }
 
-/// Each call site's allocations counted as they are made: the ordinal of the next one, which
-/// with its site and size names an allocation across runs (what a history's verdicts are
-/// keyed by). Asked at every judged allocation: a fast hash, the site cloned only when new.
-#[derive(Debug, Default)]
-pub struct Ordinals {
-    next: FxHashMap<SiteKey, u32>,
-}
-
-impl Ordinals {
-    /// The ordinal of this allocation at `site` (0 for its first).
-    pub fn next(&mut self, site: &SiteKey) -> u32 {
-        match self.next.get_mut(site) {
-            Some(next) => {
-                *next += 1;
-                *next - 1
-            }
-            None => {
-                self.next.insert(site.clone(), 1);
-                0
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,16 +31,5 @@ mod tests {
         assert!(serves(4096, 100, page), "within a page");
         assert!(!serves(8192, 100, page));
         assert_eq!(reuse_limit(usize::MAX, page), usize::MAX, "no overflow");
-    }
-
-    #[test]
-    fn ordinals_count_per_site_from_zero() {
-        let mut ordinals = Ordinals::default();
-        let a = SiteKey::new("/lib/a.so", 1);
-        let b = SiteKey::new("/lib/b.so", 1);
-        assert_eq!(ordinals.next(&a), 0);
-        assert_eq!(ordinals.next(&a), 1);
-        assert_eq!(ordinals.next(&b), 0);
-        assert_eq!(ordinals.next(&a), 2);
     }
 }

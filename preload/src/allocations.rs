@@ -16,7 +16,8 @@ use crate::{
     online::{GroupKey, Pin},
     pinner::{Freed, Job, forget_pinned, hand_to_pinner, pinning_pays, unpin_block, unregister},
     state::{
-        ACTIVE, BELIEVED_PINNED, Birth, Demoted, Fate, LEARNING, READS_LINES, lock, lock_settled,
+        ACTIVE, BELIEVED_PINNED, Birth, Demoted, Fate, LEARNING, READS_LINES, State, lock,
+        lock_settled,
     },
 };
 
@@ -28,10 +29,10 @@ thread_local! {
 }
 
 /// An allocation of `size` bytes (aligned to `align`) at or above the floor, for the call
-/// site `caller` returns to. If it is to be pinned and `reuse` allows it (not for calloc's
-/// zeroed or realloc's moved blocks): served from the cache of freed pinned blocks if one fits
-/// (within 10%), or, finding no room to pin, from the warm shelf. Else by `from_libc`, and
-/// then registered in place if it is to be pinned and there is room.
+/// site `caller` returns to. Where `reuse` allows it (not for calloc's zeroed or realloc's
+/// moved blocks): served from the cache of freed pinned blocks if one fits ([`from_cache`]),
+/// or, to be pinned, from the warm shelf. Else by `from_libc`, and then registered in place
+/// if it is to be pinned and there is room.
 pub fn allocate(
     call: &'static str,
     size: usize,
@@ -57,7 +58,7 @@ pub fn allocate(
     }
     let group = GroupKey::new(&site, &python);
     let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, false, false);
-    let birth = Birth {
+    let mut birth = Birth {
         call,
         site,
         ordinal,
@@ -71,33 +72,15 @@ pub fn allocate(
     if level >= Level::High {
         freed.take_all(state);
     }
-    if pin
-        && reuse
-        && let Some(ptr) = state.cache.take_fitting(size, align)
-    {
-        state.served_from_cache(birth, ptr, size);
-        drop(guard);
-        freed.release();
-        return ptr as *mut c_void;
-    }
-    // Not worth pinning (yet), but a freed pinned block of its size waits in the cache, and
-    // no hot group that makes blocks again wants it: serving it costs no registration (its
-    // pages are in, too), where left there it holds pinned memory for nothing. Auto mode
-    // lets it go if it is not copied again within a second.
-    if !pin
-        && reuse
-        && let Some((ptr, block)) = state.cache.fitting(size, align)
-        && state.learner.as_ref().is_some_and(|l| !l.claims(block))
-        && !state
-            .hot
-            .as_ref()
-            .is_some_and(|hot| hot.pins_size_served_by(block as u64, hotpin::pool::page_size()))
-    {
-        state.cache.take_at(ptr);
-        state.served_spare(birth, ptr, size);
-        drop(guard);
-        freed.release();
-        return ptr as *mut c_void;
+    if reuse {
+        match from_cache(state, pin, size, align, birth) {
+            Ok(ptr) => {
+                drop(guard);
+                freed.release();
+                return ptr as *mut c_void;
+            }
+            Err(back) => birth = back,
+        }
     }
     if pin && !state.within_budget(size) {
         // Blocks kept for reuse are the first to go.
@@ -127,6 +110,45 @@ pub fn allocate(
     match birth {
         Some(birth) => register_at_birth(ptr, size, birth),
         None => ptr,
+    }
+}
+
+/// A new block of `size` bytes (aligned to `align`) served a freed pinned block from the
+/// cache, if one fits (`hotpin_policy::reuse`): where it is to be pinned (`pin`), or, not
+/// (yet) worth pinning, where no hot group that makes blocks again and no size the history
+/// pins wants that block (serving it costs no registration, its pages are in, where left in
+/// the cache it holds pinned memory for nothing; auto mode lets it go unless copied twice
+/// within a second). Else the birth is handed back.
+fn from_cache(
+    state: &mut State,
+    pin: bool,
+    size: usize,
+    align: usize,
+    birth: Birth,
+) -> Result<usize, Birth> {
+    if pin {
+        return match state.cache.take_fitting(size, align) {
+            Some(ptr) => {
+                state.served_from_cache(birth, ptr, size);
+                Ok(ptr)
+            }
+            None => Err(birth),
+        };
+    }
+    let page = hotpin::pool::page_size();
+    match state.cache.fitting(size, align) {
+        Some((ptr, block))
+            if state.learner.as_ref().is_some_and(|l| !l.claims(block))
+                && !state
+                    .hot
+                    .as_ref()
+                    .is_some_and(|hot| hot.pins_size_served_by(block as u64, page)) =>
+        {
+            state.cache.take_at(ptr);
+            state.served_spare(birth, ptr, size);
+            Ok(ptr)
+        }
+        _ => Err(birth),
     }
 }
 

@@ -73,7 +73,7 @@ pub(crate) struct State {
     /// mode, the budget it is held to (auto mode's is the learner's, which also displaces).
     pub(crate) pinned: Budget,
     pub(crate) resolver: Resolver,
-    pub(crate) ordinals: hotpin_policy::reuse::Ordinals,
+    pub(crate) ordinals: hotpin_policy::ordinals::Ordinals,
     /// Blocks we registered in place: address -> size. Ordered, so that a copy's host
     /// memory is looked up by interval.
     pub(crate) registered: BTreeMap<usize, usize>,
