@@ -246,11 +246,14 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
         if block.pin != Pin::Pinned {
             // A pageable block that found no room to be pinned is kept warm for the next of
             // its group, which will find no room either; one of a size the history pins,
-            // for the next block of that size, to be registered with its pages in.
+            // for the next block of that size, to be registered with its pages in, where the
+            // shelf holds no other (freed memory the program gave back is held for one next
+            // block, not piled up).
             let wanted = block.no_room
-                || state.hot.as_ref().is_some_and(|hot| {
-                    hot.pins_size_served_by(block.size as u64, hotpin::pool::page_size())
-                });
+                || (state.warm.bytes() == 0
+                    && state.hot.as_ref().is_some_and(|hot| {
+                        hot.pins_size_served_by(block.size as u64, hotpin::pool::page_size())
+                    }));
             if keep
                 && wanted
                 && block.pin == Pin::Pageable
