@@ -629,24 +629,22 @@ impl State {
     /// and tracked.
     pub(crate) fn served_from_cache(&mut self, birth: Birth, ptr: usize, size: usize) {
         self.counters.cache_hits += 1;
-        self.record(
-            birth.call,
-            &birth.site,
-            birth.ordinal,
-            size as u64,
-            "pinned-from-cache",
-            birth.why,
-        );
-        if let Some(learner) = self.learner.as_mut() {
-            learner.track(ptr, size, &birth.site, false, true, birth.python);
-        }
+        self.track_cached(birth, ptr, size);
     }
 
     /// A block not judged worth pinning, served a freed pinned block from the cache
-    /// (`allocations::allocate`): counted, recorded, and tracked as pinned on spec (let go
+    /// (`allocations::from_cache`): counted, recorded, and tracked as pinned on spec (let go
     /// unless copied twice within `TRUST_IDLE_NS`).
     pub(crate) fn served_spare(&mut self, birth: Birth, ptr: usize, size: usize) {
         self.counters.spare_hits += 1;
+        self.track_cached(birth, ptr, size);
+        if let Some(learner) = self.learner.as_mut() {
+            learner.on_spec(ptr);
+        }
+    }
+
+    /// A block served from the cache: recorded, and tracked as pinned.
+    fn track_cached(&mut self, birth: Birth, ptr: usize, size: usize) {
         self.record(
             birth.call,
             &birth.site,
@@ -657,7 +655,6 @@ impl State {
         );
         if let Some(learner) = self.learner.as_mut() {
             learner.track(ptr, size, &birth.site, false, true, birth.python);
-            learner.on_spec(ptr);
         }
     }
 

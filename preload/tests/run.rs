@@ -810,26 +810,7 @@ fn fresh_blocks_made_as_layers_are_freed_reuse_their_pinned_or_warm_blocks() {
     const LAYERS: u64 = 8;
     let setup = setup_program("moveto", "online");
     let history = setup.dir.join("moveto.hotpin");
-    let run = |name: &str| {
-        let prefix = setup.dir.join(name);
-        let output = hotpin_run_with(
-            &setup,
-            &[
-                "--history",
-                history.to_str().expect("UTF-8"),
-                "--report",
-                prefix.to_str().expect("UTF-8"),
-            ],
-            &[
-                Path::new("moveto"),
-                Path::new("64"),
-                Path::new("8"),
-                Path::new("3"),
-            ],
-        );
-        assert_computed_right(&output);
-        counters(&prefix)
-    };
+    let run = |name: &str| run_with_history(&setup, &history, name, &["moveto", "64", "8", "3"]);
     let peak = |c: &Value| c["peak_pinned_bytes"].as_u64().expect("peak");
     let first = run("first");
     assert!(peak(&first) <= (LAYERS + 1) * 64 * MIB, "{first}");
@@ -865,26 +846,7 @@ fn a_temporary_does_not_take_the_block_a_hot_group_makes_again() {
 fn from_its_history_a_group_copied_once_is_not_pinned_on_trust() {
     let setup = setup_program("trusted-history", "online");
     let history = setup.dir.join("layers.hotpin");
-    let run = |name: &str| {
-        let prefix = setup.dir.join(name);
-        let output = hotpin_run_with(
-            &setup,
-            &[
-                "--history",
-                history.to_str().expect("UTF-8"),
-                "--report",
-                prefix.to_str().expect("UTF-8"),
-            ],
-            &[
-                Path::new("layers"),
-                Path::new("32"),
-                Path::new("6"),
-                Path::new("1"),
-            ],
-        );
-        assert_computed_right(&output);
-        counters(&prefix)
-    };
+    let run = |name: &str| run_with_history(&setup, &history, name, &["layers", "32", "6", "1"]);
     let first = run("first");
     assert_eq!(first["trusted_pins"], 4, "{first}");
     let again = run("again");
@@ -1150,6 +1112,25 @@ fn budgets_in_any_usual_spelling_and_a_zero_budget_is_said() {
     assert_computed_right(&zero);
     let stderr = String::from_utf8_lossy(&zero.stderr);
     assert!(stderr.contains("nothing will be pinned"), "{stderr}");
+}
+
+/// `hotpin run --history HISTORY --report DIR/NAME -- online ARGS` (auto mode) on the
+/// stand-in: the program's data checked; hotpin's counters.
+fn run_with_history(setup: &Setup, history: &Path, name: &str, args: &[&str]) -> Value {
+    let prefix = setup.dir.join(name);
+    let args: Vec<&Path> = args.iter().map(Path::new).collect();
+    let output = hotpin_run_with(
+        setup,
+        &[
+            "--history",
+            history.to_str().expect("UTF-8"),
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &args,
+    );
+    assert_computed_right(&output);
+    counters(&prefix)
 }
 
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
