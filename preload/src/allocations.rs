@@ -126,10 +126,13 @@ fn from_cache(
     align: usize,
     birth: Birth,
 ) -> Result<usize, Birth> {
+    // Tracked at the cached block's size (at most a tenth more than asked): what is
+    // registered, and what its budget bytes are.
     if pin {
-        return match state.cache.take_fitting(size, align) {
-            Some(ptr) => {
-                state.served_from_cache(birth, ptr, size);
+        return match state.cache.fitting(size, align) {
+            Some((ptr, block)) => {
+                state.cache.take_at(ptr);
+                state.served_from_cache(birth, ptr, block);
                 Ok(ptr)
             }
             None => Err(birth),
@@ -145,7 +148,7 @@ fn from_cache(
                     .is_some_and(|hot| hot.pins_size_served_by(block as u64, page)) =>
         {
             state.cache.take_at(ptr);
-            state.served_spare(birth, ptr, size);
+            state.served_spare(birth, ptr, block);
             Ok(ptr)
         }
         _ => Err(birth),

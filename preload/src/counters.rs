@@ -20,7 +20,7 @@ pub struct Decision {
     pub site: String,
     pub ordinal: u32,
     pub size: u64,
-    /// `promoted`, `pinned-from-cache`, `pageable`, `pageable-pressure` (to be pinned, but
+    /// `promoted`, `pinned-from-cache`, `spare-from-cache`, `pageable`, `pageable-pressure` (to be pinned, but
     /// memory was critically short), `kept-pinned`, `demoted`, `register-failed`,
     /// `skipped-register`.
     pub action: &'static str,
@@ -53,8 +53,8 @@ pub struct Counters {
     /// Auto mode: allocations not (yet) worth pinning served a freed pinned block of their
     /// size from the cache anyway: it costs no registration, and left there it would be
     /// pinned memory holding nothing (`module.to("cpu")` after `.to("cuda")` freed the last
-    /// block), where no hot group that makes blocks again wants it. Let go unless copied
-    /// twice within a second.
+    /// block), where neither a hot group that makes blocks again nor a size the history
+    /// pins wants it. Let go unless copied twice within a second.
     pub spare_hits: u64,
     /// Of those, let go because not copied twice within a second.
     pub spares_let_go: u64,

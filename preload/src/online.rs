@@ -95,8 +95,8 @@ pub struct Block {
     /// A copy that cannot be cut crossed its chunks (`chunks`): registered in one call from
     /// then on.
     pub one_call: bool,
-    /// Pinned before its first copy on its group's trust, at this time (let go if it is not
-    /// copied again within `TRUST_IDLE_NS`).
+    /// Pinned before its first copy on its group's trust, or served a pinned block on spec
+    /// (`on_spec`), at this time (let go if it is not copied twice within `TRUST_IDLE_NS`).
     trusted_ns: Option<u64>,
     /// The history found it cold: never pinned on its group's trust.
     cold_by_history: bool,
@@ -448,6 +448,11 @@ impl Learner {
     /// pinning: watched as a block pinned on trust is, let go unless copied twice within
     /// `TRUST_IDLE_NS`.
     pub fn on_spec(&mut self, ptr: usize) {
+        // Only copies look at the list: a program that allocates without copying must not
+        // grow it, so entries whose block is gone or watched no more are dropped here too.
+        let blocks = &self.blocks;
+        self.trusting
+            .retain(|at| blocks.get(at).is_some_and(|b| b.trusted_ns.is_some()));
         if let Some(block) = self.blocks.get_mut(&ptr) {
             block.trusted_ns = Some(self.started.elapsed().as_nanos() as u64);
             block.on_spec = true;
@@ -470,6 +475,7 @@ impl Learner {
                 || !matches!(block.pin, Pin::Pinned | Pin::Registering)
             {
                 block.trusted_ns = None;
+                block.on_spec = false;
                 continue;
             }
             if block.pin == Pin::Registering || now.saturating_sub(since) < TRUST_IDLE_NS {
@@ -478,7 +484,7 @@ impl Learner {
             }
             block.trusted_ns = None;
             // Let go as a registration a copy would cross is, with no copy to widen it by.
-            let on_spec = block.on_spec;
+            let on_spec = std::mem::take(&mut block.on_spec);
             if let Some(let_go) = self.let_crossed_go(base, base, 0, false) {
                 if on_spec {
                     self.spares_let_go += 1;
@@ -773,5 +779,25 @@ impl Learner {
         }
         hotpin_history::dump::write(&history, path, Format::from_path(path), false)
             .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks served on spec by a program that allocates and frees without copying (only
+    /// copies look at the watch list): the list holds the blocks still watched, not one entry
+    /// for every block ever served.
+    #[test]
+    fn blocks_served_on_spec_without_copies_do_not_pile_up_in_the_watch_list() {
+        let mut learner = Learner::new(CostModel::default(), None);
+        let site = SiteKey::new("app", 0x10);
+        for _ in 0..1000 {
+            learner.track(0x1000_0000, 1 << 20, &site, false, true, Vec::new());
+            learner.on_spec(0x1000_0000);
+            learner.untrack(0x1000_0000);
+        }
+        assert!(learner.trusting.len() <= 1, "{}", learner.trusting.len());
     }
 }

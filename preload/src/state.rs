@@ -86,8 +86,9 @@ pub(crate) struct State {
     /// Blocks the program freed, kept registered (and in `registered`) for reuse.
     pub(crate) cache: Shelf,
     /// Auto mode: pageable blocks the program freed of a group that was to be pinned but
-    /// found no room (the budget, or the node's lease): kept, their pages faulted in, for the
-    /// next block of that size.
+    /// found no room (the budget, or the node's lease), and one at a time of a size the
+    /// history pins: kept, their pages faulted in, for the next block of that size to be
+    /// pinned (left pageable where it finds no room, else registered on it).
     pub(crate) warm: Shelf,
     /// What both shelves may hold together (`HOTPIN_CACHE`, default 1 GiB).
     pub(crate) cache_limit: usize,
@@ -553,8 +554,9 @@ impl State {
         kept
     }
 
-    /// Keeps a freed pageable block, warm, for the next allocation of its group that finds
-    /// no room to be pinned, if there is room on the shelves; whether it was kept.
+    /// Keeps a freed pageable block, warm, for the next allocation of its size to be pinned
+    /// (`allocations::releasing` says which), if there is room on the shelves; whether it was
+    /// kept.
     pub(crate) fn try_warm(&mut self, ptr: usize, size: usize) -> bool {
         let kept = self.room_on_shelf(size);
         if kept {
@@ -625,11 +627,11 @@ impl Fate {
 }
 
 impl State {
-    /// A block to be pinned, served from the cache of freed pinned blocks: counted, recorded
-    /// and tracked.
+    /// A block to be pinned, served from the cache of freed pinned blocks (`size`: the cached
+    /// block's): counted, recorded and tracked.
     pub(crate) fn served_from_cache(&mut self, birth: Birth, ptr: usize, size: usize) {
         self.counters.cache_hits += 1;
-        self.track_cached(birth, ptr, size);
+        self.track_cached(birth, ptr, size, "pinned-from-cache");
     }
 
     /// A block not judged worth pinning, served a freed pinned block from the cache
@@ -637,20 +639,20 @@ impl State {
     /// unless copied twice within `TRUST_IDLE_NS`).
     pub(crate) fn served_spare(&mut self, birth: Birth, ptr: usize, size: usize) {
         self.counters.spare_hits += 1;
-        self.track_cached(birth, ptr, size);
+        self.track_cached(birth, ptr, size, "spare-from-cache");
         if let Some(learner) = self.learner.as_mut() {
             learner.on_spec(ptr);
         }
     }
 
-    /// A block served from the cache: recorded, and tracked as pinned.
-    fn track_cached(&mut self, birth: Birth, ptr: usize, size: usize) {
+    /// A block served from the cache: recorded as `action`, and tracked as pinned.
+    fn track_cached(&mut self, birth: Birth, ptr: usize, size: usize, action: &'static str) {
         self.record(
             birth.call,
             &birth.site,
             birth.ordinal,
             size as u64,
-            "pinned-from-cache",
+            action,
             birth.why,
         );
         if let Some(learner) = self.learner.as_mut() {
