@@ -116,9 +116,11 @@ pub fn allocate(
 /// A new block of `size` bytes (aligned to `align`) served a freed pinned block from the
 /// cache, if one fits (`hotpin_policy::reuse`): where it is to be pinned (`pin`), or, not
 /// (yet) worth pinning, where no hot group that makes blocks again and no size the history
-/// pins wants that block (serving it costs no registration, its pages are in, where left in
-/// the cache it holds pinned memory for nothing; auto mode lets it go unless copied twice
-/// within a second). Else the birth is handed back.
+/// pins wants that block, and the budget has room for another such block (serving it costs
+/// no registration, its pages are in, where left in the cache it holds pinned memory for
+/// nothing; auto mode lets it go unless copied twice within a second; under a budget that is
+/// nearly full it stays in the cache, which a block to be pinned empties for room). Else the
+/// birth is handed back.
 fn from_cache(
     state: &mut State,
     pin: bool,
@@ -142,6 +144,7 @@ fn from_cache(
     match state.cache.fitting(size, align) {
         Some((ptr, block))
             if state.learner.as_ref().is_some_and(|l| !l.claims(block))
+                && state.within_budget(block)
                 && !state
                     .hot
                     .as_ref()

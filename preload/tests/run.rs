@@ -823,6 +823,18 @@ fn fresh_blocks_made_as_layers_are_freed_reuse_their_pinned_or_warm_blocks() {
     assert!(peak(&again) <= peak(&first), "{again}\n{first}");
 }
 
+/// The same round trips under a budget of exactly the layers: blocks served from the cache on
+/// spec count in it, and the pinned bytes never pass it (a guard for the budget as a ceiling,
+/// with every layer's data checked).
+#[test]
+fn round_trips_under_a_budget_of_the_layers_stay_within_it() {
+    let c = online_with_budget("moveto-budget", "512M", &["moveto", "64", "8", "3"]);
+    assert!(
+        c["peak_pinned_bytes"].as_u64().expect("peak") <= 512 * MIB,
+        "{c}"
+    );
+}
+
 /// A temporary of a hot result's size, never copied, made after a result is freed and alive
 /// until the next result is made: it does not take the freed result's pinned block from the
 /// cache (the result group makes blocks again and wants it), so the run holds the hot buffer
