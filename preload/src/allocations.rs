@@ -114,7 +114,8 @@ pub fn allocate(
 }
 
 /// A new block of `size` bytes (aligned to `align`) served a freed pinned block from the
-/// cache, if one fits (`hotpin_policy::reuse`): where it is to be pinned (`pin`), or, not
+/// cache, if one fits (`hotpin_policy::reuse`): where it is to be pinned (`pin`, or would be
+/// but for its size), or, not
 /// (yet) worth pinning, where no hot group that makes blocks again and no size the history
 /// pins wants that block, and the budget has room for another such block (serving it costs
 /// no registration, its pages are in, where left in the cache it holds pinned memory for
@@ -129,8 +130,10 @@ fn from_cache(
     birth: Birth,
 ) -> Result<usize, Birth> {
     // Tracked at the cached block's size (at most a tenth more than asked): what is
-    // registered, and what its budget bytes are.
-    if pin {
+    // registered, and what its budget bytes are. A block too large to be registered at birth
+    // (`Why::Large`) takes a registered one as any block to be pinned does: no registration
+    // to wait for.
+    if pin || birth.why == Why::Large {
         return match state.cache.fitting(size, align) {
             Some((ptr, block)) => {
                 state.cache.take_at(ptr);
