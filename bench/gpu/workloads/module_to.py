@@ -3,7 +3,8 @@ the GPU's memory one layer at a time (low-VRAM modes do this): 16 linear layers 
 fp32 (1 GiB) kept on the CPU; each forward moves each layer to the GPU, runs it, and moves it
 back (`module.to`, which gives the weights fresh CPU memory each time). FORWARDS (default 4)
 forwards of a batch of 256; the output and the weights are checked bit for bit against the
-program as written.
+program as written. LAYERS and WIDTH change the shape (WIDTH=8192 LAYERS=4: 256 MiB layers,
+over the 64 MiB hotpin registers at birth; the reference run must use the same).
 
 BY_HAND=1: what an expert writes instead, each layer's CPU copy kept in pinned memory made once
 (outside the timed part), the round trip as `p.data = pinned.to("cuda", non_blocking=True)`
@@ -15,7 +16,9 @@ import common
 import torch
 
 forwards = int(os.environ.get("FORWARDS", "4"))
-LAYERS, WIDTH, BATCH = 16, 4096, 256
+LAYERS = int(os.environ.get("LAYERS", "16"))
+WIDTH = int(os.environ.get("WIDTH", "4096"))
+BATCH = 256
 common.start()
 layers = [torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS)]
 x0 = torch.randn(BATCH, WIDTH, device="cuda")
