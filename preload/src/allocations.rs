@@ -115,13 +115,14 @@ pub fn allocate(
 
 /// A new block of `size` bytes (aligned to `align`) served a freed pinned block from the
 /// cache, if one fits (`hotpin_policy::reuse`): where it is to be pinned (`pin`, or would be
-/// but for its size), or, not
-/// (yet) worth pinning, where no hot group that makes blocks again and no size the history
-/// pins wants that block, and the budget has room for another such block (serving it costs
-/// no registration, its pages are in, where left in the cache it holds pinned memory for
-/// nothing; auto mode lets it go unless copied twice within a second; under a budget that is
-/// nearly full it stays in the cache, which a block to be pinned empties for room). Else the
-/// birth is handed back.
+/// but for its size: `Why::Large`, and taking a registered block waits on no registration),
+/// or, not (yet) worth pinning, where no hot group that makes blocks again and no size the
+/// history pins wants that block, and the budget has room for another such block (serving
+/// it costs no registration, its pages are in, where left in the cache it holds pinned
+/// memory for nothing; auto mode lets it go unless copied twice within a second; under a
+/// budget that is nearly full it stays in the cache, which a block to be pinned empties for
+/// room). Tracked at the cached block's size (at most a tenth more than asked): what is
+/// registered, and what its budget bytes are. Else the birth is handed back.
 fn from_cache(
     state: &mut State,
     pin: bool,
@@ -129,36 +130,24 @@ fn from_cache(
     align: usize,
     birth: Birth,
 ) -> Result<usize, Birth> {
-    // Tracked at the cached block's size (at most a tenth more than asked): what is
-    // registered, and what its budget bytes are. A block too large to be registered at birth
-    // (`Why::Large`) takes a registered one as any block to be pinned does: no registration
-    // to wait for.
-    if pin || birth.why == Why::Large {
-        return match state.cache.fitting(size, align) {
-            Some((ptr, block)) => {
-                state.cache.take_at(ptr);
-                state.served_from_cache(birth, ptr, block);
-                Ok(ptr)
-            }
-            None => Err(birth),
-        };
+    let Some((ptr, block)) = state.cache.fitting(size, align) else {
+        return Err(birth);
+    };
+    let to_pin = pin || birth.why == Why::Large;
+    let spare = !to_pin
+        && state.learner.as_ref().is_some_and(|l| !l.claims(block))
+        && state.within_budget(block)
+        && !state.history_pins_size(block);
+    if !to_pin && !spare {
+        return Err(birth);
     }
-    let page = hotpin::pool::page_size();
-    match state.cache.fitting(size, align) {
-        Some((ptr, block))
-            if state.learner.as_ref().is_some_and(|l| !l.claims(block))
-                && state.within_budget(block)
-                && !state
-                    .hot
-                    .as_ref()
-                    .is_some_and(|hot| hot.pins_size_served_by(block as u64, page)) =>
-        {
-            state.cache.take_at(ptr);
-            state.served_spare(birth, ptr, block);
-            Ok(ptr)
-        }
-        _ => Err(birth),
+    state.cache.take_at(ptr);
+    if to_pin {
+        state.served_from_cache(birth, ptr, block);
+    } else {
+        state.served_spare(birth, ptr, block);
     }
+    Ok(ptr)
 }
 
 /// Registers the block `allocate` judged worth pinning at birth (its bytes held in the
@@ -258,11 +247,8 @@ pub fn releasing(ptr: *mut c_void, keep: bool) -> Release {
             // for the next block of that size, to be registered with its pages in, where the
             // shelf holds no other (freed memory the program gave back is held for one next
             // block, not piled up).
-            let wanted = block.no_room
-                || (state.warm.bytes() == 0
-                    && state.hot.as_ref().is_some_and(|hot| {
-                        hot.pins_size_served_by(block.size as u64, hotpin::pool::page_size())
-                    }));
+            let wanted =
+                block.no_room || (state.warm.bytes() == 0 && state.history_pins_size(block.size));
             if keep
                 && wanted
                 && block.pin == Pin::Pageable

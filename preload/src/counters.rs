@@ -20,9 +20,9 @@ pub struct Decision {
     pub site: String,
     pub ordinal: u32,
     pub size: u64,
-    /// `promoted`, `pinned-from-cache`, `spare-from-cache`, `pageable`, `pageable-pressure` (to be pinned, but
-    /// memory was critically short), `kept-pinned`, `demoted`, `register-failed`,
-    /// `skipped-register`.
+    /// `promoted`, `pinned-from-cache`, `spare-from-cache`, `pageable`, `pageable-pressure`
+    /// (to be pinned, but memory was critically short), `kept-pinned`, `demoted`,
+    /// `register-failed`, `skipped-register`, `framework-staging`.
     pub action: &'static str,
     /// How the history judged it (`known`, `recycled`, `site-hot`, `unknown`, or the mode).
     pub why: &'static str,

@@ -453,8 +453,9 @@ impl Learner {
         let blocks = &self.blocks;
         self.trusting
             .retain(|at| blocks.get(at).is_some_and(|b| b.trusted_ns.is_some()));
+        let now = self.now_ns();
         if let Some(block) = self.blocks.get_mut(&ptr) {
-            block.trusted_ns = Some(self.started.elapsed().as_nanos() as u64);
+            block.trusted_ns = Some(now);
             block.on_spec = true;
             self.trusting.push(ptr);
         }

@@ -537,6 +537,14 @@ impl State {
         }
     }
 
+    /// Whether a freed block of `block` bytes would serve an allocation the history pins
+    /// (`HotSet::pins_size_served_by`).
+    pub(crate) fn history_pins_size(&self, block: usize) -> bool {
+        self.hot
+            .as_ref()
+            .is_some_and(|hot| hot.pins_size_served_by(block as u64, hotpin::pool::page_size()))
+    }
+
     /// Whether a freed block of `size` bytes may be kept on a shelf: both shelves stay within
     /// their limit and memory is not short.
     pub(crate) fn room_on_shelf(&mut self, size: usize) -> bool {
