@@ -2,13 +2,13 @@
 //! ordinal, size) and the verdict the history gives it ([`HotSet`]).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     path::Path,
 };
 
 use hotpin_history::{
     dump::{self, DumpError},
-    history::{AllocKind, CallSiteId, MemHistory},
+    history::{AllocId, AllocKind, Allocation, CallSiteId, MemHistory},
 };
 
 use crate::{Mode, hot::HotPolicy, online::LARGEST_AT_BIRTH};
@@ -40,6 +40,10 @@ pub enum Verdict {
     Pin,
     /// Hot, but the budget went to allocations with more transfers.
     OverBudget,
+    /// Cold itself, but it hands its pinned block on: freed while the program went on, and
+    /// the next block its size serves was hot (`RunJudgement::handing_on`). Pinned at its
+    /// first copy, its registration then serves that block through the cache.
+    HandOn,
     Cold,
 }
 
@@ -109,6 +113,9 @@ pub enum Why {
     OverBudget,
     /// Unknown to the history, at a call site that was hot.
     SiteHot,
+    /// The history found it cold but handing its pinned block on ([`Verdict::HandOn`]): left
+    /// pageable at birth, pinned before its first copy where that copy repays it.
+    HandsOn,
     /// Auto mode: its group's freed blocks together repaid a pin.
     GroupHot,
     /// Auto mode: not known; its copies will tell.
@@ -137,12 +144,19 @@ impl Why {
         matches!(self, Why::Known | Why::Recycled)
     }
 
+    /// Whether a block left pageable for this reason is pinned before its first copy (where
+    /// that copy alone repays it) whatever its group's trust: [`Why::HandsOn`].
+    pub fn pinned_at_first_copy(self) -> bool {
+        self == Why::HandsOn
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Why::Known => "known",
             Why::Recycled => "recycled",
             Why::OverBudget => "over-budget",
             Why::SiteHot => "site-hot",
+            Why::HandsOn => "hands-on",
             Why::GroupHot => "group-hot",
             Why::Learning => "learning",
             Why::Large => "large",
@@ -158,7 +172,7 @@ impl Why {
     pub fn matched(self) -> bool {
         matches!(
             self,
-            Why::Known | Why::Recycled | Why::OverBudget | Why::SiteHot
+            Why::Known | Why::Recycled | Why::OverBudget | Why::SiteHot | Why::HandsOn
         )
     }
 }
@@ -189,8 +203,9 @@ pub fn decide(
         Some(Judged::Known(Verdict::OverBudget) | Judged::Recycled(Verdict::OverBudget)) => {
             Some((false, Why::OverBudget))
         }
+        Some(Judged::Known(Verdict::HandOn)) => Some((false, Why::HandsOn)),
         Some(Judged::Known(Verdict::Cold)) => Some((false, Why::Known)),
-        Some(Judged::Recycled(Verdict::Cold)) => Some((false, Why::Recycled)),
+        Some(Judged::Recycled(Verdict::Cold | Verdict::HandOn)) => Some((false, Why::Recycled)),
         Some(Judged::Unknown) | None => None,
     };
     let (pin, why) = match mode {
@@ -234,6 +249,8 @@ struct RunJudgement {
     lines: HashMap<Unit, Line>,
     /// Per call site and Python line: (hot allocations, all allocations).
     sites: HashMap<(SiteKey, Line), (u32, u32)>,
+    /// Cold allocations that hand their pinned block on ([`handing_on`]).
+    handing_on: HashSet<Unit>,
 }
 
 impl RunJudgement {
@@ -249,11 +266,21 @@ impl RunJudgement {
                 .map(|(file, line)| (file.to_string(), line))
         };
         let mut grouped = HashSet::new();
-        for group in &policy.recycled_groups(history) {
+        let groups = policy.recycled_groups(history);
+        for group in &groups {
+            grouped.insert((group.pid, group.call_site, group.python, group.size));
+        }
+        let hot = |a: &Allocation| {
+            policy.is_hot(a)
+                || a.call_site.is_some_and(|site| {
+                    grouped.contains(&(a.pid, site, history.python_line(a.id), a.size))
+                })
+        };
+        let handing_on = handing_on(history, &hot);
+        for group in &groups {
             let Some(key) = site_key(group.call_site) else {
                 continue;
             };
-            grouped.insert((group.pid, group.call_site, group.python, group.size));
             let line = line(group.python);
             let counts = run.sites.entry((key.clone(), line.clone())).or_default();
             counts.0 += group.allocations as u32;
@@ -288,6 +315,9 @@ impl RunJudgement {
             let merit = policy.merit(&allocation.stats, allocation.size, 1);
             let unit = Unit::One(key, allocation.ordinal, allocation.size);
             run.lines.insert(unit.clone(), line);
+            if handing_on.contains(&allocation.id) {
+                run.handing_on.insert(unit.clone());
+            }
             // A key seen twice (a forked child's allocations): hot if either is.
             let entry = run
                 .units
@@ -299,6 +329,51 @@ impl RunJudgement {
         }
         run
     }
+}
+
+/// The allocations of `history` that were not `hot` themselves but handed a pinned block on:
+/// copied, then freed while the process went on, and the next allocation of a size their
+/// block serves (`crate::reuse::serves`), made after the free in the same process, was hot.
+/// Pinned at its first copy, such a block's registration serves that successor through the
+/// cache: its copies are fast and the successor is not registered anew, at no more pinned
+/// bytes than the successor holds (`module.to("cuda")` frees each layer's first weights, and
+/// `.to("cpu")` makes the block the history pins next). One kept alive to the end hands
+/// nothing on and stays cold.
+fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSet<AllocId> {
+    const PAGE: usize = 4096;
+    // Per process and size, the births in time order and whether each was hot.
+    let mut births: BTreeMap<(u32, u64), Vec<(u64, bool)>> = BTreeMap::new();
+    let host = |a: &&Allocation| a.kind.is_host() && a.kind != AllocKind::Untracked;
+    for a in history.allocations().iter().filter(host) {
+        births
+            .entry((a.pid, a.size))
+            .or_default()
+            .push((a.alloc_ns, hot(a)));
+    }
+    for list in births.values_mut() {
+        list.sort_unstable_by_key(|&(at, _)| at);
+    }
+    let mut handing = HashSet::new();
+    for a in history.allocations().iter().filter(host) {
+        let Some(freed) = a.free_ns else { continue };
+        if a.stats.transfers == 0 || a.call_site.is_none() || hot(a) {
+            continue;
+        }
+        // The sizes its block serves lie between a tenth (or a page) under it and its size.
+        let low = (a.size - a.size / 10).min(a.size.saturating_sub(PAGE as u64));
+        let next = births
+            .range((a.pid, low)..=(a.pid, a.size))
+            .filter(|((_, size), _)| crate::reuse::serves(a.size as usize, *size as usize, PAGE))
+            .filter_map(|(_, list)| {
+                let at = list.partition_point(|&(born, _)| born < freed);
+                list.get(at).copied()
+            })
+            .min_by_key(|&(born, _)| born);
+        if next.is_some_and(|(_, hot)| hot) {
+            handing.insert(a.id);
+        }
+    }
+    handing
 }
 
 impl HotSet {
@@ -339,9 +414,14 @@ impl HotSet {
         let mut merged: HashMap<Unit, (u32, u32, f64, u64)> = HashMap::new();
         // An allocation's Python line, as the latest run that made it recorded it.
         let mut lines: HashMap<Unit, Line> = HashMap::new();
+        // Per allocation, the runs in which it handed its pinned block on.
+        let mut handing: HashMap<Unit, u32> = HashMap::new();
         for history in runs {
             let run = RunJudgement::of(history, policy);
             lines.extend(run.lines);
+            for unit in run.handing_on {
+                *handing.entry(unit).or_default() += 1;
+            }
             for (key, (hot, all)) in run.sites {
                 let counts = set.sites.entry(key).or_default();
                 counts.0 += hot;
@@ -363,8 +443,15 @@ impl HotSet {
             match &unit {
                 Unit::One(key, ordinal, size) => {
                     let line = lines.get(&unit).cloned().flatten();
+                    // Hands on where most runs that made it saw it do so (and not hot: a
+                    // hot one is judged below).
+                    let verdict = if 2 * handing.get(&unit).copied().unwrap_or(0) > made {
+                        Verdict::HandOn
+                    } else {
+                        Verdict::Cold
+                    };
                     set.allocations
-                        .insert((key.clone(), *ordinal, *size), (line, Verdict::Cold));
+                        .insert((key.clone(), *ordinal, *size), (line, verdict));
                 }
                 Unit::Group(key, line, size) => {
                     set.groups
@@ -596,6 +683,61 @@ mod tests {
         assert!(!set.pins_size_served_by(0, page));
         let cold = HotSet::from_history(&history(), HotPolicy::transfers(1000), None);
         assert!(!cold.pins_size_served_by(4 * MIB, page), "nothing pinned");
+    }
+
+    /// A block copied once and freed, after which the program makes a hot block its size
+    /// serves, hands its pinned block on (`module.to("cuda")` then `.to("cpu")`); one kept to
+    /// the end, or followed by a cold block, stays cold. Decided pageable at birth either way,
+    /// the first is to be pinned at its first copy.
+    #[test]
+    fn a_cold_block_freed_before_a_hot_one_it_serves_hands_its_pin_on() {
+        let mut h = MemHistory::new();
+        let site = |h: &mut MemHistory, offset| {
+            h.intern_call_site(CallSite {
+                module: "/app".into(),
+                offset,
+                symbol: None,
+            })
+        };
+        let (layers, fresh) = (site(&mut h, 0x300), site(&mut h, 0x400));
+        let size = 64 * MIB;
+        let copy = |h: &mut MemHistory, at: u64, ts: u64| {
+            h.transfer(1, 0xd000_0000, at, size, CopyDirection::HostToDevice, ts);
+        };
+        // Three first weights, each copied once: A freed before a hot block is made, C kept,
+        // D freed before a cold one.
+        let (a, c, d) = (0x1_0000_0000, 0x2_0000_0000, 0x3_0000_0000);
+        for (i, at) in [a, c, d].into_iter().enumerate() {
+            h.alloc(1, at, size, AllocKind::Pageable, Some(layers), i as u64);
+            copy(&mut h, at, 10 + i as u64);
+        }
+        h.free(1, a, 20);
+        let b = 0x4_0000_0000;
+        h.alloc(1, b, size, AllocKind::Pageable, Some(fresh), 25);
+        for t in 0..5 {
+            copy(&mut h, b, 26 + t);
+        }
+        h.free(1, d, 35);
+        h.alloc(1, 0x5_0000_0000, size, AllocKind::Pageable, Some(fresh), 40);
+        copy(&mut h, 0x5_0000_0000, 41);
+        let set = HotSet::from_history(&h, HotPolicy::transfers(4), None);
+        let key = SiteKey::new("app", 0x300);
+        assert_eq!(
+            set.judge(&key, None, 0, size),
+            Judged::Known(Verdict::HandOn)
+        );
+        assert_eq!(set.judge(&key, None, 1, size), Judged::Known(Verdict::Cold));
+        assert_eq!(set.judge(&key, None, 2, size), Judged::Known(Verdict::Cold));
+        let fresh = SiteKey::new("app", 0x400);
+        assert_eq!(
+            set.judge(&fresh, None, 0, size),
+            Judged::Known(Verdict::Pin)
+        );
+        let judged = Some(Judged::Known(Verdict::HandOn));
+        let decision = decide(Mode::Auto, judged, false, Request::Pageable, size);
+        assert_eq!((decision.pin, decision.why), (false, Why::HandsOn));
+        assert!(Why::HandsOn.pinned_at_first_copy() && !Why::HandsOn.cold_by_history());
+        assert_eq!(set.pinned_count(), 1, "handing on takes none of the budget");
     }
 
     #[test]

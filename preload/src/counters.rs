@@ -24,7 +24,7 @@ pub struct Decision {
     /// (to be pinned, but memory was critically short), `kept-pinned`, `demoted`,
     /// `register-failed`, `skipped-register`, `framework-staging`.
     pub action: &'static str,
-    /// How the history judged it (`known`, `recycled`, `site-hot`, `unknown`, or the mode).
+    /// How the history judged it (`known`, `recycled`, `site-hot`, `hands-on`, `unknown`, or the mode).
     pub why: &'static str,
 }
 
@@ -108,6 +108,9 @@ pub struct Counters {
     /// again.
     pub trusted_pins: u64,
     pub trusted_let_go: u64,
+    /// Auto mode from a history: blocks the history found cold but handing their pinned block
+    /// on to the next hot block (`Verdict::HandOn`), pinned before their first copy.
+    pub hands_on_pins: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,
     /// The longest single registration call of ours, and unregistration call, on any

@@ -100,6 +100,9 @@ pub struct Block {
     trusted_ns: Option<u64>,
     /// The history found it cold: never pinned on its group's trust.
     cold_by_history: bool,
+    /// The history found it handing its pinned block on (`Why::HandsOn`): pinned before its
+    /// first copy whatever its group's trust.
+    hands_on: bool,
     /// Served a pinned block from the cache though not judged worth pinning
     /// ([`Learner::on_spec`]).
     on_spec: bool,
@@ -235,6 +238,9 @@ pub struct Learner {
     trusting: Vec<usize>,
     /// Of those, how many were pinned, and let go idle (the report's counters).
     pub trusted_pins: u64,
+    /// Blocks pinned before their first copy because the history found them handing their
+    /// pin on.
+    pub hands_on_pins: u64,
     pub trusted_let_go: u64,
     /// Blocks served from the cache on spec let go idle.
     pub spares_let_go: u64,
@@ -252,6 +258,7 @@ impl Learner {
             refusals: 0,
             trusting: Vec::new(),
             trusted_pins: 0,
+            hands_on_pins: 0,
             trusted_let_go: 0,
             spares_let_go: 0,
         }
@@ -305,6 +312,7 @@ impl Learner {
                 one_call: false,
                 trusted_ns: None,
                 cold_by_history: false,
+                hands_on: false,
                 on_spec: false,
                 exposed: false,
             },
@@ -337,6 +345,14 @@ impl Learner {
     pub fn cold_by_history(&mut self, ptr: usize) {
         if let Some(block) = self.blocks.get_mut(&ptr) {
             block.cold_by_history = true;
+        }
+    }
+
+    /// The block at `ptr` is one the history found handing its pinned block on
+    /// (`Why::pinned_at_first_copy`).
+    pub fn hands_on(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.hands_on = true;
         }
     }
 
@@ -407,8 +423,9 @@ impl Learner {
 
     /// Before the copy of `[start, start + len)` (`reads`: to the device) is made: the block
     /// it copies whole for the first time is pinned first (decided into `out`, for the
-    /// caller to register before it lets the copy go), where its group is trusted and this
-    /// copy alone repays the pin (`hotpin_policy::online`, "Trusted groups").
+    /// caller to register before it lets the copy go), where its group is trusted (or the
+    /// history found it handing its pin on) and this copy alone repays the pin
+    /// (`hotpin_policy::online`, "Trusted groups").
     pub fn before_first_copy(
         &mut self,
         start: usize,
@@ -425,7 +442,7 @@ impl Learner {
             || block.pin != Pin::Pageable
             || block.heat.stats.transfers != 0
             || block.cold_by_history
-            || !self.groups.trusted(&block.group, block.size as u64)
+            || !(block.hands_on || self.groups.trusted(&block.group, block.size as u64))
             || !self
                 .online
                 .one_copy_repays(block.size as u64, reads, block.size)
@@ -440,7 +457,11 @@ impl Learner {
         {
             block.trusted_ns = Some(now);
             self.trusting.push(base);
-            self.trusted_pins += 1;
+            if block.hands_on {
+                self.hands_on_pins += 1;
+            } else {
+                self.trusted_pins += 1;
+            }
         }
     }
 

@@ -234,6 +234,7 @@ pub fn write_what_was_learned() -> Option<bool> {
             budget_refusals: learner.map_or(0, |l| l.refusals),
             trusted_pins: learner.map_or(0, |l| l.trusted_pins),
             trusted_let_go: learner.map_or(0, |l| l.trusted_let_go),
+            hands_on_pins: learner.map_or(0, |l| l.hands_on_pins),
             spares_let_go: learner.map_or(0, |l| l.spares_let_go),
             ..state.counters.clone()
         };
@@ -709,6 +710,8 @@ impl State {
                 learner.no_room(ptr);
             } else if !fate.pressured && why.cold_by_history() {
                 learner.cold_by_history(ptr);
+            } else if !fate.pressured && why.pinned_at_first_copy() {
+                learner.hands_on(ptr);
             }
         }
         None
