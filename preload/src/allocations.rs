@@ -169,9 +169,8 @@ fn register_at_birth(ptr: *mut c_void, size: usize, birth: Birth) -> *mut c_void
     if !pays || !leased {
         if let Some(state) = lock().as_mut() {
             state.counters.node_refusals += u64::from(!leased);
-            state.pinned.release(size as u64);
+            state.budget().release(size as u64);
             if let Some(learner) = state.learner.as_mut() {
-                learner.budget.release(size as u64);
                 learner.track(ptr as usize, size, &site, false, false, python);
                 if !leased {
                     learner.no_room(ptr as usize);
@@ -191,21 +190,16 @@ fn register_at_birth(ptr: *mut c_void, size: usize, birth: Birth) -> *mut c_void
     state.counters.longest_thread_wait_ns = state.counters.longest_thread_wait_ns.max(waited);
     if let Some(learner) = state.learner.as_mut() {
         learner.track(ptr as usize, size, &site, false, registered, python);
-        if !registered {
-            learner.budget.release(size as u64);
-        }
     }
     let action = if registered {
-        state.registered.insert(ptr as usize, size);
+        state.note_registered(ptr as usize, size);
         state.counters.promoted += 1;
         state.counters.promoted_bytes += size as u64;
-        state.counters.peak_promoted_bytes =
-            state.counters.peak_promoted_bytes.max(state.pinned.used);
         state.note_peak();
         ACTIVE.store(true, Ordering::Release);
         "promoted"
     } else {
-        state.pinned.release(size as u64);
+        state.budget().release(size as u64);
         state.counters.register_failures += 1;
         "register-failed"
     };

@@ -194,8 +194,8 @@ pub(crate) fn pin_block(block: BlockRef, program_thread: bool) {
     }
     if !block.asked_pinned {
         if let Some(state) = lock().as_mut() {
-            state.registered.insert(block.start, block.len);
-            state.pinned.take(block.len as u64);
+            // Its bytes are in the budget since the learner admitted it.
+            state.note_registered(block.start, block.len);
         }
         ACTIVE.store(true, Ordering::Release);
         EPOCH.fetch_add(1, Ordering::AcqRel);
@@ -283,8 +283,6 @@ fn note_registration(block: &BlockRef, ok: bool, timing: Timing) -> bool {
     if ok {
         state.counters.learned_pins += 1;
         state.counters.learned_pin_bytes += block.len as u64;
-        state.counters.peak_promoted_bytes =
-            state.counters.peak_promoted_bytes.max(state.pinned.used);
         state.note_peak();
         if block.part {
             PARTS.store(true, Ordering::Release);

@@ -69,14 +69,17 @@ pub(crate) struct Demoted {
 pub(crate) struct State {
     pub(crate) mode: Mode,
     pub(crate) hot: Option<HotSet>,
-    /// What hotpin holds registered (promotions, the cache, kept requests) and, outside auto
-    /// mode, the budget it is held to (auto mode's is the learner's, which also displaces).
-    pub(crate) pinned: Budget,
+    /// Outside auto mode, the pinned bytes held against the budget (auto mode's tally is its
+    /// learner's, whose admissions also displace): read through [`State::budget`].
+    own_budget: Budget,
     pub(crate) resolver: Resolver,
     pub(crate) ordinals: hotpin_policy::ordinals::Ordinals,
     /// Blocks we registered in place: address -> size. Ordered, so that a copy's host
-    /// memory is looked up by interval.
+    /// memory is looked up by interval. Changed through [`State::note_registered`] and
+    /// [`State::forget_registered`], which keep `registered_bytes`.
     pub(crate) registered: BTreeMap<usize, usize>,
+    /// Their bytes (hidden from the program: promotions, the cache): `peak_promoted_bytes`.
+    registered_bytes: u64,
     /// Pinned requests served from libc: address -> size, and whether it was pinned on
     /// demand since (a question or a capture that needs it pinned).
     pub(crate) demoted: BTreeMap<usize, Demoted>,
@@ -439,10 +442,11 @@ impl State {
         Ok(Some(Self {
             mode,
             hot,
-            pinned: Budget::new(if mode == Mode::Auto { None } else { budget }),
+            own_budget: Budget::new(if mode == Mode::Auto { None } else { budget }),
             resolver: Resolver::default(),
             ordinals: Default::default(),
             registered: BTreeMap::new(),
+            registered_bytes: 0,
             demoted: BTreeMap::new(),
             skipped: BTreeMap::new(),
             cache: Shelf::default(),
@@ -531,11 +535,23 @@ impl State {
         }
     }
 
-    pub(crate) fn within_budget(&self, size: usize) -> bool {
-        match &self.learner {
-            Some(learner) => learner.budget.has_room(size as u64),
-            None => self.pinned.has_room(size as u64),
+    /// The one tally of pinned bytes held against the budget (`hotpin_policy::online::Budget`):
+    /// auto mode's learner's, else this state's own.
+    pub(crate) fn budget(&mut self) -> &mut Budget {
+        match self.learner.as_mut() {
+            Some(learner) => &mut learner.budget,
+            None => &mut self.own_budget,
         }
+    }
+
+    fn budget_held(&self) -> &Budget {
+        self.learner
+            .as_ref()
+            .map_or(&self.own_budget, |learner| &learner.budget)
+    }
+
+    pub(crate) fn within_budget(&self, size: usize) -> bool {
+        self.budget_held().has_room(size as u64)
     }
 
     /// Whether a freed block of `block` bytes would serve an allocation the history pins
@@ -574,20 +590,33 @@ impl State {
         kept
     }
 
+    /// A block registered behind the program's back at `start`, `len` bytes: looked up as
+    /// such from now on.
+    pub(crate) fn note_registered(&mut self, start: usize, len: usize) {
+        if let Some(old) = self.registered.insert(start, len) {
+            self.registered_bytes -= old as u64;
+        }
+        self.registered_bytes += len as u64;
+    }
+
     /// Forgets a block registered behind the program's back (it is looked up as such no
-    /// more); its size, if it was one.
+    /// more); its size, if it was one. Outside auto mode its bytes leave the budget here; auto
+    /// mode's learner lets them go as it lets each block go (`Learner::untrack`, `give_back`,
+    /// `registered`, `put_off`) and as the cache is emptied.
     pub(crate) fn forget_registered(&mut self, start: usize) -> Option<usize> {
         let size = self.registered.remove(&start)?;
-        self.pinned.release(size as u64);
+        self.registered_bytes -= size as u64;
+        if self.learner.is_none() {
+            self.own_budget.release(size as u64);
+        }
         Some(size)
     }
 
-    /// Notes the pinned bytes now (hotpin's and the program's kept requests) in the peak.
+    /// Notes the pinned bytes now (hotpin's and the program's kept requests) in the peaks.
     pub(crate) fn note_peak(&mut self) {
-        let ours = match &self.learner {
-            Some(learner) => learner.budget.used.max(self.pinned.used),
-            None => self.pinned.used,
-        };
+        self.counters.peak_promoted_bytes =
+            self.counters.peak_promoted_bytes.max(self.registered_bytes);
+        let ours = self.budget_held().used.max(self.registered_bytes);
         self.counters.peak_pinned_bytes = self
             .counters
             .peak_pinned_bytes
@@ -683,9 +712,8 @@ impl State {
         let (call, ordinal, why) = (birth.call, birth.ordinal, birth.why);
         if fate.register {
             // The budget is held for this block while it is registered without the lock.
-            self.pinned.take(size as u64);
-            if let Some(learner) = self.learner.as_mut() {
-                learner.budget.take(size as u64);
+            self.budget().take(size as u64);
+            if let Some(learner) = self.learner.as_ref() {
                 birth.score = learner.birth_score(group, size);
             }
             return Some(birth);
