@@ -323,10 +323,8 @@ pub fn pinned_request(
         && staging_pool
         && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0
         && flags & cuda::HOST_ALLOC_PORTABLE != 0
-        && state
-            .learner
-            .as_ref()
-            .is_some_and(|learner| learner.budget.has_room(2 * size as u64))
+        && state.learner.is_some()
+        && state.within_budget(2 * size)
     {
         state.record(
             call,
