@@ -1,7 +1,7 @@
 //! What makes a recorded allocation (or a recycled group of them) worth pinning, judged
 //! from a history with hindsight: the cost model's weighing, or the first version's fixed bar.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use hotpin_history::history::{AllocKind, Allocation, CallSiteId, MemHistory, TransferStats};
 use serde::{Deserialize, Serialize};
@@ -191,6 +191,41 @@ pub struct RecycledGroup {
     pub peak_live: u64,
     /// Their copies together, by direction.
     pub stats: TransferStats,
+}
+
+/// The members of a history's hot recycled groups, keyed as the groups are (process, call
+/// site, Python line, size): what the history's verdicts ([`crate::set::HotSet`]) and the
+/// report both ask, so that the report advises the groups `hotpin run` pins.
+#[derive(Debug, Default)]
+pub struct Grouped(HashSet<(u32, CallSiteId, Option<CallSiteId>, u64)>);
+
+impl Grouped {
+    pub fn of(groups: &[RecycledGroup]) -> Self {
+        Self(
+            groups
+                .iter()
+                .map(|g| (g.pid, g.call_site, g.python, g.size))
+                .collect(),
+        )
+    }
+
+    /// Whether `allocation` of `history` is a member of one of the groups.
+    pub fn holds(&self, history: &MemHistory, allocation: &Allocation) -> bool {
+        allocation.call_site.is_some_and(|site| {
+            self.0.contains(&(
+                allocation.pid,
+                site,
+                history.python_line(allocation.id),
+                allocation.size,
+            ))
+        })
+    }
+
+    /// Whether folded allocations (whose Python lines are not kept) of this process, call
+    /// site and size are.
+    pub fn holds_folded(&self, pid: u32, site: CallSiteId, size: u64) -> bool {
+        self.0.contains(&(pid, site, None, size))
+    }
 }
 
 impl RecycledGroup {

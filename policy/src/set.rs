@@ -11,7 +11,11 @@ use hotpin_history::{
     history::{AllocId, AllocKind, Allocation, CallSiteId, MemHistory},
 };
 
-use crate::{Mode, hot::HotPolicy, online::LARGEST_AT_BIRTH};
+use crate::{
+    Mode,
+    hot::{Grouped, HotPolicy},
+    online::LARGEST_AT_BIRTH,
+};
 
 /// An allocation's identity across runs: its call site as the module's file name and the
 /// offset in it (stable under ASLR), then which allocation from that site it is, and its size.
@@ -265,17 +269,9 @@ impl RunJudgement {
             site.and_then(|site| history.python_file_line(site))
                 .map(|(file, line)| (file.to_string(), line))
         };
-        let mut grouped = HashSet::new();
         let groups = policy.recycled_groups(history);
-        for group in &groups {
-            grouped.insert((group.pid, group.call_site, group.python, group.size));
-        }
-        let hot = |a: &Allocation| {
-            policy.is_hot(a)
-                || a.call_site.is_some_and(|site| {
-                    grouped.contains(&(a.pid, site, history.python_line(a.id), a.size))
-                })
-        };
+        let grouped = Grouped::of(&groups);
+        let hot = |a: &Allocation| policy.is_hot(a) || grouped.holds(history, a);
         let handing_on = handing_on(history, &hot);
         for group in &groups {
             let Some(key) = site_key(group.call_site) else {
@@ -301,7 +297,7 @@ impl RunJudgement {
             let python = history.python_line(allocation.id);
             // An allocation of a hot group's site, line and size is judged with the group (a
             // long-lived process's folded members count whether or not each was hot).
-            if grouped.contains(&(allocation.pid, site, python, allocation.size)) {
+            if grouped.holds(history, allocation) {
                 continue;
             }
             let hot = policy.is_hot(allocation);

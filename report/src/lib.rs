@@ -10,10 +10,7 @@ mod partly;
 
 pub use partly::{LEAST_UNTOUCHED_BYTES, PartlyCopied};
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    fmt::Write as _,
-};
+use std::{collections::BTreeMap, fmt::Write as _};
 
 use hotpin_history::history::{AllocKind, Allocation, CallSiteId, MemHistory};
 pub use hotpin_history::units::{bytes, parse_bytes, seconds};
@@ -464,14 +461,10 @@ fn judge_host<'a>(
     // The hot allocations advised one by one, per place: they count the most of them alive
     // at once, not their sum (a fresh buffer every step needs one or two pinned at a time).
     let mut one_by_one: BTreeMap<SiteKey, Vec<&Allocation>> = BTreeMap::new();
-    let in_group: BTreeSet<(u32, CallSiteId, u64)> = groups
-        .iter()
-        .map(|g| (g.pid, g.call_site, g.size))
-        .collect();
+    // Keyed by Python line too, as `hotpin run` judges them (`Grouped`).
+    let in_group = hotpin_policy::hot::Grouped::of(groups);
     for a in host {
-        let grouped = a
-            .call_site
-            .is_some_and(|site| in_group.contains(&(a.pid, site, a.size)));
+        let grouped = in_group.holds(history, a);
         let hot = policy.is_hot(a) || grouped;
         let line = history.python_line(a.id);
         if hot && !grouped && a.kind != AllocKind::Untracked {
@@ -596,7 +589,7 @@ fn peak_live_bytes(blocks: &[&Allocation]) -> u64 {
 fn folded_host<'a>(
     history: &'a MemHistory,
     policy: &HotPolicy,
-    in_group: &BTreeSet<(u32, CallSiteId, u64)>,
+    in_group: &hotpin_policy::hot::Grouped,
     pinned_sites: &mut BTreeMap<SiteKey, (SiteAdvice, bool)>,
 ) -> Vec<&'a hotpin_history::history::SiteAggregate> {
     let folded_host: Vec<&hotpin_history::history::SiteAggregate> = history
@@ -607,7 +600,7 @@ fn folded_host<'a>(
     for g in folded_host.iter().filter(|g| g.kind.is_pinned()) {
         let grouped = g
             .call_site
-            .is_some_and(|site| in_group.contains(&(g.pid, site, g.size)));
+            .is_some_and(|site| in_group.holds_folded(g.pid, site, g.size));
         let (entry, any_hot) = pinned_sites
             .entry((g.call_site, None))
             .or_insert_with(|| (SiteAdvice::empty(), false));
@@ -1405,6 +1398,51 @@ mod tests {
             "{}",
             report.headline
         );
+    }
+
+    /// The report advises the recycled groups `hotpin run` pins (`policy::hot::Grouped`):
+    /// keyed by Python line too, so pinned buffers never copied, made at another line through
+    /// the same call site and of the same size as a hot group's, are pinned for nothing.
+    /// (Before: keyed by call site and size alone, they counted as the group's, hot.)
+    #[test]
+    fn pinned_buffers_of_a_hot_groups_size_made_at_another_line_are_wasted() {
+        const MIB: u64 = 1 << 20;
+        let mut h = MemHistory::new();
+        let site = torch_pinned_site(&mut h);
+        let (fresh, kept) = (over_pinned_line(&mut h, 60), over_pinned_line(&mut h, 70));
+        for step in 0..10u64 {
+            let host = 0x1000_0000 + step * 64 * MIB;
+            let id = h.alloc(1, host, 32 * MIB, AllocKind::Pinned, Some(site), step * 10);
+            h.record_callers(id, vec![fresh]);
+            for (t, direction) in [CopyDirection::DeviceToHost, CopyDirection::HostToDevice]
+                .into_iter()
+                .enumerate()
+            {
+                h.transfer(
+                    1,
+                    host,
+                    0xd000_0000,
+                    32 * MIB,
+                    direction,
+                    step * 10 + 1 + t as u64,
+                );
+            }
+            h.free(1, host, step * 10 + 5);
+        }
+        for i in 0..4u64 {
+            let id = h.alloc(
+                1,
+                0x9000_0000 + i * 64 * MIB,
+                32 * MIB,
+                AllocKind::Pinned,
+                Some(site),
+                200,
+            );
+            h.record_callers(id, vec![kept]);
+        }
+        let report = Report::new(&h, HotPolicy::transfers(4), 10);
+        assert_eq!(report.recycled.len(), 1, "{:?}", report.recycled);
+        assert_eq!(report.wasted_pinned_bytes, 4 * 32 * MIB);
     }
 
     /// PyTorch's pinned allocation call site, as over_pinned.py's report names it.
