@@ -24,7 +24,8 @@ pub struct Decision {
     /// (to be pinned, but memory was critically short), `kept-pinned`, `demoted`,
     /// `register-failed`, `skipped-register`, `framework-staging`.
     pub action: &'static str,
-    /// How the history judged it (`known`, `recycled`, `site-hot`, `hands-on`, `unknown`, or the mode).
+    /// How the history judged it (`known`, `recycled`, `site-hot`, `hands-on`, `unknown`, or
+    /// the mode).
     pub why: &'static str,
 }
 
