@@ -12,6 +12,15 @@ pub fn reuse_limit(size: usize, page: usize) -> usize {
     size.saturating_add(size / 10).max(within_page)
 }
 
+/// A size at or under the smallest request a freed block of `block` bytes serves: requests
+/// of at most a tenth (or a page) less, so that a caller looks only from here up to `block`,
+/// asking [`serves`] of each.
+pub fn smallest_served_at_least(block: usize, page: usize) -> usize {
+    (block - block / 10)
+        .saturating_sub(1)
+        .min(block.saturating_sub(page))
+}
+
 /// Whether a freed block of `block` bytes serves a request of `size` ([`reuse_limit`]).
 pub fn serves(block: usize, size: usize, page: usize) -> bool {
     block >= size && block <= reuse_limit(size, page)
@@ -31,5 +40,14 @@ mod tests {
         assert!(serves(4096, 100, page), "within a page");
         assert!(!serves(8192, 100, page));
         assert_eq!(reuse_limit(usize::MAX, page), usize::MAX, "no overflow");
+        for block in [0, 100, 4096, 5000, 1 << 20, (1 << 20) + 7, 64 << 20] {
+            let low = smallest_served_at_least(block, page);
+            for size in low.saturating_sub(page * 2)..low {
+                assert!(
+                    !serves(block, size, page),
+                    "{block} serves {size} under {low}"
+                );
+            }
+        }
     }
 }

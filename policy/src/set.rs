@@ -355,8 +355,7 @@ fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSe
         if a.stats.transfers == 0 || a.call_site.is_none() || hot(a) {
             continue;
         }
-        // The sizes its block serves lie between a tenth (or a page) under it and its size.
-        let low = (a.size - a.size / 10).min(a.size.saturating_sub(PAGE as u64));
+        let low = crate::reuse::smallest_served_at_least(a.size as usize, PAGE) as u64;
         let next = births
             .range((a.pid, low)..=(a.pid, a.size))
             .filter(|((_, size), _)| crate::reuse::serves(a.size as usize, *size as usize, PAGE))
@@ -434,6 +433,7 @@ impl HotSet {
             }
         }
         set.add_mapped(runs, policy);
+        // The hot units, each with its mean merit and bytes.
         let mut units: Vec<(f64, u64, Unit)> = Vec::new();
         for (unit, (made, hot, merits, bytes)) in merged {
             match &unit {
@@ -458,6 +458,13 @@ impl HotSet {
                 units.push((merits / f64::from(hot), bytes, unit));
             }
         }
+        set.admit(units, budget);
+        set
+    }
+
+    /// Gives each hot unit (merit, bytes, unit) its verdict: pinned while `budget` has room,
+    /// most merit first, else over budget; then notes the sizes pinned.
+    fn admit(&mut self, mut units: Vec<(f64, u64, Unit)>, budget: Option<u64>) {
         // Most merit first; ties in a stable order, so that a budget admits the same units
         // whatever the order the runs were read in.
         units.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
@@ -472,40 +479,36 @@ impl HotSet {
             };
             match unit {
                 Unit::One(key, ordinal, size) => {
-                    if let Some(entry) = set.allocations.get_mut(&(key, ordinal, size)) {
+                    if let Some(entry) = self.allocations.get_mut(&(key, ordinal, size)) {
                         entry.1 = verdict;
                     }
                 }
                 Unit::Group(key, line, size) => {
-                    set.groups.insert((key, line, size), verdict);
+                    self.groups.insert((key, line, size), verdict);
                 }
             };
         }
-        set.pinned_sizes = set
+        self.pinned_sizes = self
             .allocations
             .iter()
             .filter(|(_, (_, verdict))| *verdict == Verdict::Pin)
             .map(|((_, _, size), _)| *size)
             .chain(
-                set.groups
+                self.groups
                     .iter()
                     .filter(|(_, verdict)| **verdict == Verdict::Pin)
                     .map(|((_, _, size), _)| *size),
             )
             .collect();
-        set.pinned_sizes.sort_unstable();
-        set.pinned_sizes.dedup();
-        set
+        self.pinned_sizes.sort_unstable();
+        self.pinned_sizes.dedup();
     }
 
     /// Whether a freed block of `block` bytes would serve an allocation the history pins
     /// (`crate::reuse::serves`, pages of `page` bytes): worth keeping warm for it, so that
     /// registering it at birth finds its pages in.
     pub fn pins_size_served_by(&self, block: u64, page: usize) -> bool {
-        // Served sizes lie between a tenth (or a page) under `block` and `block`.
-        let low = (block - block / 10)
-            .saturating_sub(1)
-            .min(block.saturating_sub(page as u64));
+        let low = crate::reuse::smallest_served_at_least(block as usize, page) as u64;
         let from = self.pinned_sizes.partition_point(|&size| size < low);
         self.pinned_sizes[from..]
             .iter()
