@@ -1429,17 +1429,7 @@ mod tests {
             }
             h.free(1, host, step * 10 + 5);
         }
-        for i in 0..4u64 {
-            let id = h.alloc(
-                1,
-                0x9000_0000 + i * 64 * MIB,
-                32 * MIB,
-                AllocKind::Pinned,
-                Some(site),
-                200,
-            );
-            h.record_callers(id, vec![kept]);
-        }
+        pinned_never_copied(&mut h, site, kept, 0x9000_0000, 4);
         let report = Report::new(&h, HotPolicy::transfers(4), 10);
         assert_eq!(report.recycled.len(), 1, "{:?}", report.recycled);
         assert_eq!(report.wasted_pinned_bytes, 4 * 32 * MIB);
@@ -1452,6 +1442,29 @@ mod tests {
             offset: 0xcc0bd3,
             symbol: Some("allocate_host_memory_slowpath".into()),
         })
+    }
+
+    /// `count` pinned 32 MiB buffers made at `site` from Python line `line`, 64 MiB apart from
+    /// `base`, never copied.
+    fn pinned_never_copied(
+        h: &mut MemHistory,
+        site: CallSiteId,
+        line: CallSiteId,
+        base: u64,
+        count: u64,
+    ) {
+        const MIB: u64 = 1 << 20;
+        for i in 0..count {
+            let id = h.alloc(
+                1,
+                base + i * 64 * MIB,
+                32 * MIB,
+                AllocKind::Pinned,
+                Some(site),
+                0,
+            );
+            h.record_callers(id, vec![line]);
+        }
     }
 
     /// Line `n` of over_pinned.py, at module level.
@@ -1493,17 +1506,7 @@ mod tests {
                 t,
             );
         }
-        for i in 0..6u64 {
-            let id = h.alloc(
-                1,
-                0x8000_0000 + i * 64 * MIB,
-                32 * MIB,
-                AllocKind::Pinned,
-                Some(site),
-                0,
-            );
-            h.record_callers(id, vec![staging_line]);
-        }
+        pinned_never_copied(&mut h, site, staging_line, 0x8000_0000, 6);
         let report = Report::new(&h, HotPolicy::default(), 10);
         assert!(
             report.headline.starts_with(
