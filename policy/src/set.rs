@@ -2,7 +2,7 @@
 //! ordinal, size) and the verdict the history gives it ([`HotSet`]).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     path::Path,
 };
 
@@ -45,8 +45,8 @@ pub enum Verdict {
     /// Hot, but the budget went to allocations with more transfers.
     OverBudget,
     /// Cold itself, but it hands its pinned block on: freed while the program went on, and
-    /// the next block its size serves was hot (`RunJudgement::handing_on`). Pinned at its
-    /// first copy, its registration then serves that block through the cache.
+    /// the next block it serves was hot (`handing_on`). Auto mode pins it at its first copy,
+    /// and its registration then serves that block through the cache.
     HandOn,
     Cold,
 }
@@ -118,7 +118,8 @@ pub enum Why {
     /// Unknown to the history, at a call site that was hot.
     SiteHot,
     /// The history found it cold but handing its pinned block on ([`Verdict::HandOn`]): left
-    /// pageable at birth, pinned before its first copy where that copy repays it.
+    /// pageable at birth; auto mode pins it before its first copy where that copy repays it
+    /// (the other modes leave it pageable, as a cold one).
     HandsOn,
     /// Auto mode: its group's freed blocks together repaid a pin.
     GroupHot,
@@ -209,6 +210,7 @@ pub fn decide(
         }
         Some(Judged::Known(Verdict::HandOn)) => Some((false, Why::HandsOn)),
         Some(Judged::Known(Verdict::Cold)) => Some((false, Why::Known)),
+        // (A recycled group is never judged `HandOn`: only single allocations are.)
         Some(Judged::Recycled(Verdict::Cold | Verdict::HandOn)) => Some((false, Why::Recycled)),
         Some(Judged::Unknown) | None => None,
     };
@@ -327,45 +329,77 @@ impl RunJudgement {
     }
 }
 
-/// The allocations of `history` that were not `hot` themselves but handed a pinned block on:
-/// copied, then freed while the process went on, and the next allocation of a size their
-/// block serves (`crate::reuse::serves`), made after the free in the same process, was hot.
-/// Pinned at its first copy, such a block's registration serves that successor through the
-/// cache: its copies are fast and the successor is not registered anew, at no more pinned
+/// Blocks smaller than this are not looked at by [`handing_on`]: one copy never repays
+/// registering them (the run-time check, `Online::one_copy_repays`, says the same).
+const HAND_ON_FLOOR: u64 = 1 << 20;
+
+/// The allocations of `history` that were not `hot` themselves but hand a pinned block on:
+/// malloc'd blocks (`Pageable`: what the cache of freed pinned blocks serves) of at least
+/// [`HAND_ON_FLOOR`], copied, then freed while the process went on, whose freed block the
+/// next malloc'd block it serves (`crate::reuse::serves`) would have taken, that block being
+/// hot. Pinned at its first copy, such a block's registration serves that successor through
+/// the cache: its copies are fast and the successor is not registered anew, at no more pinned
 /// bytes than the successor holds (`module.to("cuda")` frees each layer's first weights, and
-/// `.to("cpu")` makes the block the history pins next). One kept alive to the end hands
-/// nothing on and stays cold.
+/// `.to("cpu")` makes the block the history pins next). One sweep per process in time order
+/// pairs them one to one: a birth takes the smallest freed block waiting that serves it (the
+/// latest freed of that size), as the cache would, and ends the wait of every other block
+/// it would have taken, which hands nothing on (several layers freed before one fresh block
+/// is made: one of them). A block kept alive to the end hands nothing on and stays cold.
 fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSet<AllocId> {
     const PAGE: usize = 4096;
-    // Per process and size, the births in time order and whether each was hot.
-    let mut births: BTreeMap<(u32, u64), Vec<(u64, bool)>> = BTreeMap::new();
-    let host = |a: &&Allocation| a.kind.is_host() && a.kind != AllocKind::Untracked;
-    for a in history.allocations().iter().filter(host) {
-        births
-            .entry((a.pid, a.size))
-            .or_default()
-            .push((a.alloc_ns, hot(a)));
+    /// A birth (its size, whether hot) or a candidate's free, at a time, per process.
+    enum Event {
+        Freed(AllocId, u64),
+        Born(u64, bool),
     }
-    for list in births.values_mut() {
-        list.sort_unstable_by_key(|&(at, _)| at);
-    }
-    let mut handing = HashSet::new();
-    for a in history.allocations().iter().filter(host) {
-        let Some(freed) = a.free_ns else { continue };
-        if a.stats.transfers == 0 || a.call_site.is_none() || hot(a) {
+    let mut events: BTreeMap<u32, Vec<(u64, u8, Event)>> = BTreeMap::new();
+    for a in history.allocations() {
+        if a.kind != AllocKind::Pageable {
             continue;
         }
-        let low = crate::reuse::smallest_served_at_least(a.size as usize, PAGE) as u64;
-        let next = births
-            .range((a.pid, low)..=(a.pid, a.size))
-            .filter(|((_, size), _)| crate::reuse::serves(a.size as usize, *size as usize, PAGE))
-            .filter_map(|(_, list)| {
-                let at = list.partition_point(|&(born, _)| born < freed);
-                list.get(at).copied()
-            })
-            .min_by_key(|&(born, _)| born);
-        if next.is_some_and(|(_, hot)| hot) {
-            handing.insert(a.id);
+        let is_hot = hot(a);
+        let list = events.entry(a.pid).or_default();
+        list.push((a.alloc_ns, 1, Event::Born(a.size, is_hot)));
+        if let Some(freed) = a.free_ns
+            && a.size >= HAND_ON_FLOOR
+            && a.stats.transfers > 0
+            && a.call_site.is_some()
+            && !is_hot
+        {
+            // A free sorts before a birth at the same instant (its block is free to take).
+            list.push((freed, 0, Event::Freed(a.id, a.size)));
+        }
+    }
+    let mut handing = HashSet::new();
+    for mut list in events.into_values() {
+        list.sort_by_key(|&(at, order, _)| (at, order));
+        // Freed blocks waiting for their next birth: (size, when freed, id).
+        let mut waiting: BTreeSet<(u64, u64, AllocId)> = BTreeSet::new();
+        for (at, _, event) in list {
+            match event {
+                Event::Freed(id, size) => {
+                    waiting.insert((size, at, id));
+                }
+                Event::Born(size, hot) => {
+                    let limit = crate::reuse::reuse_limit(size as usize, PAGE) as u64;
+                    let served: Vec<(u64, u64, AllocId)> = waiting
+                        .range((size, 0, 0)..=(limit, u64::MAX, AllocId::MAX))
+                        .copied()
+                        .collect();
+                    let Some(&(smallest, _, _)) = served.first() else {
+                        continue;
+                    };
+                    if hot
+                        && let Some(&(_, _, id)) =
+                            served.iter().rev().find(|(size, _, _)| *size == smallest)
+                    {
+                        handing.insert(id);
+                    }
+                    for entry in &served {
+                        waiting.remove(entry);
+                    }
+                }
+            }
         }
     }
     handing
@@ -737,6 +771,56 @@ mod tests {
         assert_eq!((decision.pin, decision.why), (false, Why::HandsOn));
         assert!(Why::HandsOn.pinned_at_first_copy() && !Why::HandsOn.cold_by_history());
         assert_eq!(set.pinned_count(), 1, "handing on takes none of the budget");
+    }
+
+    /// Several blocks freed before one hot block is made: only one of them can hand it its
+    /// registration (the others would sit in the cache), and a pinned request (served by
+    /// CUDA, not the cache) takes none.
+    #[test]
+    fn one_hot_block_takes_one_freed_block_and_a_pinned_request_none() {
+        let mut h = MemHistory::new();
+        let layers = h.intern_call_site(CallSite {
+            module: "/app".into(),
+            offset: 0x300,
+            symbol: None,
+        });
+        let size = 64 * MIB;
+        let copy = |h: &mut MemHistory, at: u64, ts: u64| {
+            h.transfer(1, 0xd000_0000, at, size, CopyDirection::HostToDevice, ts);
+        };
+        // Four layers copied once and freed, then one hot block; then one more freed and a
+        // hot pinned request.
+        for i in 0..5u64 {
+            let at = 0x1_0000_0000 * (i + 1);
+            h.alloc(1, at, size, AllocKind::Pageable, Some(layers), i);
+            copy(&mut h, at, 10 + i);
+        }
+        for i in 0..4u64 {
+            h.free(1, 0x1_0000_0000 * (i + 1), 20 + i);
+        }
+        let hot = 0x10_0000_0000;
+        h.alloc(1, hot, size, AllocKind::Pageable, Some(layers), 30);
+        let pinned = 0x20_0000_0000;
+        h.free(1, 0x5_0000_0000, 40);
+        h.alloc(1, pinned, size, AllocKind::Pinned, Some(layers), 41);
+        for t in 0..5 {
+            copy(&mut h, hot, 50 + t);
+            copy(&mut h, pinned, 60 + t);
+        }
+        let set = HotSet::from_history(&h, HotPolicy::transfers(4), None);
+        let key = SiteKey::new("app", 0x300);
+        let verdicts: Vec<Judged> = (0..5).map(|i| set.judge(&key, None, i, size)).collect();
+        let handing = verdicts
+            .iter()
+            .filter(|v| **v == Judged::Known(Verdict::HandOn))
+            .count();
+        assert_eq!(handing, 1, "{verdicts:?}");
+        assert_eq!(
+            verdicts[3],
+            Judged::Known(Verdict::HandOn),
+            "the latest freed: {verdicts:?}"
+        );
+        assert_eq!(verdicts[4], Judged::Known(Verdict::Cold), "{verdicts:?}");
     }
 
     #[test]

@@ -600,9 +600,11 @@ impl State {
     }
 
     /// Forgets a block registered behind the program's back (it is looked up as such no
-    /// more); its size, if it was one. Outside auto mode its bytes leave the budget here; auto
-    /// mode's learner lets them go as it lets each block go (`Learner::untrack`, `give_back`,
-    /// `registered`, `put_off`) and as the cache is emptied.
+    /// more); its size, if it was one. Outside auto mode its bytes leave the budget here; in
+    /// auto mode they leave the learner's as each block's pin ends: where the learner decides
+    /// it (`Learner::registered`, `put_off`, `give_back`, a block let go or displaced) or
+    /// where its caller lets a freed or cached block go (`pinner::forget_pinned`,
+    /// `allocations::free_demoted`, `State::take_cache`, `learning::give_back`).
     pub(crate) fn forget_registered(&mut self, start: usize) -> Option<usize> {
         let size = self.registered.remove(&start)?;
         self.registered_bytes -= size as u64;
