@@ -211,14 +211,16 @@ impl Grouped {
 
     /// Whether `allocation` of `history` is a member of one of the groups.
     pub fn holds(&self, history: &MemHistory, allocation: &Allocation) -> bool {
-        allocation.call_site.is_some_and(|site| {
-            self.0.contains(&(
-                allocation.pid,
-                site,
-                history.python_line(allocation.id),
-                allocation.size,
-            ))
-        })
+        // Reading the Python line is a walk of the allocation's callers: not for nothing.
+        !self.0.is_empty()
+            && allocation.call_site.is_some_and(|site| {
+                self.0.contains(&(
+                    allocation.pid,
+                    site,
+                    history.python_line(allocation.id),
+                    allocation.size,
+                ))
+            })
     }
 
     /// Whether folded allocations (whose Python lines are not kept) of this process, call
