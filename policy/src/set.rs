@@ -255,8 +255,9 @@ struct RunJudgement {
     lines: HashMap<Unit, Line>,
     /// Per call site and Python line: (hot allocations, all allocations).
     sites: HashMap<(SiteKey, Line), (u32, u32)>,
-    /// Cold allocations that hand their pinned block on ([`handing_on`]).
-    handing_on: HashSet<Unit>,
+    /// Cold allocations that hand their pinned block on ([`handing_on`]), each with the unit
+    /// of the block it hands it to.
+    handing_on: HashMap<Unit, Unit>,
 }
 
 impl RunJudgement {
@@ -275,6 +276,15 @@ impl RunJudgement {
         let grouped = Grouped::of(&groups);
         let hot = |a: &Allocation| policy.is_hot(a) || grouped.holds(history, a);
         let handing_on = handing_on(history, &hot);
+        // The unit an allocation is judged as: its hot group's, else its own.
+        let unit_of = |a: &Allocation| -> Option<Unit> {
+            let key = site_key(a.call_site?)?;
+            Some(if grouped.holds(history, a) {
+                Unit::Group(key, line(history.python_line(a.id)), a.size)
+            } else {
+                Unit::One(key, a.ordinal, a.size)
+            })
+        };
         for group in &groups {
             let Some(key) = site_key(group.call_site) else {
                 continue;
@@ -313,8 +323,12 @@ impl RunJudgement {
             let merit = policy.merit(&allocation.stats, allocation.size, 1);
             let unit = Unit::One(key, allocation.ordinal, allocation.size);
             run.lines.insert(unit.clone(), line);
-            if handing_on.contains(&allocation.id) {
-                run.handing_on.insert(unit.clone());
+            if let Some(next) = handing_on
+                .get(&allocation.id)
+                .and_then(|&id| history.allocation(id))
+                .and_then(unit_of)
+            {
+                run.handing_on.insert(unit.clone(), next);
             }
             // A key seen twice (a forked child's allocations): hot if either is.
             let entry = run
@@ -345,12 +359,15 @@ const HAND_ON_FLOOR: u64 = 1 << 20;
 /// latest freed of that size), as the cache would, and ends the wait of every other block
 /// it would have taken, which hands nothing on (several layers freed before one fresh block
 /// is made: one of them). A block kept alive to the end hands nothing on and stays cold.
-fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSet<AllocId> {
+fn handing_on(
+    history: &MemHistory,
+    hot: &dyn Fn(&Allocation) -> bool,
+) -> HashMap<AllocId, AllocId> {
     const PAGE: usize = 4096;
-    /// A birth (its size, whether hot) or a candidate's free, at a time, per process.
+    /// A birth (its id, size, whether hot) or a candidate's free, at a time, per process.
     enum Event {
         Freed(AllocId, u64),
-        Born(u64, bool),
+        Born(AllocId, u64, bool),
     }
     let mut events: BTreeMap<u32, Vec<(u64, u8, Event)>> = BTreeMap::new();
     for a in history.allocations() {
@@ -359,7 +376,7 @@ fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSe
         }
         let is_hot = hot(a);
         let list = events.entry(a.pid).or_default();
-        list.push((a.alloc_ns, 1, Event::Born(a.size, is_hot)));
+        list.push((a.alloc_ns, 1, Event::Born(a.id, a.size, is_hot)));
         if let Some(freed) = a.free_ns
             && a.size >= HAND_ON_FLOOR
             && a.stats.transfers > 0
@@ -370,7 +387,7 @@ fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSe
             list.push((freed, 0, Event::Freed(a.id, a.size)));
         }
     }
-    let mut handing = HashSet::new();
+    let mut handing = HashMap::new();
     for mut list in events.into_values() {
         list.sort_by_key(|&(at, order, _)| (at, order));
         // Freed blocks waiting for their next birth: (size, when freed, id).
@@ -380,7 +397,7 @@ fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSe
                 Event::Freed(id, size) => {
                     waiting.insert((size, at, id));
                 }
-                Event::Born(size, hot) => {
+                Event::Born(born, size, hot) => {
                     let limit = crate::reuse::reuse_limit(size as usize, PAGE) as u64;
                     let served: Vec<(u64, u64, AllocId)> = waiting
                         .range((size, 0, 0)..=(limit, u64::MAX, AllocId::MAX))
@@ -393,7 +410,7 @@ fn handing_on(history: &MemHistory, hot: &dyn Fn(&Allocation) -> bool) -> HashSe
                         && let Some(&(_, _, id)) =
                             served.iter().rev().find(|(size, _, _)| *size == smallest)
                     {
-                        handing.insert(id);
+                        handing.insert(id, born);
                     }
                     for entry in &served {
                         waiting.remove(entry);
@@ -443,13 +460,16 @@ impl HotSet {
         let mut merged: HashMap<Unit, (u32, u32, f64, u64)> = HashMap::new();
         // An allocation's Python line, as the latest run that made it recorded it.
         let mut lines: HashMap<Unit, Line> = HashMap::new();
-        // Per allocation, the runs in which it handed its pinned block on.
-        let mut handing: HashMap<Unit, u32> = HashMap::new();
+        // Per allocation, the runs in which it handed its pinned block on, and the units it
+        // handed it to.
+        let mut handing: HashMap<Unit, (u32, HashSet<Unit>)> = HashMap::new();
         for history in runs {
             let run = RunJudgement::of(history, policy);
             lines.extend(run.lines);
-            for unit in run.handing_on {
-                *handing.entry(unit).or_default() += 1;
+            for (unit, next) in run.handing_on {
+                let entry = handing.entry(unit).or_default();
+                entry.0 += 1;
+                entry.1.insert(next);
             }
             for (key, (hot, all)) in run.sites {
                 let counts = set.sites.entry(key).or_default();
@@ -475,7 +495,7 @@ impl HotSet {
                     let line = lines.get(&unit).cloned().flatten();
                     // Hands on where most runs that made it saw it do so (and not hot: a
                     // hot one is judged below).
-                    let verdict = if 2 * handing.get(&unit).copied().unwrap_or(0) > made {
+                    let verdict = if 2 * handing.get(&unit).map_or(0, |h| h.0) > made {
                         Verdict::HandOn
                     } else {
                         Verdict::Cold
@@ -493,7 +513,40 @@ impl HotSet {
             }
         }
         set.admit(units, budget);
+        set.hand_on_only_to_pins(&handing);
         set
+    }
+
+    /// A block hands its pin on only to a block the history pins: one whose successors were all
+    /// left cold or over the budget is judged cold (its registration would serve nothing).
+    fn hand_on_only_to_pins(&mut self, handing: &HashMap<Unit, (u32, HashSet<Unit>)>) {
+        let pinned = |unit: &Unit| match unit {
+            Unit::One(key, ordinal, size) => self
+                .allocations
+                .get(&(key.clone(), *ordinal, *size))
+                .is_some_and(|(_, verdict)| *verdict == Verdict::Pin),
+            Unit::Group(key, line, size) => self
+                .groups
+                .get(&(key.clone(), line.clone(), *size))
+                .is_some_and(|verdict| *verdict == Verdict::Pin),
+        };
+        let cold: Vec<(SiteKey, u32, u64)> = self
+            .allocations
+            .iter()
+            .filter(|(_, (_, verdict))| *verdict == Verdict::HandOn)
+            .filter(|((key, ordinal, size), _)| {
+                let unit = Unit::One(key.clone(), *ordinal, *size);
+                !handing
+                    .get(&unit)
+                    .is_some_and(|(_, next)| next.iter().any(pinned))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in cold {
+            if let Some(entry) = self.allocations.get_mut(&key) {
+                entry.1 = Verdict::Cold;
+            }
+        }
     }
 
     /// Gives each hot unit (merit, bytes, unit) its verdict: pinned while `budget` has room,
@@ -771,6 +824,16 @@ mod tests {
         assert_eq!((decision.pin, decision.why), (false, Why::HandsOn));
         assert!(Why::HandsOn.pinned_at_first_copy() && !Why::HandsOn.cold_by_history());
         assert_eq!(set.pinned_count(), 1, "handing on takes none of the budget");
+        // Under a budget that leaves the hot block out, its predecessor hands nothing on.
+        let tight = HotSet::from_history(&h, HotPolicy::transfers(4), Some(size / 2));
+        assert_eq!(
+            tight.judge(&fresh, None, 0, size),
+            Judged::Known(Verdict::OverBudget)
+        );
+        assert_eq!(
+            tight.judge(&key, None, 0, size),
+            Judged::Known(Verdict::Cold)
+        );
     }
 
     /// Several blocks freed before one hot block is made: only one of them can hand it its
