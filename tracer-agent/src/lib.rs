@@ -17,11 +17,9 @@ pub mod sessions;
 pub mod target;
 pub mod watchdog;
 
-/// The history, its dumps and reports live in their own crate (shared with the allocator).
-pub use hotpin_history::{dump, export, history, store};
-pub use hotpin_policy as policy;
-pub use hotpin_registry::events;
-pub use hotpin_report as report;
+/// The types [`TracerAgent`]'s methods take and return live in `hotpin-history`: re-exported
+/// so that a user of the library names them without depending on it.
+pub use hotpin_history::{dump, history};
 
 pub use agent::{AgentConfig, TracerAgent};
 
