@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-pub use hotpin_history::maps::{Mapping, ProcessMaps, parse_maps};
+use hotpin_history::maps::ProcessMaps;
 
 use crate::{error::TracerError, probes::symbols::FunctionIndex};
 use hotpin_history::history::CallSite;
@@ -350,6 +350,8 @@ pub fn running_cuda_processes() -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
+    use hotpin_history::maps::parse_maps;
+
     use super::*;
 
     const MAPS: &str = "\

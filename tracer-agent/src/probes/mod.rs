@@ -6,7 +6,7 @@ mod multi;
 pub mod symbols;
 pub mod tracefs;
 
-pub use hotpin_history::KernelCounters;
+use hotpin_history::KernelCounters;
 use hotpin_registry::registry;
 
 use std::{
