@@ -13,7 +13,7 @@ pub use partly::{LEAST_UNTOUCHED_BYTES, PartlyCopied};
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use hotpin_history::history::{AllocKind, Allocation, CallSiteId, MemHistory};
-pub use hotpin_history::units::{bytes, parse_bytes, seconds};
+use hotpin_history::units::{bytes, seconds};
 use hotpin_policy::{cost::Weighing, hot::HotPolicy};
 use serde::Serialize;
 
@@ -38,7 +38,7 @@ pub struct ReportRow {
     pub d2h_bytes: u64,
 }
 
-pub use hotpin_history::history::{LeaseAccount, PinnedAccount};
+use hotpin_history::history::PinnedAccount;
 
 /// One line of a process's pinned memory: `pid 7: 14.0 MiB pinned (6.0 MiB by the program,
 /// 8.0 MiB by hotpin); ...`, and what the node's arbiter leased it, if it did.

@@ -92,7 +92,7 @@ struct DaemonArgs {
     #[arg(long, value_name = "N")]
     max_histories: Option<usize>,
     /// Keep at most this many bytes of histories in the store (default 10G; suffixes K, M, G).
-    #[arg(long, value_parser = hotpin_report::parse_bytes, value_name = "BYTES")]
+    #[arg(long, value_parser = hotpin_history::units::parse_bytes, value_name = "BYTES")]
     max_store_bytes: Option<u64>,
     /// Also put each history written in a fleet's store, s3://BUCKET/PREFIX (credentials
     /// and endpoint from the usual AWS environment), keeping there the --max-histories latest
@@ -211,7 +211,7 @@ struct RecordArgs {
     #[arg(long, default_value_t = tracer_agent::DEFAULT_MAX_ALLOCATIONS, value_name = "N")]
     max_allocations: usize,
     /// Smallest libc allocation recorded with --libc-malloc (suffixes K, M, G).
-    #[arg(long, default_value = "1M", value_parser = hotpin_report::parse_bytes, value_name = "BYTES")]
+    #[arg(long, default_value = "1M", value_parser = hotpin_history::units::parse_bytes, value_name = "BYTES")]
     malloc_floor: u64,
     /// Start the command with this library preloaded (LD_PRELOAD), an allocator interposer
     /// such as hotpin's: the call site of an allocation that goes through it is the first

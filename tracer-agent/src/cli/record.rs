@@ -17,8 +17,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use hotpin_history::dump::{self, Format};
 use hotpin_history::history::Retention;
+use hotpin_history::units::bytes;
 use hotpin_policy::hot::HotPolicy;
-use hotpin_report::{Report, bytes};
+use hotpin_report::Report;
 use tokio::signal::unix::{SignalKind, signal};
 use tracer_agent::{
     AgentConfig, TracerAgent, privileges,

@@ -102,7 +102,7 @@ impl Settings {
         let max_store_bytes = match args.max_store_bytes {
             Some(bytes) => bytes,
             None => match &file.max_store_bytes {
-                Some(text) => hotpin_report::parse_bytes(text)
+                Some(text) => hotpin_history::units::parse_bytes(text)
                     .map_err(anyhow::Error::msg)
                     .context("max_store_bytes in the configuration file")?,
                 None => defaults.max_bytes,
@@ -265,7 +265,7 @@ fn lease_settings(
         }
     };
     let size = |what: &str, key: &str, value: &str| {
-        hotpin_report::parse_bytes(value)
+        hotpin_history::units::parse_bytes(value)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("the {what} cap {key}={value:?} (a size such as 8G)"))
     };
@@ -297,7 +297,7 @@ fn lease_settings(
 /// A budget in bytes ("64G") or as a share of MemTotal ("25%").
 fn node_budget(text: &str) -> Result<u64> {
     let Some(percent) = text.strip_suffix('%') else {
-        return hotpin_report::parse_bytes(text).map_err(anyhow::Error::msg);
+        return hotpin_history::units::parse_bytes(text).map_err(anyhow::Error::msg);
     };
     let percent: f64 = percent
         .trim()
