@@ -96,6 +96,18 @@ pub fn allocate(
     if warm.is_some() {
         state.counters.warm_hits += 1;
     }
+    // Experimental: a block the history pins and nothing kept serves, registered at its first
+    // copy instead of now (`State::at_first_copy`): memory the program writes first (a pool
+    // `torch.zeros` fills on all its threads) is then registered with its pages in.
+    let fate = if fate.register && warm.is_none() && state.at_first_copy && birth.why.matched() {
+        Fate {
+            register: false,
+            at_first_copy: true,
+            ..fate
+        }
+    } else {
+        fate
+    };
     let ptr = warm.map_or_else(&from_libc, |ptr| ptr as *mut c_void);
     if ptr.is_null() {
         // Out of memory: what the shelves hold goes back to libc, and libc is asked again.

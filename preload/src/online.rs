@@ -103,6 +103,10 @@ pub struct Block {
     /// The history found it handing its pinned block on (`Why::HandsOn`): pinned before its
     /// first copy whatever its group's trust.
     hands_on: bool,
+    /// The history pins it, and it was left pageable at birth to be registered at its first
+    /// copy instead (`HOTPIN_AT_FIRST_COPY`, experimental): memory the program writes first
+    /// is then registered with its pages in.
+    at_first_copy: bool,
     /// Served a pinned block from the cache though not judged worth pinning
     /// ([`Learner::on_spec`]).
     on_spec: bool,
@@ -241,6 +245,9 @@ pub struct Learner {
     /// Blocks pinned before their first copy because the history found them handing their
     /// pin on.
     pub hands_on_pins: u64,
+    /// Blocks the history pins registered at their first copy rather than at birth
+    /// (`HOTPIN_AT_FIRST_COPY`).
+    pub first_copy_pins: u64,
     pub trusted_let_go: u64,
     /// Blocks served from the cache on spec let go idle.
     pub spares_let_go: u64,
@@ -259,6 +266,7 @@ impl Learner {
             trusting: Vec::new(),
             trusted_pins: 0,
             hands_on_pins: 0,
+            first_copy_pins: 0,
             trusted_let_go: 0,
             spares_let_go: 0,
         }
@@ -313,6 +321,7 @@ impl Learner {
                 trusted_ns: None,
                 cold_by_history: false,
                 hands_on: false,
+                at_first_copy: false,
                 on_spec: false,
                 exposed: false,
             },
@@ -353,6 +362,14 @@ impl Learner {
     pub fn hands_on(&mut self, ptr: usize) {
         if let Some(block) = self.blocks.get_mut(&ptr) {
             block.hands_on = true;
+        }
+    }
+
+    /// The block at `ptr`, which the history pins, is to be registered at its first copy
+    /// (`HOTPIN_AT_FIRST_COPY`).
+    pub fn at_first_copy(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.at_first_copy = true;
         }
     }
 
@@ -410,11 +427,15 @@ impl Learner {
         }
         let reweigh = block.refused_until_ns <= now
             || block.refused_until_copies <= block.heat.stats.transfers;
+        // A block the history pins, left for its first copy, is pinned whole after it (a copy
+        // too small to be looked at before it was made: `before_first_copy`).
+        let first_copy = std::mem::take(&mut block.at_first_copy);
         if block.pin == Pin::Pageable
-            && reweigh
-            && self.online.repays(&block.heat, block.pin_range(base).1)
+            && (first_copy || reweigh && self.online.repays(&block.heat, block.pin_range(base).1))
         {
+            let before = out.pin.len();
             self.consider(base, now, out);
+            self.first_copy_pins += u64::from(first_copy && out.pin.len() > before);
         }
         if !self.trusting.is_empty() {
             self.let_idle_trust_go(now, out);
@@ -436,6 +457,24 @@ impl Learner {
         let Some((&base, block)) = self.blocks.range(..=start).next_back() else {
             return;
         };
+        if block.at_first_copy {
+            // The history pins the whole block: any first copy of it pins it, before it.
+            if start < base + block.size
+                && block.pin == Pin::Pageable
+                && block.heat.stats.transfers == 0
+            {
+                let now = self.now_ns();
+                let before = out.pin.len();
+                self.consider(base, now, out);
+                if out.pin.len() > before {
+                    self.first_copy_pins += 1;
+                    if let Some(block) = self.blocks.get_mut(&base) {
+                        block.at_first_copy = false;
+                    }
+                }
+            }
+            return;
+        }
         // Copied whole: a slice would pin what it does not copy.
         if start != base
             || len < block.size

@@ -95,6 +95,10 @@ pub(crate) struct State {
     pub(crate) warm: Shelf,
     /// What both shelves may hold together (`HOTPIN_CACHE`, default 1 GiB).
     pub(crate) cache_limit: usize,
+    /// Auto mode with a history, `HOTPIN_AT_FIRST_COPY=1` (experimental, off by default): a
+    /// block the history pins that no cached or warm block serves is registered at its first
+    /// copy rather than at birth (`allocations::allocate`).
+    pub(crate) at_first_copy: bool,
     /// How short of memory the machine is (MemAvailable, sampled at most every 100 ms).
     pub(crate) pressure: Pressure,
     pub(crate) counters: Counters,
@@ -238,6 +242,7 @@ pub fn write_what_was_learned() -> Option<bool> {
             trusted_pins: learner.map_or(0, |l| l.trusted_pins),
             trusted_let_go: learner.map_or(0, |l| l.trusted_let_go),
             hands_on_pins: learner.map_or(0, |l| l.hands_on_pins),
+            first_copy_pins: learner.map_or(0, |l| l.first_copy_pins),
             spares_let_go: learner.map_or(0, |l| l.spares_let_go),
             ..state.counters.clone()
         };
@@ -456,6 +461,7 @@ impl State {
                 // Said (or refused under --strict) when it is not a size, as every setting.
                 _ => size_setting("HOTPIN_CACHE", 1 << 30),
             },
+            at_first_copy: learner.is_some() && switch_setting("HOTPIN_AT_FIRST_COPY", false),
             pressure: Pressure::default(),
             counters,
             log: Vec::new(),
@@ -652,6 +658,8 @@ pub(crate) struct Fate {
     pub(crate) no_room: bool,
     /// To be pinned, but memory is critically short.
     pub(crate) pressured: bool,
+    /// To be pinned, at its first copy rather than now (`State::at_first_copy`).
+    pub(crate) at_first_copy: bool,
 }
 
 impl Fate {
@@ -662,6 +670,7 @@ impl Fate {
             register,
             no_room: pin && !register && level != Level::Critical,
             pressured: pin && level == Level::Critical,
+            at_first_copy: false,
         }
     }
 }
@@ -732,11 +741,18 @@ impl State {
             );
         } else {
             self.counters.pageable += 1;
-            self.record(call, &birth.site, ordinal, size as u64, "pageable", why);
+            let action = if fate.at_first_copy {
+                "pin-at-first-copy"
+            } else {
+                "pageable"
+            };
+            self.record(call, &birth.site, ordinal, size as u64, action, why);
         }
         if let Some(learner) = self.learner.as_mut() {
             learner.track(ptr, size, &birth.site, false, false, birth.python);
-            if fate.no_room {
+            if fate.at_first_copy {
+                learner.at_first_copy(ptr);
+            } else if fate.no_room {
                 learner.no_room(ptr);
             } else if !fate.pressured && why.cold_by_history() {
                 learner.cold_by_history(ptr);

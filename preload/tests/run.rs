@@ -1162,9 +1162,20 @@ fn budgets_in_any_usual_spelling_and_a_zero_budget_is_said() {
 /// `hotpin run --history HISTORY --report DIR/NAME -- online ARGS` (auto mode) on the
 /// stand-in: the program's data checked; hotpin's counters.
 fn run_with_history(setup: &Setup, history: &Path, name: &str, args: &[&str]) -> Value {
+    run_with_history_env(setup, history, name, args, &[])
+}
+
+/// [`run_with_history`] with more environment variables.
+fn run_with_history_env(
+    setup: &Setup,
+    history: &Path,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> Value {
     let prefix = setup.dir.join(name);
     let args: Vec<&Path> = args.iter().map(Path::new).collect();
-    let output = hotpin_run_with(
+    let output = hotpin_run_env(
         setup,
         &[
             "--history",
@@ -1173,9 +1184,38 @@ fn run_with_history(setup: &Setup, history: &Path, name: &str, args: &[&str]) ->
             prefix.to_str().expect("UTF-8"),
         ],
         &args,
+        env,
     );
     assert_computed_right(&output);
     counters(&prefix)
+}
+
+/// `HOTPIN_AT_FIRST_COPY=1` (experimental): from its history, the blocks the history pins are
+/// registered at their first copy instead of at birth (`first_copy_pins`; memory the program
+/// writes first is then registered with its pages in), none at birth, no more held at once,
+/// and every block's data checked.
+#[test]
+fn from_a_history_blocks_can_be_registered_at_their_first_copy_instead_of_at_birth() {
+    let setup = setup_program("at-first-copy", "online");
+    let history = setup.dir.join("layers.hotpin");
+    let args = ["layers", "32", "6", "4"];
+    run_with_history(&setup, &history, "first", &args);
+    let at_birth = run_with_history(&setup, &history, "again", &args);
+    let promoted = at_birth["promoted"].as_u64().expect("promoted");
+    assert!(promoted >= 6, "{at_birth}");
+    let deferred = run_with_history_env(
+        &setup,
+        &history,
+        "deferred",
+        &args,
+        &[("HOTPIN_AT_FIRST_COPY", Path::new("1"))],
+    );
+    assert_eq!(deferred["promoted"], 0, "{deferred}");
+    assert_eq!(deferred["first_copy_pins"], promoted, "{deferred}");
+    assert!(
+        deferred["peak_pinned_bytes"].as_u64() <= at_birth["peak_pinned_bytes"].as_u64(),
+        "{deferred}\n{at_birth}"
+    );
 }
 
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
