@@ -26,10 +26,10 @@ import statistics
 import sys
 from collections import defaultdict
 
-ORDER = ["plain", "by-hand", "pin-all", "auto-first", "auto-history", "auto-profile", "use", "budget",
-         "profile", "auto-learn", "pin-none"]
-HOTPIN = {"pin-all", "auto-first", "auto-history", "auto-profile", "use", "budget", "profile", "auto-learn",
-          "pin-none"}
+ORDER = ["plain", "by-hand", "pin-all", "auto-first", "auto-history", "auto-history-first-copy",
+         "auto-profile", "use", "budget", "profile", "auto-learn", "pin-none"]
+HOTPIN = {"pin-all", "auto-first", "auto-history", "auto-history-first-copy", "auto-profile", "use",
+          "budget", "profile", "auto-learn", "pin-none"}
 MIB = 1 << 20
 
 

@@ -9,6 +9,8 @@
 # Usage: BIN=dir OUT=dir bash bench/gpu/workloads/run.sh ROUNDS [WORKLOADS...]
 #   WORKLOADS default: accelerate_offload diffusers_offload optimizer_offload kv_swap
 #   module_to dataloader_pageable. About 90 s a workload at 3 rounds on an H200.
+#   CONFIGS overrides the configurations (online/run.sh's names: e.g. "plain by-hand
+#   auto-history auto-history-first-copy" to weigh the experimental HOTPIN_AT_FIRST_COPY).
 set -u
 BIN=${BIN:-target/release}; OUT=${OUT:-/tmp/hotpin-workloads}; PY=${PYTHON:-python3}
 ROUNDS=${1:-3}; shift || true
@@ -21,6 +23,6 @@ for p in $WORKLOADS; do
   "$PY" "$HERE/$p.py" >"$OUT/$p.reference.out" 2>"$OUT/$p.reference.err"
   echo "$p: as written, the reference: exit $? $(tail -1 "$OUT/$p.reference.out" | cut -c1-200)" >&2
 done
-PROGRAM_DIR="$HERE" CONFIGS="plain by-hand auto-first auto-history budget" SKIP_PROFILE=1 \
+PROGRAM_DIR="$HERE" CONFIGS="${CONFIGS:-plain by-hand auto-first auto-history budget}" SKIP_PROFILE=1 \
   BIN="$BIN" OUT="$OUT" PYTHON="$PY" bash "$HERE/../online/run.sh" "$ROUNDS" $WORKLOADS >/dev/null
 python3 "$HERE/table.py" "$OUT/online.jsonl" "$OUT/summary.json" | tee "$OUT/table.md"
