@@ -98,15 +98,8 @@ pub struct Block {
     /// Pinned before its first copy on its group's trust, or served a pinned block on spec
     /// (`on_spec`), at this time (let go if it is not copied twice within `TRUST_IDLE_NS`).
     trusted_ns: Option<u64>,
-    /// The history found it cold: never pinned on its group's trust.
-    cold_by_history: bool,
-    /// The history found it handing its pinned block on (`Why::HandsOn`): pinned before its
-    /// first copy whatever its group's trust.
-    hands_on: bool,
-    /// The history pins it, and it was left pageable at birth to be registered at its first
-    /// copy instead (`HOTPIN_AT_FIRST_COPY`, experimental): memory the program writes first
-    /// is then registered with its pages in.
-    at_first_copy: bool,
+    /// What the history says of its first copy (set at its birth).
+    first_copy: FirstCopy,
     /// Served a pinned block from the cache though not judged worth pinning
     /// ([`Learner::on_spec`]).
     on_spec: bool,
@@ -159,6 +152,24 @@ impl Block {
         self.refused_until_ns = now + REWEIGH_NS;
         self.refused_until_copies = self.heat.stats.transfers + REWEIGH_COPIES;
     }
+}
+
+/// What the history says of a pageable block's first copy, set at its birth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FirstCopy {
+    /// Nothing: pinned before it only where its group is trusted.
+    #[default]
+    OnTrust,
+    /// The history found it cold (`Why::cold_by_history`): never pinned on its group's trust.
+    Cold,
+    /// The history found it handing its pinned block on (`Why::pinned_at_first_copy`):
+    /// pinned before its first whole copy whatever its group's trust, where that copy repays
+    /// it.
+    HandsOn,
+    /// The history pins it, and it was left pageable at birth to be registered whole at its
+    /// first copy instead (`HOTPIN_AT_FIRST_COPY`, experimental): memory the program writes
+    /// first is then registered with its pages in.
+    Whole,
 }
 
 /// A block to pin or unpin, decided under the lock; carried out by `state` once it is let go.
@@ -319,9 +330,7 @@ impl Learner {
                 no_room: false,
                 one_call: false,
                 trusted_ns: None,
-                cold_by_history: false,
-                hands_on: false,
-                at_first_copy: false,
+                first_copy: FirstCopy::OnTrust,
                 on_spec: false,
                 exposed: false,
             },
@@ -350,26 +359,10 @@ impl Learner {
         }
     }
 
-    /// The block at `ptr` is one the history found cold (`Why::cold_by_history`).
-    pub fn cold_by_history(&mut self, ptr: usize) {
+    /// What the history says of the first copy of the block at `ptr`.
+    pub fn first_copy(&mut self, ptr: usize, first_copy: FirstCopy) {
         if let Some(block) = self.blocks.get_mut(&ptr) {
-            block.cold_by_history = true;
-        }
-    }
-
-    /// The block at `ptr` is one the history found handing its pinned block on
-    /// (`Why::pinned_at_first_copy`).
-    pub fn hands_on(&mut self, ptr: usize) {
-        if let Some(block) = self.blocks.get_mut(&ptr) {
-            block.hands_on = true;
-        }
-    }
-
-    /// The block at `ptr`, which the history pins, is to be registered at its first copy
-    /// (`HOTPIN_AT_FIRST_COPY`).
-    pub fn at_first_copy(&mut self, ptr: usize) {
-        if let Some(block) = self.blocks.get_mut(&ptr) {
-            block.at_first_copy = true;
+            block.first_copy = first_copy;
         }
     }
 
@@ -429,7 +422,7 @@ impl Learner {
             || block.refused_until_copies <= block.heat.stats.transfers;
         // A block the history pins, left for its first copy, is pinned whole after it (a copy
         // too small to be looked at before it was made: `before_first_copy`).
-        let first_copy = std::mem::take(&mut block.at_first_copy);
+        let first_copy = std::mem::take(&mut block.first_copy) == FirstCopy::Whole;
         if block.pin == Pin::Pageable
             && (first_copy || reweigh && self.online.repays(&block.heat, block.pin_range(base).1))
         {
@@ -457,7 +450,7 @@ impl Learner {
         let Some((&base, block)) = self.blocks.range(..=start).next_back() else {
             return;
         };
-        if block.at_first_copy {
+        if block.first_copy == FirstCopy::Whole {
             // The history pins the whole block: any first copy of it pins it, before it.
             if start < base + block.size
                 && block.pin == Pin::Pageable
@@ -469,7 +462,7 @@ impl Learner {
                 if out.pin.len() > before {
                     self.first_copy_pins += 1;
                     if let Some(block) = self.blocks.get_mut(&base) {
-                        block.at_first_copy = false;
+                        block.first_copy = FirstCopy::OnTrust;
                     }
                 }
             }
@@ -480,8 +473,9 @@ impl Learner {
             || len < block.size
             || block.pin != Pin::Pageable
             || block.heat.stats.transfers != 0
-            || block.cold_by_history
-            || !(block.hands_on || self.groups.trusted(&block.group, block.size as u64))
+            || block.first_copy == FirstCopy::Cold
+            || !(block.first_copy == FirstCopy::HandsOn
+                || self.groups.trusted(&block.group, block.size as u64))
             || !self
                 .online
                 .one_copy_repays(block.size as u64, reads, block.size)
@@ -496,7 +490,7 @@ impl Learner {
         {
             block.trusted_ns = Some(now);
             self.trusting.push(base);
-            if block.hands_on {
+            if block.first_copy == FirstCopy::HandsOn {
                 self.hands_on_pins += 1;
             } else {
                 self.trusted_pins += 1;

@@ -33,7 +33,7 @@ use crate::{
     chunks,
     counters::{self, Counters, Decision, MAX_LOGGED},
     guard::{Busy, overlapping},
-    online::{GroupKey, Learner, Pin},
+    online::{FirstCopy, GroupKey, Learner, Pin},
     settings::{STRICT_FAILED, say_once, size_setting, strict, switch_setting},
     shelf::Shelf,
 };
@@ -750,14 +750,14 @@ impl State {
         }
         if let Some(learner) = self.learner.as_mut() {
             learner.track(ptr, size, &birth.site, false, false, birth.python);
-            if fate.at_first_copy {
-                learner.at_first_copy(ptr);
-            } else if fate.no_room {
+            if fate.no_room {
                 learner.no_room(ptr);
+            } else if fate.at_first_copy {
+                learner.first_copy(ptr, FirstCopy::Whole);
             } else if !fate.pressured && why.cold_by_history() {
-                learner.cold_by_history(ptr);
+                learner.first_copy(ptr, FirstCopy::Cold);
             } else if !fate.pressured && why.pinned_at_first_copy() {
-                learner.hands_on(ptr);
+                learner.first_copy(ptr, FirstCopy::HandsOn);
             }
         }
         None
