@@ -97,7 +97,7 @@ pub struct ApiCall {
 /// Why a record could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("ring-buffer record of {len} bytes is shorter than an event")]
+    #[error("ring-buffer record of {len} bytes is shorter than its kind")]
     Truncated { len: usize },
     #[error("unknown event kind {0}")]
     UnknownKind(u16),
@@ -251,7 +251,17 @@ fn host_memory(event: &Event, kind: EventKind) -> Option<TraceEvent> {
     })
 }
 
-/// Decodes one ring-buffer record.
+/// A ring-buffer record that says what a Python code object says (longer than an event, and
+/// not one): `None` for any other record.
+pub fn python_code(
+    record: &[u8],
+) -> Option<Result<tracer_common::python::PythonCode, DecodeError>> {
+    let kind = u16::from_le_bytes([*record.first()?, *record.get(1)?]);
+    (kind == EventKind::PythonCode as u16)
+        .then(|| tracer_common::python::PythonCode::from_bytes(record).map_err(Into::into))
+}
+
+/// Decodes one ring-buffer record ([`python_code`]'s records apart).
 pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
     let event = Event::from_bytes(record)?;
     if event.kind() == Some(EventKind::LibraryOpen) {
@@ -673,5 +683,29 @@ mod tests {
         raw.header.flags = FLAG_NESTED | FLAG_NO_ENTRY;
         let call = decode_event(&raw).expect("decodes");
         assert!(call.nested && call.partial);
+    }
+
+    #[test]
+    fn a_code_record_is_told_apart_from_events_and_checked_for_length() {
+        use tracer_common::python::{CODE_TABLE_BYTES, PythonCode};
+        let mut record = vec![0u8; size_of::<PythonCode>() + 8];
+        record[..2].copy_from_slice(&(EventKind::PythonCode as u16).to_le_bytes());
+        let at = std::mem::offset_of!(PythonCode, code);
+        record[at..at + 8].copy_from_slice(&0x7f00_1234u64.to_le_bytes());
+        let code = python_code(&record)
+            .expect("a code record")
+            .expect("long enough");
+        assert_eq!(code.code, 0x7f00_1234);
+        assert_eq!(code.table.len(), CODE_TABLE_BYTES);
+        assert_eq!(
+            python_code(&record[..200]).map(|r| r.map(|c| c.code)),
+            Some(Err(DecodeError::Truncated { len: 200 }))
+        );
+        // An event is not one, and a record too short to have a kind is neither.
+        let event = event(EventKind::PythonFrames, &[1], 0);
+        // SAFETY: Event is plain old data of EVENT_SIZE bytes.
+        let bytes: [u8; tracer_common::EVENT_SIZE] = unsafe { std::mem::transmute(event) };
+        assert!(python_code(&bytes).is_none());
+        assert!(python_code(&[1]).is_none());
     }
 }

@@ -1,8 +1,10 @@
 //! The Python lines of allocations, for `--pid`, `record` and the daemon (#28): in a process
 //! running CPython 3.11 to 3.13, the kernel side sends the allocating thread's frames (code
 //! objects and instructions, `tracer-ebpf/src/python_frames.rs`) just before the allocation;
-//! here they become call sites, `python:FILE` at the line, in the function, read from the code
-//! objects through `/proc/PID/mem` while the process lives.
+//! here they become call sites, `python:FILE` at the line, in the function. What a code object
+//! says the kernel side sends too, the first time a frame names it ([`PythonCode`]), so that a
+//! process that exits before the agent reads the ring keeps its lines; a name it could not read
+//! and a table longer than its record are read through `/proc/PID/mem` while the process lives.
 //!
 //! A process is recognised by its interpreter's exported symbols (`_PyRuntime`, `Py_Version`,
 //! `PyCode_Type`) in a mapped `python3*` or `libpython3*` file; the version picks the layout
@@ -24,7 +26,7 @@ use hotpin_history::{
     maps::ProcessMaps,
 };
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
-use tracer_common::python::{Layout, Offsets, layout, unpack};
+use tracer_common::python::{Layout, Offsets, PythonCode, layout, unpack};
 
 use crate::probes::Probes;
 
@@ -151,8 +153,8 @@ struct Process {
     /// kernel side wakes the agent for a code object it has not sent before), so that any
     /// later instruction in it is named without reading the process again.
     codes: HashMap<u64, Code>,
-    /// Each thread's frames from its last frames event, innermost first.
-    last: HashMap<u32, Vec<CallSite>>,
+    /// Each thread's packed frames from its last frames event, innermost first.
+    last: HashMap<u32, Vec<u64>>,
 }
 
 impl PythonLines {
@@ -230,25 +232,62 @@ impl PythonLines {
         }
     }
 
-    /// Thread `tid`'s frames event: its packed frames, read into call sites now.
+    /// Thread `tid`'s frames event: its packed frames, kept until its allocation takes them
+    /// (what their code objects say may come after them, in [`PythonCode`] records).
     pub fn frames(&mut self, pid: u32, tid: u32, packed: &[u64]) {
-        let Some(process) = self.processes.get_mut(&pid) else {
-            return;
-        };
-        let sites = packed
-            .iter()
-            .filter_map(|&frame| process.site(frame))
-            .collect();
-        process.last.insert(tid, sites);
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.last.insert(tid, packed.to_vec());
+        }
     }
 
-    /// The frames of the allocation thread `tid` just made (empty where none were sent).
-    pub fn take(&mut self, pid: u32, tid: u32) -> Vec<CallSite> {
-        self.processes
-            .get_mut(&pid)
-            .and_then(|process| process.last.remove(&tid))
-            .unwrap_or_default()
+    /// What a code object says, as the kernel side read it the first time a frame named it:
+    /// kept, unless a name was not read (then read from the process when a frame names it).
+    /// A table the record cut is read whole from the process while it lives.
+    pub fn code(&mut self, record: &PythonCode) {
+        let Some(process) = self.processes.get_mut(&record.header.pid) else {
+            return;
+        };
+        if process.codes.contains_key(&record.code) {
+            return;
+        }
+        let (Some(file), Some(function)) = (name(&record.file), name(&record.function)) else {
+            return;
+        };
+        let read = record.table_len as usize;
+        let code = if (read as u64) < record.table_size
+            && let Some(whole) = process.read_code(record.code)
+        {
+            whole
+        } else {
+            Code {
+                module: format!("{PYTHON_MODULE}{file}"),
+                function,
+                first_line: record.first_line,
+                line_table: record.table[..read.min(record.table.len())].to_vec(),
+            }
+        };
+        process.keep(record.code, code);
     }
+
+    /// The frames of the allocation thread `tid` just made, as call sites (empty where none
+    /// were sent).
+    pub fn take(&mut self, pid: u32, tid: u32) -> Vec<CallSite> {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return Vec::new();
+        };
+        let packed = process.last.remove(&tid).unwrap_or_default();
+        packed
+            .into_iter()
+            .filter_map(|frame| process.site(frame))
+            .collect()
+    }
+}
+
+/// A NUL-terminated name the kernel side read; `None` where it is empty or not UTF-8.
+fn name(bytes: &[u8]) -> Option<String> {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let text = std::str::from_utf8(&bytes[..end]).ok()?;
+    (!text.is_empty()).then(|| text.to_owned())
 }
 
 /// What a code object says: its file (as a call site's module), its qualified name, its first
@@ -268,10 +307,7 @@ impl Process {
         let (code, instruction) = unpack(frame);
         if !self.codes.contains_key(&code) {
             let read = self.read_code(code)?;
-            if self.codes.len() >= MAX_CODES {
-                self.codes.clear();
-            }
-            self.codes.insert(code, read);
+            self.keep(code, read);
         }
         let code = &self.codes[&code];
         let line = line_of(&code.line_table, code.first_line, instruction)
@@ -281,6 +317,14 @@ impl Process {
             offset: u64::from(line),
             symbol: Some(code.function.clone()),
         })
+    }
+
+    /// Keeps what `code` says (the cache emptied when full).
+    fn keep(&mut self, code: u64, read: Code) {
+        if self.codes.len() >= MAX_CODES {
+            self.codes.clear();
+        }
+        self.codes.insert(code, read);
     }
 
     fn read_code(&self, code: u64) -> Option<Code> {

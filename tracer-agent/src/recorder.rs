@@ -411,7 +411,15 @@ impl Reader {
             // The record borrows the ring: decode it and let it go before awaiting.
             let decoded = match ring.next() {
                 None => break,
-                Some(record) => events::decode(&record),
+                Some(record) => match events::python_code(&record) {
+                    Some(Ok(code)) => {
+                        events += 1;
+                        self.python.code(&code);
+                        continue;
+                    }
+                    Some(Err(error)) => Err(error),
+                    None => events::decode(&record),
+                },
             };
             events += 1;
             match decoded {

@@ -413,6 +413,9 @@ event_kinds! {
     /// innermost first, each `python::pack`ed in `args`; `ret` is how many). Zero frames when
     /// the thread runs no Python: the agent then gives the call none.
     PythonFrames = 350,
+    /// What a code object named by a [`EventKind::PythonFrames`] event for the first time
+    /// says: a [`python::PythonCode`] record, longer than an [`Event`].
+    PythonCode = 351,
 }
 
 /// A thread's page faults on consecutive pages not yet sent, kept by thread in the kernel's
@@ -609,7 +612,7 @@ impl ProbeCookie {
 /// Why a byte slice from the ring buffer is not an [`Event`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
-    /// The record is shorter than an event.
+    /// The record is shorter than its kind.
     Truncated { len: usize },
 }
 

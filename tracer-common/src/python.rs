@@ -189,7 +189,15 @@ pub struct Offsets {
     /// Which frame layout: [`FRAMES_311`] or [`FRAMES_312`] (3.13 keeps 3.12's).
     pub frames: u32,
     pub code_adaptive: u32,
-    pub _pad: u32,
+    /// What [`PythonCode`] is read with: the code object's fields, a `bytes` object's data,
+    /// and a compact ASCII `str`'s data and state ([`Layout`]'s).
+    pub code_firstlineno: u32,
+    pub code_filename: u32,
+    pub code_qualname: u32,
+    pub code_linetable: u32,
+    pub bytes_data: u32,
+    pub ascii_data: u32,
+    pub ascii_state: u32,
 }
 
 /// [`Offsets::cframe_current`] of a version without `_PyCFrame`.
@@ -217,7 +225,13 @@ impl Offsets {
                 FRAMES_312
             },
             code_adaptive: layout.code_adaptive,
-            _pad: 0,
+            code_firstlineno: layout.code_firstlineno,
+            code_filename: layout.code_filename,
+            code_qualname: layout.code_qualname,
+            code_linetable: layout.code_linetable,
+            bytes_data: layout.bytes_data,
+            ascii_data: layout.ascii_data,
+            ascii_state: layout.ascii_state,
         }
     }
 }
@@ -240,4 +254,47 @@ pub const fn pack(code: u64, instruction: u64) -> u64 {
 /// A packed frame's code object address and instruction (code units).
 pub const fn unpack(frame: u64) -> (u64, u64) {
     (frame & ((1 << CODE_BITS) - 1), frame >> CODE_BITS)
+}
+
+/// The bytes of a file or function name a [`PythonCode`] holds, its NUL included.
+pub const CODE_NAME_BYTES: usize = 256;
+/// The bytes of a location table a [`PythonCode`] holds (a power of two: the kernel side
+/// bounds a shorter read with a mask); a longer table is cut there.
+pub const CODE_TABLE_BYTES: usize = 4096;
+
+/// What a code object says, read by the kernel side at the first frame that names it and
+/// sent just after that frame's [`crate::EventKind::PythonFrames`] event, so that its lines
+/// are named even when the process has exited before the agent reads the ring.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PythonCode {
+    /// Kind [`crate::EventKind::PythonCode`]; `pid` the process.
+    pub header: crate::EventHeader,
+    /// The code object's address.
+    pub code: u64,
+    /// `co_firstlineno`.
+    pub first_line: i32,
+    /// Bytes of `table` read (0: none could be).
+    pub table_len: u32,
+    /// The table's own length (above `table_len` where it was cut).
+    pub table_size: u64,
+    /// `co_filename` and `co_qualname`, NUL-terminated; empty where the name is not a
+    /// compact ASCII string or could not be read.
+    pub file: [u8; CODE_NAME_BYTES],
+    pub function: [u8; CODE_NAME_BYTES],
+    /// `co_linetable`'s first `table_len` bytes.
+    pub table: [u8; CODE_TABLE_BYTES],
+}
+
+impl PythonCode {
+    /// Reads a record the kernel side sent, checking its length first. The record may be
+    /// unaligned and longer (the kernel rounds records to 8 bytes).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
+        if bytes.len() < size_of::<Self>() {
+            return Err(crate::DecodeError::Truncated { len: bytes.len() });
+        }
+        // SAFETY: the length was checked above; every bit pattern is a valid value, and
+        // `read_unaligned` needs no alignment.
+        Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+    }
 }

@@ -7,20 +7,21 @@
 //! and it works while the thread has released the GIL (PyTorch's operators do). From it, the
 //! current frame and each previous one give a code object and the instruction the frame is
 //! at, packed into one argument each ([`python::pack`]). The agent reads names and lines from
-//! the code objects, which outlive the call. A chain that leaves the expected shapes (a code
+//! the code objects, which outlive the call; what a code object says is sent too, the first time
+//! a frame names it ([`PythonCode`]), for a process that exits before the agent reads it. A chain that leaves the expected shapes (a code
 //! object of another type, an unreadable pointer) ends the walk with what was read.
 
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::bpf_probe_read_user,
+    helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated},
     macros::map,
     maps::{HashMap, LruHashMap},
 };
 use tracer_common::{
     Event, EventKind, MAX_TARGETS, counter,
     python::{
-        FRAME_BYTES, FRAMES_311, Layout, MAX_STEPS, MAX_THREADS, NO_CFRAME, Offsets, PY_FRAMES,
-        PY311, PY312, pack,
+        CODE_TABLE_BYTES, FRAME_BYTES, FRAMES_311, Layout, MAX_STEPS, MAX_THREADS, NO_CFRAME,
+        Offsets, PY_FRAMES, PY311, PY312, PythonCode, pack,
     },
 };
 
@@ -196,7 +197,7 @@ fn walk<L: FrameLayout>(
                 code,
             };
             // SAFETY: only tested for presence.
-            if unsafe { CODES_SENT.get(key) }.is_none() {
+            if unsafe { CODES_SENT.get(key) }.is_none() && send_code(offsets, tgid, code) {
                 let _ = CODES_SENT.insert(key, 1, 0);
                 *new_code = true;
             }
@@ -204,4 +205,75 @@ fn walk<L: FrameLayout>(
         frame = fields[L::PREVIOUS];
     }
     count
+}
+
+/// Sends what `code` says (its names, first line and location table) as one [`PythonCode`]
+/// record; whether it was sent. Names that are not compact ASCII strings are sent empty, and
+/// a table longer than the record holds is cut: the agent reads those from the process.
+fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
+    let Some(mut entry) = EVENTS.reserve::<PythonCode>(0) else {
+        bump(counter::RINGBUF_FULL);
+        return false;
+    };
+    let record = entry.as_mut_ptr();
+    // SAFETY: `record` is the reserved record, ours until submitted; every field is written
+    // (the names and the table from their start, as far as they are read; the agent reads no
+    // further than the NUL and `table_len`).
+    unsafe {
+        (*record).header = header(EventKind::PythonCode as u16, 0, tgid, 0, now());
+        (*record).code = code;
+        (*record).first_line = word(code + u64::from(offsets.code_firstlineno)).unwrap_or(0) as i32;
+        ascii(
+            offsets,
+            code + u64::from(offsets.code_filename),
+            &mut (*record).file,
+        );
+        ascii(
+            offsets,
+            code + u64::from(offsets.code_qualname),
+            &mut (*record).function,
+        );
+        (*record).table_len = 0;
+        (*record).table_size = 0;
+        if let Some(table) = word(code + u64::from(offsets.code_linetable))
+            && let Some(size) = word(table + 16)
+        {
+            (*record).table_size = size;
+            let data = (table + u64::from(offsets.bytes_data)) as *const _;
+            let into = (*record).table.as_mut_ptr().cast();
+            // A length the verifier can bound: the whole record's table, or less than it.
+            let read = if size >= CODE_TABLE_BYTES as u64 {
+                CODE_TABLE_BYTES as u32
+            } else {
+                (size & (CODE_TABLE_BYTES as u64 - 1)) as u32
+            };
+            if generated::bpf_probe_read_user(into, read, data) == 0 {
+                (*record).table_len = read;
+            }
+        }
+    }
+    entry.submit(0);
+    true
+}
+
+/// Reads the compact ASCII `str` whose address is at `field` into `out`, NUL-terminated;
+/// leaves `out` empty for any other string or an unreadable one.
+fn ascii(offsets: &Offsets, field: u64, out: &mut [u8]) {
+    out[0] = 0;
+    let Some(object) = word(field) else {
+        return;
+    };
+    // Compact and ASCII: bits 5 and 6 of the state (CPython's `Include/cpython/unicodeobject.h`).
+    match word(object + u64::from(offsets.ascii_state)) {
+        Some(state) if (state >> 5) & 3 == 3 => {}
+        _ => return,
+    }
+    // SAFETY: a user read into `out`, NUL-terminated and bounded by its length.
+    if unsafe {
+        bpf_probe_read_user_str_bytes((object + u64::from(offsets.ascii_data)) as *const u8, out)
+    }
+    .is_err()
+    {
+        out[0] = 0;
+    }
 }
