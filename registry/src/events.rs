@@ -1,8 +1,8 @@
 //! Decoding ring-buffer records into typed CUDA calls, with the registry.
 
 use tracer_common::{
-    Event, EventKind, FLAG_AT_ENTRY, FLAG_NESTED, FLAG_NO_ENTRY, FLAG_OUT_UNREADABLE,
-    SITE_BUILD_ID, SITE_IP,
+    Event, EventKind, FLAG_AT_ENTRY, FLAG_FOR_MAPPING, FLAG_NESTED, FLAG_NO_ENTRY,
+    FLAG_OUT_UNREADABLE, SITE_BUILD_ID, SITE_IP,
 };
 
 use crate::registry::{
@@ -144,13 +144,15 @@ pub enum TraceEvent {
     NvidiaIoctl { pid: u32, cmd: u32 },
     /// Traced process `pid` made child process `child`, traced from now on.
     ProcessFork { pid: u32, child: u32 },
-    /// Thread `tid`'s Python frames at the entry of its next allocation: the first `count` of
-    /// `frames`, innermost first, each a code object and an instruction
-    /// (`tracer_common::python::unpack`). The agent reads what they name while the process
-    /// lives.
+    /// Thread `tid`'s Python frames at the entry of its next allocation, or of a large
+    /// mapping: the first `count` of `frames`, innermost first, each a code object and an
+    /// instruction (`tracer_common::python::unpack`). What the code objects say comes in
+    /// [`python_code`]'s records, or is read from the process.
     PythonFrames {
         pid: u32,
         tid: u32,
+        /// Sent for a large mapping (`FLAG_FOR_MAPPING`), not for an allocation call.
+        for_mapping: bool,
         count: u8,
         frames: [u64; tracer_common::python::PY_FRAMES],
     },
@@ -303,6 +305,7 @@ pub fn decode(record: &[u8]) -> Result<TraceEvent, DecodeError> {
             return Ok(TraceEvent::PythonFrames {
                 pid: event.header.pid,
                 tid: event.header.tid,
+                for_mapping: event.header.flags & FLAG_FOR_MAPPING != 0,
                 count: event.ret.min(tracer_common::python::PY_FRAMES as u64) as u8,
                 frames: event.args,
             });

@@ -153,8 +153,9 @@ struct Process {
     /// kernel side wakes the agent for a code object it has not sent before), so that any
     /// later instruction in it is named without reading the process again.
     codes: HashMap<u64, Code>,
-    /// Each thread's packed frames from its last frames event, innermost first.
-    last: HashMap<u32, Vec<u64>>,
+    /// Each thread's packed frames from its last frames event, innermost first, apart by
+    /// what they were sent for ([`Sender`]).
+    last: HashMap<Sender, Vec<u64>>,
 }
 
 impl PythonLines {
@@ -232,11 +233,11 @@ impl PythonLines {
         }
     }
 
-    /// Thread `tid`'s frames event: its packed frames, kept until its allocation takes them
+    /// A frames event: its packed frames, kept until what they were sent for takes them
     /// (what their code objects say may come after them, in [`PythonCode`] records).
-    pub fn frames(&mut self, pid: u32, tid: u32, packed: &[u64]) {
+    pub fn frames(&mut self, pid: u32, sender: Sender, packed: &[u64]) {
         if let Some(process) = self.processes.get_mut(&pid) {
-            process.last.insert(tid, packed.to_vec());
+            process.last.insert(sender, packed.to_vec());
         }
     }
 
@@ -269,19 +270,24 @@ impl PythonLines {
         process.keep(record.code, code);
     }
 
-    /// The frames of the allocation thread `tid` just made, as call sites (empty where none
-    /// were sent).
-    pub fn take(&mut self, pid: u32, tid: u32) -> Vec<CallSite> {
+    /// The frames of the allocation or mapping `sender` just made, as call sites (empty
+    /// where none were sent).
+    pub fn take(&mut self, pid: u32, sender: Sender) -> Vec<CallSite> {
         let Some(process) = self.processes.get_mut(&pid) else {
             return Vec::new();
         };
-        let packed = process.last.remove(&tid).unwrap_or_default();
+        let packed = process.last.remove(&sender).unwrap_or_default();
         packed
             .into_iter()
             .filter_map(|frame| process.site(frame))
             .collect()
     }
 }
+
+/// Who frames were sent for: a thread, and whether for a large mapping (true) or an
+/// allocation call. Apart, so that the mapping a libc allocation makes inside itself does not
+/// take the frames the allocation's own entry sent.
+pub type Sender = (u32, bool);
 
 /// A NUL-terminated name the kernel side read; `None` where it is empty or not UTF-8.
 fn name(bytes: &[u8]) -> Option<String> {

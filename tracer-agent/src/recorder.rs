@@ -397,7 +397,7 @@ impl Reader {
         }
         let callers = callers(&self.probes, &mut call, &mut self.address_sites);
         let python = if call.site.is_some() && !call.nested {
-            self.python.take(call.pid, call.tid)
+            self.python.take(call.pid, (call.tid, false))
         } else {
             Vec::new()
         };
@@ -427,9 +427,12 @@ impl Reader {
                 Ok(TraceEvent::PythonFrames {
                     pid,
                     tid,
+                    for_mapping,
                     count,
                     frames,
-                }) => self.python.frames(pid, tid, &frames[..usize::from(count)]),
+                }) => self
+                    .python
+                    .frames(pid, (tid, for_mapping), &frames[..usize::from(count)]),
                 Ok(TraceEvent::LibraryOpen { pid, fd }) => {
                     let opened = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
                     if self.watch.is_some() && !self.targets.contains(&pid) {
@@ -459,7 +462,11 @@ impl Reader {
                         op: HostOp::Map { .. },
                         ..
                     },
-                ) => batch.push(Record::Event(event, Vec::new(), self.python.take(pid, tid))),
+                ) => batch.push(Record::Event(
+                    event,
+                    Vec::new(),
+                    self.python.take(pid, (tid, true)),
+                )),
                 Ok(event) => batch.push(Record::Event(event, Vec::new(), Vec::new())),
                 Err(error) => {
                     self.shared

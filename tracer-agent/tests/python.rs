@@ -53,15 +53,7 @@ fn assert_lines(history: &MemHistory, truth: &serde_json::Value) {
     assert_eq!(pinned.len(), made.len(), "{pinned:?}");
     for (allocation, truth) in pinned.iter().zip(made) {
         assert_eq!(allocation.size, truth["size"].as_u64().unwrap());
-        let python: Vec<(String, u64, String)> = history
-            .callers(allocation.id)
-            .iter()
-            .filter_map(|&id| history.call_site(id))
-            .filter_map(|site| {
-                let file = site.module.strip_prefix(PYTHON_MODULE)?;
-                Some((file.to_owned(), site.offset, site.symbol.clone()?))
-            })
-            .collect();
+        let python = python_lines(history, allocation.id);
         let file = truth["file"].as_str().unwrap().to_owned();
         let expected = [
             (
@@ -80,6 +72,20 @@ fn assert_lines(history: &MemHistory, truth: &serde_json::Value) {
             "allocation {allocation:?}: Python lines {python:?}, the program says {expected:?}"
         );
     }
+}
+
+/// The Python lines among allocation `id`'s callers: file, line and function, innermost
+/// first.
+fn python_lines(history: &MemHistory, id: u64) -> Vec<(String, u64, String)> {
+    history
+        .callers(id)
+        .iter()
+        .filter_map(|&id| history.call_site(id))
+        .filter_map(|site| {
+            let file = site.module.strip_prefix(PYTHON_MODULE)?;
+            Some((file.to_owned(), site.offset, site.symbol.clone()?))
+        })
+        .collect()
 }
 
 /// `tracer record FLAGS -- python3 pinned_lines.py`: the history it wrote, and the run.
@@ -336,6 +342,49 @@ fn a_plain_recording_names_the_line_of_a_hot_mapping_first() {
     assert!(html.contains("class=\"headline\">Pin the allocation made at "));
     for advice in [section, pin] {
         assert!(!advice.contains(&format!("{cold} (")), "{advice}");
+    }
+}
+
+/// With `--libc-malloc`, a large `malloc` is a libc block and the mapping malloc makes for
+/// it: both carry the program's line (the frames sent for the mapping are kept apart from
+/// those the call's entry sent, which the mapping took before: PyTorch's `torch.empty`
+/// tensors had no line on the H200).
+#[test]
+fn a_libc_block_and_the_mapping_it_makes_both_have_the_programs_line() {
+    common::require_root();
+    let standin = common::standin("python-libc");
+    let history = standin.dir.join("libc.hotpin");
+    let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
+        .args(["record", "--libc-malloc", "-o"])
+        .arg(&history)
+        .args(["--", "python3"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mapped_lines.py"))
+        .arg(&standin.runtime)
+        .env("LD_LIBRARY_PATH", &standin.dir)
+        .output()
+        .expect("run tracer record");
+    assert!(output.status.success(), "{output:?}");
+    let truth = truth_of(&output.stdout);
+    let saved = hotpin_history::dump::read(&history).expect("history");
+    let file = truth["file"].as_str().expect("file");
+    for buffer in ["hot", "cold"] {
+        let size = truth[buffer]["size"].as_u64().expect("size");
+        let line = (
+            file.to_owned(),
+            truth[buffer]["line"].as_u64().expect("line"),
+            "main".to_owned(),
+        );
+        for kind in [AllocKind::Pageable, AllocKind::Mmap] {
+            // bytearray asks for one byte more; malloc maps a page more.
+            let made: Vec<_> = saved
+                .allocations()
+                .iter()
+                .filter(|a| a.kind == kind && (size..=size + 8192).contains(&a.size))
+                .collect();
+            assert_eq!(made.len(), 1, "{buffer} {kind:?}: {made:?}");
+            let python = python_lines(&saved, made[0].id);
+            assert_eq!(python.first(), Some(&line), "{buffer} {kind:?}: {python:?}");
+        }
     }
 }
 

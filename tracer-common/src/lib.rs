@@ -100,6 +100,10 @@ pub const FLAG_NO_ENTRY: u16 = 1 << 1;
 pub const FLAG_OUT_UNREADABLE: u16 = 1 << 2;
 /// Sent at entry by a probe with no return probe: no result (taken as success), no duration.
 pub const FLAG_AT_ENTRY: u16 = 1 << 3;
+/// A [`EventKind::PythonFrames`] event sent for a large mapping (`mapping_lines`), not for an
+/// allocation call: the mapping takes it, and a libc allocation that made the mapping keeps
+/// the frames its own entry sent.
+pub const FLAG_FOR_MAPPING: u16 = 1 << 4;
 
 /// Indexes of the per-CPU counters map `COUNTERS`.
 /// The names of the kernel programs' maps the user side opens, one constant per map. The

@@ -62,7 +62,7 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     if cookie.want_site() {
         // SAFETY: read only.
         if !inside_probed_call(tid) {
-            send_python_frames(tgid, tid);
+            send_python_frames(tgid, tid, 0);
         }
     }
     // A copy described in user memory: read now, while the caller holds it. A null

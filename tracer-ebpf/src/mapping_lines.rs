@@ -6,7 +6,7 @@
 //! once, apart from the host memory programs' paths.
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use tracer_common::{MAPPING_LINES_FLOOR, field};
+use tracer_common::{FLAG_FOR_MAPPING, MAPPING_LINES_FLOOR, field};
 
 use crate::{
     host_memory::MAP_ANONYMOUS,
@@ -37,7 +37,7 @@ fn try_mapping_lines(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     if !inside_probed_call(tid) {
-        send_python_frames(tgid, tid);
+        send_python_frames(tgid, tid, FLAG_FOR_MAPPING);
     }
     Ok(())
 }

@@ -59,8 +59,9 @@ fn word(at: u64) -> Option<u64> {
     unsafe { bpf_probe_read_user(at as *const u64) }.ok()
 }
 
-/// Sends this thread's Python frames, if its process runs CPython the agent recognised.
-pub(crate) fn send_python_frames(tgid: u32, tid: u32) {
+/// Sends this thread's Python frames, if its process runs CPython the agent recognised;
+/// `flags` says what for (`FLAG_FOR_MAPPING`, or 0 for an allocation call).
+pub(crate) fn send_python_frames(tgid: u32, tid: u32, flags: u16) {
     // SAFETY: the value is copied out at once; the agent only replaces it whole.
     let Some(offsets) = (unsafe { PYTHON.get(tgid) }).copied() else {
         return;
@@ -73,7 +74,7 @@ pub(crate) fn send_python_frames(tgid: u32, tid: u32) {
     let mut new_code = false;
     // SAFETY: `event` is the reserved record, ours until submitted; every field is written.
     unsafe {
-        (*event).header = header(EventKind::PythonFrames as u16, 0, tgid, tid, now());
+        (*event).header = header(EventKind::PythonFrames as u16, flags, tgid, tid, now());
         (*event).args = [0; PY_FRAMES];
         (*event).out = 0;
         (*event).caller = 0;
