@@ -5,6 +5,7 @@
 # one JSON line per run to $OUT/cannot_help.jsonl and prints medians (summarize.py). Each
 # hotpin run writes its report under $OUT/r; the line gets `busy_ns`, the time the program's
 # threads spent inside hotpin's own work (the report's counter, summed over its processes),
+# `counters` (every nonzero counter of the reports, summed; peaks and maxima the largest),
 # and `cpu_s`, the CPU seconds of the run's whole process tree (../cpu_time.py).
 # Usage: BIN=dir OUT=dir bash bench/gpu/cannot_help/run.sh ROUNDS [PROGRAMS...]
 set -u
@@ -29,6 +30,15 @@ reports = [json.load(open(f)) for f in glob.glob('$OUT/r/$p.$c.$r.*.json')]
 if reports:
     d['busy_ns'] = sum(x['counters']['busy_ns'] for x in reports)
     d['busy_entries'] = sum(x['counters']['busy_entries'] for x in reports)
+    # Every counter, summed over the processes (the largest, for peaks and maxima): where the
+    # time inside hotpin goes (python_stack_ns, ...), without the reports.
+    summed = {}
+    for x in reports:
+        for k, v in x['counters'].items():
+            if isinstance(v, (int, float)):
+                summed[k] = max(summed.get(k, 0), v) if ('peak' in k or 'max' in k) else summed.get(k, 0) + v
+    d['counters'] = {k: v for k, v in summed.items() if v}
+    d['processes'] = len(reports)
 try:
     d['cpu_s'] = float(open('$OUT/cpu').read())
 except (OSError, ValueError):
