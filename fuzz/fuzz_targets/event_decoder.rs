@@ -13,7 +13,9 @@ fuzz_target!(|bytes: &[u8]| {
     let Some((&first, rest)) = bytes.split_first() else {
         return;
     };
-    let _ = events::decode(&rest[..usize::from(first).min(rest.len())]);
+    let one = &rest[..usize::from(first).min(rest.len())];
+    let _ = events::decode(one);
+    let _ = events::python_code(one);
     let mut history = MemHistory::new();
     for record in rest.chunks(EVENT_SIZE) {
         match events::decode(record) {

@@ -149,9 +149,9 @@ pub struct PythonLines {
 struct Process {
     layout: &'static Layout,
     mem: File,
-    /// What each code object says, by address: read once, while the process lives (the
-    /// kernel side wakes the agent for a code object it has not sent before), so that any
-    /// later instruction in it is named without reading the process again.
+    /// What each code object says, by address: from the kernel side's record, sent once, or
+    /// read from the process while it lives, so that any later instruction in it is named
+    /// without reading it again.
     codes: HashMap<u64, Code>,
     /// Each thread's packed frames from its last frames event, innermost first, apart by
     /// what they were sent for ([`Sender`]).
@@ -248,9 +248,9 @@ impl PythonLines {
         let Some(process) = self.processes.get_mut(&record.header.pid) else {
             return;
         };
-        if process.codes.contains_key(&record.code) {
-            return;
-        }
+        // A record is sent for an address the kernel side has not sent before (or forgot):
+        // newer than what is kept for it, which may be a freed code object's.
+        process.codes.remove(&record.code);
         let (Some(file), Some(function)) = (name(&record.file), name(&record.function)) else {
             return;
         };
@@ -325,10 +325,17 @@ impl Process {
         })
     }
 
-    /// Keeps what `code` says (the cache emptied when full).
+    /// Keeps what `code` says. When full, the cache keeps only the code objects that frames
+    /// not yet taken name (the kernel side will not send those again).
     fn keep(&mut self, code: u64, read: Code) {
         if self.codes.len() >= MAX_CODES {
-            self.codes.clear();
+            let named: HashSet<u64> = self
+                .last
+                .values()
+                .flatten()
+                .map(|&frame| unpack(frame).0)
+                .collect();
+            self.codes.retain(|code, _| named.contains(code));
         }
         self.codes.insert(code, read);
     }

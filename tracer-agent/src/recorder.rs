@@ -452,21 +452,26 @@ impl Reader {
                     ));
                 }
                 // A large mapping of the program's own: the Python lines its thread sent
-                // just before it.
+                // just before it (taken, and dropped, by a mapping that failed too: they are
+                // no later mapping's).
                 Ok(
                     event @ TraceEvent::HostMemory {
                         pid,
                         tid,
                         nested: false,
-                        failed: false,
-                        op: HostOp::Map { .. },
+                        failed,
+                        op: HostOp::Map { len, .. },
                         ..
                     },
-                ) => batch.push(Record::Event(
-                    event,
-                    Vec::new(),
-                    self.python.take(pid, (tid, true)),
-                )),
+                ) => {
+                    let python = self.python.take(pid, (tid, true));
+                    let python = if failed || len < tracer_common::MAPPING_LINES_FLOOR {
+                        Vec::new()
+                    } else {
+                        python
+                    };
+                    batch.push(Record::Event(event, Vec::new(), python));
+                }
                 Ok(event) => batch.push(Record::Event(event, Vec::new(), Vec::new())),
                 Err(error) => {
                     self.shared

@@ -88,10 +88,12 @@ fn python_lines(history: &MemHistory, id: u64) -> Vec<(String, u64, String)> {
         .collect()
 }
 
-/// `tracer record FLAGS -- python3 pinned_lines.py`: the history it wrote, and the run.
+/// `tracer record FLAGS -- python3 SCRIPT` (pinned_lines.py, or a copy of it): the history it
+/// wrote, and the run.
 fn record_program(
     standin: &cuda_standin::Installed,
     flags: &[&str],
+    script: &Path,
 ) -> (MemHistory, std::process::Output) {
     let history = standin.dir.join("python.hotpin");
     let output = Command::new(env!("CARGO_BIN_EXE_tracer"))
@@ -100,7 +102,7 @@ fn record_program(
         .arg("-o")
         .arg(&history)
         .args(["--", "python3"])
-        .arg(program())
+        .arg(script)
         .arg(&standin.runtime)
         .env("LD_LIBRARY_PATH", &standin.dir)
         .output()
@@ -156,8 +158,27 @@ fn truth_of(stdout: &[u8]) -> serde_json::Value {
 fn a_recorded_python_program_has_its_lines() {
     common::require_root();
     let standin = common::standin("python-record");
-    let (saved, output) = record_program(&standin, &[]);
+    let (saved, output) = record_program(&standin, &[], &program());
     assert_lines(&saved, &truth_of(&output.stdout));
+}
+
+/// A program whose file name is longer than the kernel side's record holds (deep trees of a
+/// build system or a virtualenv): named whole, from the process, not cut.
+#[test]
+fn a_file_name_longer_than_the_kernel_record_is_named_whole() {
+    common::require_root();
+    let standin = common::standin("python-long");
+    let mut dir = standin.dir.clone();
+    while dir.as_os_str().len() < 300 {
+        dir.push("a_folder_of_a_deep_tree_of_a_build_system");
+    }
+    std::fs::create_dir_all(&dir).expect("the deep folder");
+    let script = dir.join("pinned_lines.py");
+    std::fs::copy(program(), &script).expect("copy the program");
+    let (saved, output) = record_program(&standin, &[], &script);
+    let truth = truth_of(&output.stdout);
+    assert!(truth["allocations"][0]["file"].as_str().unwrap().len() > 300);
+    assert_lines(&saved, &truth);
 }
 
 #[test]
@@ -189,24 +210,44 @@ fn a_python_program_traced_by_pid_after_its_set_up_has_its_lines() {
     // The tracer is stopped while the program allocates, copies and exits: what its code
     // objects say can then only come from the kernel side's records (as on a loaded machine,
     // where the agent reads the ring after a short program has ended).
-    let signal = |name: &str| {
-        let sent = Command::new("kill")
-            .args([name, &tracer.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(sent.success(), "kill {name}");
-    };
-    signal("-STOP");
+    let stopped = Stopped::new(tracer.id());
     std::fs::write(&go, b"").expect("open the gate");
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).expect("the program's output");
     assert!(program.wait().expect("wait").success());
-    signal("-CONT");
+    drop(stopped);
     let mut tail = String::new();
     stderr.read_to_string(&mut tail).expect("read the tracer");
     assert!(tracer.wait().expect("wait").success(), "{said}{tail}");
     let saved = hotpin_history::dump::read(&history).expect("history");
     assert_lines(&saved, &truth_of(&rest));
+}
+
+/// A process stopped (SIGSTOP) until this is dropped, whether the test goes on or panics:
+/// a stopped tracer is never left behind.
+struct Stopped(String);
+
+impl Stopped {
+    fn new(pid: u32) -> Self {
+        let stopped = Self(pid.to_string());
+        stopped.signal("-STOP");
+        stopped
+    }
+
+    fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([name, &self.0])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill {name} {}", self.0);
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // No assertion here: this may run while a failed test unwinds.
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
 }
 
 /// `tracer daemon` gives the Python program's allocations their lines too, in the history it
@@ -277,7 +318,7 @@ fn histories(dir: &Path) -> Vec<PathBuf> {
 fn python_lines_can_be_turned_off() {
     common::require_root();
     let standin = common::standin("python-off");
-    let (saved, _) = record_program(&standin, &["--no-python-lines"]);
+    let (saved, _) = record_program(&standin, &["--no-python-lines"], &program());
     let pinned = saved
         .allocations()
         .iter()

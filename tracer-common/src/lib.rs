@@ -3,6 +3,8 @@
 //! Every record in the ring buffer is one [`Event`]: a fixed [`EventHeader`] and a payload of
 //! raw arguments, the raw return value, the value read through an out-parameter, and the caller's
 //! return address. The registry in `tracer-agent` says how to read the payload of each kind.
+//! One kind is longer: [`python::PythonCode`], what a Python code object says, which begins
+//! with the same header.
 #![no_std]
 
 use core::mem::size_of;
@@ -413,9 +415,11 @@ event_kinds! {
     /// `args[0]` is the child's pid.
     ProcessFork = 340,
     /// The Python frames of a thread of a CPython process, sent at the entry of an allocating
-    /// call that wants its call site, before its own event (`python::PY_FRAMES` at most,
-    /// innermost first, each `python::pack`ed in `args`; `ret` is how many). Zero frames when
-    /// the thread runs no Python: the agent then gives the call none.
+    /// call that wants its call site, before its own event, or at the entry of a large
+    /// anonymous mmap made outside probed calls, with [`FLAG_FOR_MAPPING`]
+    /// (`python::PY_FRAMES` at most, innermost first, each `python::pack`ed in `args`; `ret`
+    /// is how many). Zero frames when the thread runs no Python: the agent then gives the call
+    /// none.
     PythonFrames = 350,
     /// What a code object named by a [`EventKind::PythonFrames`] event for the first time
     /// says: a [`python::PythonCode`] record, longer than an [`Event`].

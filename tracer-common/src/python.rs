@@ -190,14 +190,16 @@ pub struct Offsets {
     pub frames: u32,
     pub code_adaptive: u32,
     /// What [`PythonCode`] is read with: the code object's fields, a `bytes` object's data,
-    /// and a compact ASCII `str`'s data and state ([`Layout`]'s).
+    /// and a compact ASCII `str`'s data, length and state ([`Layout`]'s).
     pub code_firstlineno: u32,
     pub code_filename: u32,
     pub code_qualname: u32,
     pub code_linetable: u32,
     pub bytes_data: u32,
     pub ascii_data: u32,
+    pub ascii_length: u32,
     pub ascii_state: u32,
+    pub _pad: u32,
 }
 
 /// [`Offsets::cframe_current`] of a version without `_PyCFrame`.
@@ -231,7 +233,9 @@ impl Offsets {
             code_linetable: layout.code_linetable,
             bytes_data: layout.bytes_data,
             ascii_data: layout.ascii_data,
+            ascii_length: layout.ascii_length,
             ascii_state: layout.ascii_state,
+            _pad: 0,
         }
     }
 }
@@ -279,7 +283,8 @@ pub struct PythonCode {
     /// The table's own length (above `table_len` where it was cut).
     pub table_size: u64,
     /// `co_filename` and `co_qualname`, NUL-terminated; empty where the name is not a
-    /// compact ASCII string or could not be read.
+    /// compact ASCII string shorter than [`CODE_NAME_BYTES`] or could not be read (the file
+    /// also where the first line could not be).
     pub file: [u8; CODE_NAME_BYTES],
     pub function: [u8; CODE_NAME_BYTES],
     /// `co_linetable`'s first `table_len` bytes.

@@ -6,10 +6,11 @@
 //! native thread id is this thread's, then kept per thread: no thread-local storage is read,
 //! and it works while the thread has released the GIL (PyTorch's operators do). From it, the
 //! current frame and each previous one give a code object and the instruction the frame is
-//! at, packed into one argument each ([`python::pack`]). The agent reads names and lines from
-//! the code objects, which outlive the call; what a code object says is sent too, the first time
-//! a frame names it ([`PythonCode`]), for a process that exits before the agent reads it. A chain that leaves the expected shapes (a code
-//! object of another type, an unreadable pointer) ends the walk with what was read.
+//! at, packed into one argument each ([`python::pack`]). What a code object says (names, first
+//! line, location table) is sent too, the first time a frame names it ([`PythonCode`]), so that
+//! a process that exits before the agent reads the ring keeps its lines. A chain that leaves
+//! the expected shapes (a code object of another type, an unreadable pointer) ends the walk
+//! with what was read.
 
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -39,9 +40,8 @@ static PYTHON: HashMap<u32, Offsets> = HashMap::with_max_entries(MAX_TARGETS, 0)
 #[map]
 static THREAD_STATES: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PENDING, 0);
 
-/// Code objects already sent, by (tgid, address): the agent keeps what each one says, so a
-/// frames event naming only these need not wake it. A new one does: the agent reads it while
-/// the process lives.
+/// Code objects already sent in a [`PythonCode`] record, by (tgid, address): the agent keeps
+/// what each one says, so a frames event naming only these need not wake it. A new one does.
 #[map]
 static CODES_SENT: LruHashMap<CodeKey, u8> = LruHashMap::with_max_entries(MAX_PENDING, 0);
 
@@ -209,11 +209,13 @@ fn walk<L: FrameLayout>(
 }
 
 /// Sends what `code` says (its names, first line and location table) as one [`PythonCode`]
-/// record; whether it was sent. Names that are not compact ASCII strings are sent empty, and
-/// a table longer than the record holds is cut: the agent reads those from the process.
+/// record; whether it was sent. A name that is not a compact ASCII string shorter than the
+/// record's room, or a first line that cannot be read, leaves the file name empty, and a
+/// table longer than the record holds is cut: the agent reads those from the process while
+/// it lives. A full ring sends nothing and loses nothing else (the agent reads the code from
+/// the process; a later frame tries again): it is not counted as a lost event.
 fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
     let Some(mut entry) = EVENTS.reserve::<PythonCode>(0) else {
-        bump(counter::RINGBUF_FULL);
         return false;
     };
     let record = entry.as_mut_ptr();
@@ -223,12 +225,16 @@ fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
     unsafe {
         (*record).header = header(EventKind::PythonCode as u16, 0, tgid, 0, now());
         (*record).code = code;
-        (*record).first_line = word(code + u64::from(offsets.code_firstlineno)).unwrap_or(0) as i32;
+        let first_line = word(code + u64::from(offsets.code_firstlineno));
+        (*record).first_line = first_line.unwrap_or(0) as i32;
         ascii(
             offsets,
             code + u64::from(offsets.code_filename),
             &mut (*record).file,
         );
+        if first_line.is_none() {
+            (*record).file[0] = 0;
+        }
         ascii(
             offsets,
             code + u64::from(offsets.code_qualname),
@@ -258,7 +264,8 @@ fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
 }
 
 /// Reads the compact ASCII `str` whose address is at `field` into `out`, NUL-terminated;
-/// leaves `out` empty for any other string or an unreadable one.
+/// leaves `out` empty for any other string, one too long for `out` (a cut name would be taken
+/// for a whole one), or an unreadable one.
 fn ascii(offsets: &Offsets, field: u64, out: &mut [u8]) {
     out[0] = 0;
     let Some(object) = word(field) else {
@@ -267,6 +274,10 @@ fn ascii(offsets: &Offsets, field: u64, out: &mut [u8]) {
     // Compact and ASCII: bits 5 and 6 of the state (CPython's `Include/cpython/unicodeobject.h`).
     match word(object + u64::from(offsets.ascii_state)) {
         Some(state) if (state >> 5) & 3 == 3 => {}
+        _ => return,
+    }
+    match word(object + u64::from(offsets.ascii_length)) {
+        Some(length) if length < out.len() as u64 => {}
         _ => return,
     }
     // SAFETY: a user read into `out`, NUL-terminated and bounded by its length.
