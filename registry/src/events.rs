@@ -704,6 +704,20 @@ mod tests {
             python_code(&record[..200]).map(|r| r.map(|c| c.code)),
             Some(Err(DecodeError::Truncated { len: 200 }))
         );
+        // Sent as long as its table: the head and `table_len` bytes; a table_len past the
+        // record's end is a truncated record.
+        let head = tracer_common::python::CODE_HEAD_BYTES;
+        let at = std::mem::offset_of!(PythonCode, table_len);
+        record[at..at + 4].copy_from_slice(&3u32.to_le_bytes());
+        record[head..head + 3].copy_from_slice(b"\x80\x81\x82");
+        let short = python_code(&record[..head + 3])
+            .expect("a code record")
+            .expect("whole");
+        assert_eq!(&short.table[..4], b"\x80\x81\x82\0");
+        assert_eq!(
+            python_code(&record[..head + 2]).map(|r| r.map(|c| c.code)),
+            Some(Err(DecodeError::Truncated { len: head + 2 }))
+        );
         // An event is not one, and a record too short to have a kind is neither.
         let event = event(EventKind::PythonFrames, &[1], 0);
         // SAFETY: Event is plain old data of EVENT_SIZE bytes.

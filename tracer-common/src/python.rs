@@ -268,7 +268,8 @@ pub const CODE_TABLE_BYTES: usize = 4096;
 
 /// What a code object says, read by the kernel side at the first frame that names it and
 /// sent just after that frame's [`crate::EventKind::PythonFrames`] event, so that its lines
-/// are named even when the process has exited before the agent reads the ring.
+/// are named even when the process has exited before the agent reads the ring. Sent as long
+/// as its table: [`CODE_HEAD_BYTES`] and `table_len` bytes.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct PythonCode {
@@ -291,15 +292,37 @@ pub struct PythonCode {
     pub table: [u8; CODE_TABLE_BYTES],
 }
 
+/// The bytes of a [`PythonCode`] before its table: what every record holds.
+pub const CODE_HEAD_BYTES: usize = core::mem::offset_of!(PythonCode, table);
+
 impl PythonCode {
-    /// Reads a record the kernel side sent, checking its length first. The record may be
-    /// unaligned and longer (the kernel rounds records to 8 bytes).
+    /// Reads a record the kernel side sent, checking its length first: its head, and as much
+    /// of the table as `table_len` says. The record may be unaligned and longer (the kernel
+    /// rounds records to 8 bytes); the table's bytes past `table_len` read as zero.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, crate::DecodeError> {
-        if bytes.len() < size_of::<Self>() {
-            return Err(crate::DecodeError::Truncated { len: bytes.len() });
+        let truncated = crate::DecodeError::Truncated { len: bytes.len() };
+        if bytes.len() < CODE_HEAD_BYTES {
+            return Err(truncated);
         }
-        // SAFETY: the length was checked above; every bit pattern is a valid value, and
-        // `read_unaligned` needs no alignment.
-        Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+        let mut record = Self {
+            header: crate::EventHeader::default(),
+            code: 0,
+            first_line: 0,
+            table_len: 0,
+            table_size: 0,
+            file: [0; CODE_NAME_BYTES],
+            function: [0; CODE_NAME_BYTES],
+            table: [0; CODE_TABLE_BYTES],
+        };
+        let length = bytes.len().min(size_of::<Self>());
+        // SAFETY: `length` bytes fit in both; every bit pattern is a valid value of every
+        // field, and a byte copy needs no alignment.
+        unsafe {
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), (&raw mut record).cast::<u8>(), length);
+        }
+        if record.table_len as usize > (length - CODE_HEAD_BYTES).min(CODE_TABLE_BYTES) {
+            return Err(truncated);
+        }
+        Ok(record)
     }
 }

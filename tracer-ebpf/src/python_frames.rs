@@ -16,13 +16,13 @@ use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated},
     macros::map,
-    maps::{HashMap, LruHashMap},
+    maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use tracer_common::{
     Event, EventKind, MAX_TARGETS, counter,
     python::{
-        CODE_TABLE_BYTES, FRAME_BYTES, FRAMES_311, Layout, MAX_STEPS, MAX_THREADS, NO_CFRAME,
-        Offsets, PY_FRAMES, PY311, PY312, PythonCode, pack,
+        CODE_HEAD_BYTES, CODE_TABLE_BYTES, FRAME_BYTES, FRAMES_311, Layout, MAX_STEPS, MAX_THREADS,
+        NO_CFRAME, Offsets, PY_FRAMES, PY311, PY312, PythonCode, pack,
     },
 };
 
@@ -39,6 +39,11 @@ static PYTHON: HashMap<u32, Offsets> = HashMap::with_max_entries(MAX_TARGETS, 0)
 /// (one read) instead of walking the thread list again.
 #[map]
 static THREAD_STATES: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PENDING, 0);
+
+/// Where a [`PythonCode`] record is made before it is sent, as long as its table: one per CPU
+/// (a record is too large for the program's stack).
+#[map]
+static CODE_SCRATCH: PerCpuArray<PythonCode> = PerCpuArray::with_max_entries(1, 0);
 
 /// Code objects already sent in a [`PythonCode`] record, by (tgid, address): the agent keeps
 /// what each one says, so a frames event naming only these need not wake it. A new one does.
@@ -215,14 +220,14 @@ fn walk<L: FrameLayout>(
 /// it lives. A full ring sends nothing and loses nothing else (the agent reads the code from
 /// the process; a later frame tries again): it is not counted as a lost event.
 fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
-    let Some(mut entry) = EVENTS.reserve::<PythonCode>(0) else {
+    let Some(record) = CODE_SCRATCH.get_ptr_mut(0) else {
         return false;
     };
-    let record = entry.as_mut_ptr();
-    // SAFETY: `record` is the reserved record, ours until submitted; every field is written
+    // SAFETY: this CPU's scratch record, ours while this program runs; every field is written
     // (the names and the table from their start, as far as they are read; the agent reads no
-    // further than the NUL and `table_len`).
-    unsafe {
+    // further than the NUL and `table_len`), and only the record's head and the table's
+    // `table_len` bytes are sent.
+    let sent = unsafe {
         (*record).header = header(EventKind::PythonCode as u16, 0, tgid, 0, now());
         (*record).code = code;
         let first_line = word(code + u64::from(offsets.code_firstlineno));
@@ -258,9 +263,17 @@ fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
                 (*record).table_len = read;
             }
         }
-    }
-    entry.submit(0);
-    true
+        // The verifier bounds the length by the branch above (at most the table's room).
+        let table = (*record).table_len as usize;
+        let length = if table <= CODE_TABLE_BYTES {
+            CODE_HEAD_BYTES + table
+        } else {
+            CODE_HEAD_BYTES
+        };
+        let bytes = core::slice::from_raw_parts(record.cast::<u8>(), length);
+        EVENTS.output::<[u8]>(bytes, 0)
+    };
+    sent.is_ok()
 }
 
 /// Reads the compact ASCII `str` whose address is at `field` into `out`, NUL-terminated;
