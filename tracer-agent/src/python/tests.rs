@@ -170,3 +170,130 @@ fn the_layout_table_matches_a_live_interpreter() {
         );
     }
 }
+
+/// A code record as the kernel side sends it: names, first line, table.
+fn code_record(
+    pid: u32,
+    code: u64,
+    file: &str,
+    function: &str,
+    first: i32,
+    table: &[u8],
+) -> PythonCode {
+    let mut record = PythonCode::from_bytes(&[0; size_of::<PythonCode>()]).expect("zeroed");
+    record.header.kind = tracer_common::EventKind::PythonCode as u16;
+    record.header.pid = pid;
+    record.code = code;
+    record.first_line = first;
+    record.file[..file.len()].copy_from_slice(file.as_bytes());
+    record.function[..function.len()].copy_from_slice(function.as_bytes());
+    record.table[..table.len()].copy_from_slice(table);
+    record.table_len = table.len() as u32;
+    record.table_size = table.len() as u64;
+    record
+}
+
+/// A process whose memory cannot be read (it exited): what its code objects say can come
+/// only from the kernel side's records.
+fn exited(lines: &mut PythonLines, pid: u32) {
+    lines.processes.insert(
+        pid,
+        Process {
+            layout: layout(3, 11).expect("3.11"),
+            mem: File::open("/dev/null").expect("/dev/null"),
+            codes: HashMap::new(),
+            last: HashMap::new(),
+        },
+    );
+}
+
+/// Two location entries (CPython's "no columns" form): code units 0-1 at the first line + 2,
+/// unit 2 at the first line + 5.
+const TABLE: [u8; 4] = [0xE9, 0x04, 0xE8, 0x06];
+
+#[test]
+fn frames_are_named_from_code_records_once_the_process_is_gone() {
+    let (pid, code, other) = (4_000_001, 0x7f00_0000_1000, 0x7f00_0000_2000);
+    let mut lines = PythonLines::default();
+    exited(&mut lines, pid);
+    let site = |sites: &[CallSite]| {
+        sites
+            .iter()
+            .map(|s| {
+                (
+                    s.module.clone(),
+                    s.offset,
+                    s.symbol.clone().unwrap_or_default(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // The frames come first, their code's record after them: named when the call takes them.
+    lines.frames(
+        pid,
+        (7, false),
+        &[
+            tracer_common::python::pack(code, 2),
+            tracer_common::python::pack(code, 0),
+        ],
+    );
+    lines.code(&code_record(
+        pid,
+        code,
+        "/srv/train.py",
+        "Step.run",
+        40,
+        &TABLE,
+    ));
+    let file = format!("{PYTHON_MODULE}/srv/train.py");
+    assert_eq!(
+        site(&lines.take(pid, (7, false))),
+        [
+            (file.clone(), 45, "Step.run".to_owned()),
+            (file.clone(), 42, "Step.run".to_owned())
+        ]
+    );
+    // Frames sent for a mapping are the mapping's, not the next call's, and the other way.
+    lines.frames(pid, (7, true), &[tracer_common::python::pack(code, 0)]);
+    assert!(lines.take(pid, (7, false)).is_empty());
+    assert_eq!(
+        site(&lines.take(pid, (7, true))),
+        [(file.clone(), 42, "Step.run".to_owned())]
+    );
+    // A record whose file name the kernel side could not read names nothing: the process
+    // would be read, and cannot be.
+    lines.code(&code_record(pid, other, "", "f", 1, &TABLE));
+    lines.frames(pid, (7, false), &[tracer_common::python::pack(other, 0)]);
+    assert!(lines.take(pid, (7, false)).is_empty());
+    // A later record for an address replaces what was kept for it (a freed code object's).
+    lines.code(&code_record(pid, code, "/srv/eval.py", "main", 10, &TABLE));
+    lines.frames(pid, (7, false), &[tracer_common::python::pack(code, 0)]);
+    assert_eq!(
+        site(&lines.take(pid, (7, false))),
+        [(
+            format!("{PYTHON_MODULE}/srv/eval.py"),
+            12,
+            "main".to_owned()
+        )]
+    );
+}
+
+/// A full cache of code objects keeps those that frames not yet taken name: the kernel side
+/// does not send them again.
+#[test]
+fn a_full_code_cache_keeps_the_codes_of_frames_not_yet_taken() {
+    let (pid, first) = (4_000_002, 0x7f00_0000_0000u64);
+    let mut lines = PythonLines::default();
+    exited(&mut lines, pid);
+    lines.frames(pid, (7, false), &[tracer_common::python::pack(first, 0)]);
+    for n in 0..=MAX_CODES as u64 {
+        let code = first + 0x100 * n;
+        lines.code(&code_record(pid, code, "/srv/train.py", "f", 1, &TABLE));
+    }
+    assert_eq!(
+        lines.take(pid, (7, false)).len(),
+        1,
+        "the pending frame's code was kept"
+    );
+    assert!(lines.processes[&pid].codes.len() < MAX_CODES);
+}
