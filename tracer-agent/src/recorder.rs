@@ -741,14 +741,16 @@ async fn write_batches(
         if !per_session {
             let mut history = shared.history.write().expect("history lock poisoned");
             for record in &batch {
-                if let Record::Event(event, callers, python) = record {
-                    apply(
+                match record {
+                    Record::Event(event, callers, python) => apply(
                         &mut history,
                         &mut resolver,
                         &mut spaces,
                         event,
                         (callers, python),
-                    );
+                    ),
+                    Record::Exited(pid) => resolver.forget(*pid),
+                    Record::Started(_) => {}
                 }
             }
             history.bound();
@@ -762,6 +764,7 @@ async fn write_batches(
                 }
                 Record::Exited(pid) => {
                     spaces.forget(pid);
+                    resolver.forget(pid);
                     sessions.exited(pid);
                     if sessions.running().next().is_none() {
                         resolver.release_symbols();

@@ -4,6 +4,7 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use hotpin_history::maps::ProcessMaps;
@@ -183,7 +184,22 @@ pub struct CallSiteResolver {
     by_build_id: HashMap<Vec<u8>, KnownModule>,
     /// Files whose build id was read already (so each is read once), by the name shown.
     seen_files: HashMap<String, Option<Vec<u8>>>,
+    /// Each process's file mappings as last read, and when: frames the kernel gave as
+    /// addresses are placed with them. Reading `/proc/PID/maps` for every such frame (a
+    /// Python program's ctypes calls have one in anonymous memory under every allocation)
+    /// took most of the agent's time, and the 2 cores it shares with the program.
+    maps: HashMap<u32, (ProcessMaps, Instant)>,
+    /// Build ids that learning their process's files did not find, and when: not looked for
+    /// again within [`MAPS_KEPT`].
+    missing: HashMap<Vec<u8>, Instant>,
 }
+
+/// How long a process's mappings as read place an address in a file. An address in no file
+/// reads them again after [`MAPS_FRESH`] (a library mapped since).
+const MAPS_KEPT: Duration = Duration::from_secs(1);
+const MAPS_FRESH: Duration = Duration::from_millis(50);
+/// Missing build ids kept before they are all forgotten.
+const MISSING_KEPT: usize = 4096;
 
 #[derive(Debug)]
 struct KnownModule {
@@ -214,6 +230,34 @@ impl CallSiteResolver {
                 self.learn_file(&host_path(pid, &file), &file);
             }
         }
+    }
+
+    /// `pid` exited, and its records were applied: its mappings as read are dropped.
+    pub fn forget(&mut self, pid: u32) {
+        self.maps.remove(&pid);
+    }
+
+    /// The file and offset `addr` is at in `pid`, from its mappings as read last if they are
+    /// recent enough ([`MAPS_KEPT`], [`MAPS_FRESH`]), else read now.
+    fn place(&mut self, pid: u32, addr: u64) -> Option<(String, u64)> {
+        let now = Instant::now();
+        if let Some((maps, read)) = self.maps.get(&pid) {
+            let age = now.saturating_duration_since(*read);
+            if age < MAPS_KEPT {
+                if let Some((module, offset)) = maps.module_offset(addr) {
+                    return Some((module.to_string(), offset));
+                }
+                if age < MAPS_FRESH {
+                    return None;
+                }
+            }
+        }
+        let maps = ProcessMaps::read(pid).unwrap_or_default();
+        let found = maps
+            .module_offset(addr)
+            .map(|(module, offset)| (module.to_string(), offset));
+        self.maps.insert(pid, (maps, now));
+        found
     }
 
     /// Drops the symbol tables loaded to name call sites (a large library's is hundreds of
@@ -274,24 +318,32 @@ impl CallSiteResolver {
     /// The call site of a call of `pid`.
     pub fn resolve(&mut self, pid: u32, site: RawSite) -> CallSite {
         match site {
-            RawSite::Address(addr) => {
-                let maps = ProcessMaps::read(pid).unwrap_or_default();
-                match maps.module_offset(addr) {
-                    Some((module, offset)) => CallSite {
-                        module: module.to_string(),
-                        offset,
-                        symbol: None,
-                    },
-                    None => CallSite {
-                        module: ANONYMOUS.into(),
-                        offset: addr,
-                        symbol: None,
-                    },
-                }
-            }
+            RawSite::Address(addr) => match self.place(pid, addr) {
+                Some((module, offset)) => CallSite {
+                    module,
+                    offset,
+                    symbol: None,
+                },
+                None => CallSite {
+                    module: ANONYMOUS.into(),
+                    offset: addr,
+                    symbol: None,
+                },
+            },
             RawSite::BuildId { build_id, offset } => {
-                if !self.by_build_id.contains_key(&build_id[..]) {
+                let looked = |missing: &HashMap<Vec<u8>, Instant>| {
+                    missing
+                        .get(&build_id[..])
+                        .is_some_and(|at| at.elapsed() < MAPS_KEPT)
+                };
+                if !self.by_build_id.contains_key(&build_id[..]) && !looked(&self.missing) {
                     self.learn_process(pid);
+                    if !self.by_build_id.contains_key(&build_id[..]) {
+                        if self.missing.len() >= MISSING_KEPT {
+                            self.missing.clear();
+                        }
+                        self.missing.insert(build_id.to_vec(), Instant::now());
+                    }
                 }
                 match self.by_build_id.get_mut(&build_id[..]) {
                     Some(module) => {
@@ -435,6 +487,28 @@ garbage line
             matches!(error, TracerError::NoSuchProcess { .. }),
             "{error}"
         );
+    }
+
+    /// Frames given as addresses are placed by the process's mappings as read last: a file's
+    /// address by its file, an address in no file as anonymous (the walk is cut there), both
+    /// without reading the maps again within a moment; a process forgotten is read again.
+    #[test]
+    fn addresses_are_placed_by_the_mappings_as_read_last() {
+        let me = std::process::id();
+        let mut resolver = CallSiteResolver::new();
+        let code = addresses_are_placed_by_the_mappings_as_read_last as *const () as u64;
+        let site = resolver.resolve(me, RawSite::Address(code));
+        let exe = std::env::current_exe().expect("this test's binary");
+        assert_eq!(Path::new(&site.module), exe, "{site:?}");
+        let read = resolver.maps[&me].1;
+        let heap = Box::new([0u8; 64]);
+        let anonymous = RawSite::Address(heap.as_ptr() as u64);
+        assert_eq!(resolver.resolve_caller(me, anonymous), None);
+        assert_eq!(resolver.resolve(me, RawSite::Address(code)), site);
+        assert_eq!(resolver.maps[&me].1, read, "read once within a moment");
+        resolver.forget(me);
+        assert!(!resolver.maps.contains_key(&me));
+        assert_eq!(resolver.resolve(me, RawSite::Address(code)), site);
     }
 }
 
