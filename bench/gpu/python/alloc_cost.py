@@ -6,21 +6,26 @@ written and read back. Under the tracer (its parent, `tracer record -- ...`) it 
 the run time of the tracer's kernel programs over the loop (their fdinfo's run_time_ns, with
 kernel.bpf_stats_enabled=1): the time the probes took, apart from the CUDA calls' own time,
 which varies far more. Prints {"n", "us_per_alloc", "bpf_ns_per_alloc", "mismatches"}.
-Usage: python3 alloc_cost.py [N]"""
+With LIBCUDART, the runtime is that library and PyTorch is not used (the CUDA stand-in's,
+a test fixture, not CUDA: bench/standin/tracer_alloc_cost.sh).
+Usage: python3 alloc_cost.py [N [LIBCUDART]]"""
 import os
 import ctypes
 import json
 import sys
 import time
 
-import torch
-
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
 SIZE = 64 << 10
-torch.zeros(1, device="cuda")
-torch.cuda.synchronize()
-runtime = next(line.split()[-1] for line in open("/proc/self/maps")
-               if "libcudart.so" in line)
+if len(sys.argv) > 2:
+    runtime = sys.argv[2]
+else:
+    import torch
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    runtime = next(line.split()[-1] for line in open("/proc/self/maps")
+                   if "libcudart.so" in line)
 cudart = ctypes.CDLL(runtime)
 time.sleep(1.5)  # the tracer's rescan, for a recording started before the interpreter
 
