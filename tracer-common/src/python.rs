@@ -262,8 +262,9 @@ pub const fn unpack(frame: u64) -> (u64, u64) {
 
 /// The bytes of a file or function name a [`PythonCode`] holds, its NUL included.
 pub const CODE_NAME_BYTES: usize = 256;
-/// The bytes of a location table a [`PythonCode`] holds (a power of two: the kernel side
-/// bounds a shorter read with a mask); a longer table is cut there.
+/// The room for a location table in a [`PythonCode`] (a power of two: the kernel side bounds
+/// its reads and the record's length with a mask); a table as long or longer is cut one byte
+/// short of it.
 pub const CODE_TABLE_BYTES: usize = 4096;
 
 /// What a code object says, read by the kernel side at the first frame that names it and

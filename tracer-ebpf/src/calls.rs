@@ -21,7 +21,7 @@ use crate::{
     described_copies::{read_descriptor, send_batch},
     libc_blocks::{libc_call_wanted, track_libc_block},
     page_faults::send_fault_run,
-    python_frames::send_python_frames,
+    python_frames::send_python_lines,
     shared::{
         DEPTH, ENTRY_SCRATCH, EVENTS, PENDING, Pending, PendingKey, WAKEUP_BYTES, arg_at, arg_slot,
         bump, depth_of, header, inside_probed_call, traced_thread,
@@ -62,7 +62,7 @@ fn try_api_call_entry(ctx: &ProbeContext) -> Result<(), i64> {
     if cookie.want_site() {
         // SAFETY: read only.
         if !inside_probed_call(tid) {
-            send_python_frames(tgid, tid, 0);
+            send_python_lines(tgid, tid, 0);
         }
     }
     // A copy described in user memory: read now, while the caller holds it. A null

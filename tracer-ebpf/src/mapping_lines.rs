@@ -10,7 +10,7 @@ use tracer_common::{FLAG_FOR_MAPPING, MAPPING_LINES_FLOOR, field};
 
 use crate::{
     host_memory::MAP_ANONYMOUS,
-    python_frames::send_python_frames,
+    python_frames::send_python_lines,
     shared::{FIELDS, inside_probed_call, traced_thread},
 };
 
@@ -37,7 +37,7 @@ fn try_mapping_lines(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     if !inside_probed_call(tid) {
-        send_python_frames(tgid, tid, FLAG_FOR_MAPPING);
+        send_python_lines(tgid, tid, FLAG_FOR_MAPPING);
     }
     Ok(())
 }

@@ -13,7 +13,7 @@
 //! with what was read.
 
 use aya_ebpf::{
-    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray},
@@ -22,7 +22,7 @@ use tracer_common::{
     Event, EventKind, MAX_TARGETS, counter,
     python::{
         CODE_HEAD_BYTES, CODE_TABLE_BYTES, FRAME_BYTES, FRAMES_311, Layout, MAX_STEPS, MAX_THREADS,
-        NO_CFRAME, Offsets, PY_FRAMES, PY311, PY312, PythonCode, pack,
+        NO_CFRAME, Offsets, PY_FRAMES, PY311, PY312, PythonCode, pack, unpack,
     },
 };
 
@@ -45,8 +45,13 @@ static THREAD_STATES: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PE
 #[map]
 static CODE_SCRATCH: PerCpuArray<PythonCode> = PerCpuArray::with_max_entries(1, 0);
 
+/// The frames of the frames event being sent, where [`send_new_codes`] reads them (one per
+/// CPU).
+#[map]
+static FRAMES_SCRATCH: PerCpuArray<[u64; PY_FRAMES]> = PerCpuArray::with_max_entries(1, 0);
+
 /// Code objects already sent in a [`PythonCode`] record, by (tgid, address): the agent keeps
-/// what each one says, so a frames event naming only these need not wake it. A new one does.
+/// what each one says, so none is sent again while it is kept here.
 #[map]
 static CODES_SENT: LruHashMap<CodeKey, u8> = LruHashMap::with_max_entries(MAX_PENDING, 0);
 
@@ -64,21 +69,33 @@ fn word(at: u64) -> Option<u64> {
     unsafe { bpf_probe_read_user(at as *const u64) }.ok()
 }
 
-/// Sends this thread's Python frames, if its process runs CPython the agent recognised;
-/// `flags` says what for (`FLAG_FOR_MAPPING`, or 0 for an allocation call).
-pub(crate) fn send_python_frames(tgid: u32, tid: u32, flags: u16) {
+/// Sends this thread's Python frames, if its process runs CPython the agent recognised, then
+/// what their code objects say where it was not sent before; `flags` says what for
+/// (`FLAG_FOR_MAPPING`, or 0 for an allocation call). Inlined, so that the two are two calls
+/// from the program, not one inside the other: as a chain they passed the 512 bytes of stack
+/// Linux 6.1 and 6.12 allow one.
+#[inline(always)]
+pub(crate) fn send_python_lines(tgid: u32, tid: u32, flags: u16) {
+    let count = send_python_frames(tgid, tid, flags);
+    if count > 0 {
+        send_new_codes(tgid, count);
+    }
+}
+
+/// Sends this thread's Python frames, and leaves them in `FRAMES_SCRATCH`; how many.
+#[inline(never)]
+fn send_python_frames(tgid: u32, tid: u32, flags: u16) -> u32 {
     // SAFETY: the value is copied out at once; the agent only replaces it whole.
     let Some(offsets) = (unsafe { PYTHON.get(tgid) }).copied() else {
-        return;
+        return 0;
     };
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         bump(counter::RINGBUF_FULL);
-        return;
+        return 0;
     };
     let event = entry.as_mut_ptr();
-    let mut new_code = false;
     // SAFETY: `event` is the reserved record, ours until submitted; every field is written.
-    unsafe {
+    let count = unsafe {
         (*event).header = header(EventKind::PythonFrames as u16, flags, tgid, tid, now());
         (*event).args = [0; PY_FRAMES];
         (*event).out = 0;
@@ -87,20 +104,28 @@ pub(crate) fn send_python_frames(tgid: u32, tid: u32, flags: u16) {
         (*event).site = Default::default();
         let args = &mut (*event).args;
         // Two frame layouts: 3.11's, and 3.12's (which 3.13 keeps).
-        (*event).ret = match this_thread_state(&offsets, tid) {
-            Some(tstate) if offsets.frames == FRAMES_311 => {
-                walk::<Py311>(&offsets, tgid, tstate, args, &mut new_code)
-            }
-            Some(tstate) => walk::<Py312>(&offsets, tgid, tstate, args, &mut new_code),
+        let count = match this_thread_state(&offsets, tid) {
+            Some(tstate) if offsets.frames == FRAMES_311 => walk::<Py311>(&offsets, tstate, args),
+            Some(tstate) => walk::<Py312>(&offsets, tstate, args),
             None => 0,
-        } as u64;
-    }
-    let wakeup = if new_code {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
+        };
+        (*event).ret = count as u64;
+        match FRAMES_SCRATCH.get_ptr_mut(0) {
+            Some(scratch) => {
+                // Word by word, volatile: a copy the compiler makes a call to memmove (then
+                // memcpy), more frames in the chain of calls the kernel bounds.
+                for (index, &frame) in args.iter().enumerate() {
+                    core::ptr::write_volatile((*scratch).as_mut_ptr().add(index), frame);
+                }
+                count as u32
+            }
+            None => 0,
+        }
     };
-    entry.submit(wakeup.into());
+    // The agent needs the frames only with the call or mapping that follows them; a code
+    // record (sent next) wakes it where it is new.
+    entry.submit(BPF_RB_NO_WAKEUP.into());
+    count
 }
 
 /// The `PyThreadState` of thread `tid` in the process's first interpreter: the one found
@@ -161,15 +186,8 @@ impl FrameLayout for Py312 {
 }
 
 /// Packs the frames of `tstate` into `out`, innermost first; returns how many. Each frame's
-/// fields are read in one go (its first [`FRAME_BYTES`]), its code object's type in another;
-/// `new_code` says whether a code object was not sent before.
-fn walk<L: FrameLayout>(
-    offsets: &Offsets,
-    tgid: u32,
-    tstate: u64,
-    out: &mut [u64; PY_FRAMES],
-    new_code: &mut bool,
-) -> usize {
+/// fields are read in one go (its first [`FRAME_BYTES`]), its code object's type in another.
+fn walk<L: FrameLayout>(offsets: &Offsets, tstate: u64, out: &mut [u64; PY_FRAMES]) -> usize {
     let Some(mut frame) = current_frame(offsets, tstate) else {
         return 0;
     };
@@ -197,20 +215,36 @@ fn walk<L: FrameLayout>(
                 *slot = pack(code, units);
             }
             count += 1;
-            let key = CodeKey {
-                tgid,
-                _pad: 0,
-                code,
-            };
-            // SAFETY: only tested for presence.
-            if unsafe { CODES_SENT.get(key) }.is_none() && send_code(offsets, tgid, code) {
-                let _ = CODES_SENT.insert(key, 1, 0);
-                *new_code = true;
-            }
         }
         frame = fields[L::PREVIOUS];
     }
     count
+}
+
+/// Sends what each code object of the first `count` frames in `FRAMES_SCRATCH` says, where
+/// it was not sent before. Not inlined, and called by the program beside the frames (see
+/// [`send_python_lines`]); its arguments are numbers, the only kind Linux 6.1 takes for such
+/// a function (its offsets and frames are read from maps).
+#[inline(never)]
+fn send_new_codes(tgid: u32, count: u32) {
+    // SAFETY: read only, while this program runs.
+    let (Some(offsets), Some(frames)) = (unsafe { PYTHON.get(tgid) }, FRAMES_SCRATCH.get(0)) else {
+        return;
+    };
+    for (index, &frame) in frames.iter().enumerate() {
+        if index as u32 >= count {
+            break;
+        }
+        let key = CodeKey {
+            tgid,
+            _pad: 0,
+            code: unpack(frame).0,
+        };
+        // SAFETY: only tested for presence.
+        if unsafe { CODES_SENT.get(key) }.is_none() && send_code(offsets, tgid, key.code) {
+            let _ = CODES_SENT.insert(key, 1, 0);
+        }
+    }
 }
 
 /// Sends what `code` says (its names, first line and location table) as one [`PythonCode`]
@@ -219,6 +253,7 @@ fn walk<L: FrameLayout>(
 /// table longer than the record holds is cut: the agent reads those from the process while
 /// it lives. A full ring sends nothing and loses nothing else (the agent reads the code from
 /// the process; a later frame tries again): it is not counted as a lost event.
+#[inline(always)]
 fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
     let Some(record) = CODE_SCRATCH.get_ptr_mut(0) else {
         return false;
@@ -253,9 +288,10 @@ fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
             (*record).table_size = size;
             let data = (table + u64::from(offsets.bytes_data)) as *const _;
             let into = (*record).table.as_mut_ptr().cast();
-            // A length the verifier can bound: the whole record's table, or less than it.
+            // A length the verifier can bound by its bits: a table as long as the room or
+            // longer is cut one byte short of it, so that a mask bounds every length.
             let read = if size >= CODE_TABLE_BYTES as u64 {
-                CODE_TABLE_BYTES as u32
+                CODE_TABLE_BYTES as u32 - 1
             } else {
                 (size & (CODE_TABLE_BYTES as u64 - 1)) as u32
             };
@@ -263,13 +299,9 @@ fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
                 (*record).table_len = read;
             }
         }
-        // The verifier bounds the length by the branch above (at most the table's room).
-        let table = (*record).table_len as usize;
-        let length = if table <= CODE_TABLE_BYTES {
-            CODE_HEAD_BYTES + table
-        } else {
-            CODE_HEAD_BYTES
-        };
+        // Bounded by a mask, which the verifier carries through the addition (a comparison's
+        // bound it does not, on 6.1).
+        let length = CODE_HEAD_BYTES + ((*record).table_len as usize & (CODE_TABLE_BYTES - 1));
         let bytes = core::slice::from_raw_parts(record.cast::<u8>(), length);
         EVENTS.output::<[u8]>(bytes, 0)
     };
@@ -279,6 +311,7 @@ fn send_code(offsets: &Offsets, tgid: u32, code: u64) -> bool {
 /// Reads the compact ASCII `str` whose address is at `field` into `out`, NUL-terminated;
 /// leaves `out` empty for any other string, one too long for `out` (a cut name would be taken
 /// for a whole one), or an unreadable one.
+#[inline(always)]
 fn ascii(offsets: &Offsets, field: u64, out: &mut [u8]) {
     out[0] = 0;
     let Some(object) = word(field) else {
