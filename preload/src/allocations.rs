@@ -4,7 +4,10 @@
 //! registrations (carried out or skipped), and blocks pinned on demand where the program
 //! uses memory it believes pinned as only pinned memory can be used.
 
-use std::{ffi::c_void, sync::atomic::Ordering};
+use std::{
+    ffi::c_void,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use hotpin::pressure::Level;
 use hotpin_policy::set::{SiteKey, Why};
@@ -328,11 +331,12 @@ pub fn pinned_request(
     let group = GroupKey::new(&site, &python);
     let (pin, why) = state.wants_pinned(&site, &group, ordinal, size as u64, true, true);
     // A framework's portable pool (CuPy's) asks for its staging buffers before any array is
-    // known hot: pinned now, but by hotpin, so that they can be let go later.
+    // known hot: pinned now, but by hotpin, so that they can be let go later. So also where a
+    // history pins it (it was hot on the run that learned it, before the arrays were shown
+    // pinned): kept pinned by CUDA, it would stay pinned beside the arrays to the end.
     // Only where the budget holds it and an array of its size besides: else it would keep
     // out the arrays whose pinning lets it go, and is better left to CUDA, as before.
-    if !pin
-        && staging_pool
+    if staging_pool
         && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0
         && flags & cuda::HOST_ALLOC_PORTABLE != 0
         && state.learner.is_some()
@@ -348,6 +352,20 @@ pub fn pinned_request(
         );
         DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
         return PinnedRequest::Staging;
+    }
+    // From a history whose arrays take the budget: kept by CUDA, the staging buffer would stay
+    // pinned beside them to the end, though the arrays, pinned and shown so, are copied
+    // without it. Served pageable instead (its copies waited for; pinned later if they repay
+    // it within the budget), as the first run's staging buffer was once let go.
+    if staging_pool
+        && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0
+        && flags & cuda::HOST_ALLOC_PORTABLE != 0
+        && state.learner.is_some()
+        && state.hot.is_some()
+    {
+        state.record(call, &site, ordinal, size as u64, "demoted", Why::OverBudget);
+        DEMOTING.with(|d| *d.borrow_mut() = Some((site, python)));
+        return PinnedRequest::Demote;
     }
     if pin || flags & cuda::HOST_ALLOC_KEEP != 0 {
         let score = state
@@ -421,6 +439,11 @@ pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
     }
 }
 
+/// Whether a framework's staging buffer pinned by hotpin may be held (set when one is pinned,
+/// cleared when they are let go): a framework's question about an exposed array looks for
+/// them only then.
+static STAGING_HELD: AtomicBool = AtomicBool::new(false);
+
 /// A framework's staging buffer served pageable at `ptr` (`PinnedRequest::Staging`): pinned
 /// at once, as the framework believes it is, and remembered as staging.
 pub fn staging_born(ptr: *mut c_void, size: usize) {
@@ -435,6 +458,7 @@ pub fn staging_born(ptr: *mut c_void, size: usize) {
     match state.demoted.get_mut(&(ptr as usize)) {
         Some(demoted) if demoted.pinned_on_demand => {
             demoted.staging = true;
+            STAGING_HELD.store(true, Ordering::Release);
             state.note_peak();
         }
         _ => {
@@ -449,6 +473,9 @@ pub fn staging_born(ptr: *mut c_void, size: usize) {
 /// device waited for first: a copy from one may be in flight). One it stages through later
 /// is a pinned request served pageable, its copies waited for, pinned again if they repay.
 pub fn let_staging_go() {
+    if !STAGING_HELD.swap(false, Ordering::AcqRel) {
+        return;
+    }
     let blocks: Vec<_> = {
         let mut guard = lock();
         let Some(state) = guard.as_mut() else { return };

@@ -112,8 +112,8 @@ pub struct Counters {
     /// Auto mode from a history: blocks the history found cold but handing their pinned block
     /// on to the next hot block (`Verdict::HandOn`), pinned before their first copy.
     pub hands_on_pins: u64,
-    /// Auto mode from a history with `HOTPIN_AT_FIRST_COPY=1` (experimental): blocks the
-    /// history pins registered at their first copy rather than at birth.
+    /// Auto mode from a history (`HOTPIN_AT_FIRST_COPY`, on by default): blocks the history
+    /// pins registered at their first copy rather than at birth.
     pub first_copy_pins: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,

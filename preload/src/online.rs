@@ -167,7 +167,7 @@ pub enum FirstCopy {
     /// it.
     HandsOn,
     /// The history pins it, and it was left pageable at birth to be registered whole at its
-    /// first copy instead (`HOTPIN_AT_FIRST_COPY`, experimental): memory the program writes
+    /// first copy instead (`HOTPIN_AT_FIRST_COPY`, the default): memory the program writes
     /// first is then registered with its pages in.
     Whole,
 }

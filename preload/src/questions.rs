@@ -191,6 +191,9 @@ fn shown_to_framework(ptr: usize) -> usize {
             Shown::Truth => {
                 QUESTIONS_SHOWN.fetch_add(1, Ordering::Relaxed);
                 truth = true;
+                // Shown an array pinned (from a history, at birth): it copies that array
+                // directly, so its staging buffers are let go, as below.
+                allocations::let_staging_go();
             }
             Shown::Staged(start, size) => {
                 QUESTIONS_STAGED.fetch_add(1, Ordering::Relaxed);

@@ -95,9 +95,10 @@ pub(crate) struct State {
     pub(crate) warm: Shelf,
     /// What both shelves may hold together (`HOTPIN_CACHE`, default 1 GiB).
     pub(crate) cache_limit: usize,
-    /// Auto mode with a history, `HOTPIN_AT_FIRST_COPY=1` (experimental, off by default): a
+    /// Auto mode with a history (`HOTPIN_AT_FIRST_COPY`, on by default; `0` turns it off): a
     /// block the history pins that no cached or warm block serves is registered at its first
-    /// copy rather than at birth (`allocations::allocate`).
+    /// copy rather than at birth (`allocations::allocate`), its pages then in where the
+    /// program wrote it first.
     pub(crate) at_first_copy: bool,
     /// How short of memory the machine is (MemAvailable, sampled at most every 100 ms).
     pub(crate) pressure: Pressure,
@@ -461,7 +462,7 @@ impl State {
                 // Said (or refused under --strict) when it is not a size, as every setting.
                 _ => size_setting("HOTPIN_CACHE", 1 << 30),
             },
-            at_first_copy: learner.is_some() && switch_setting("HOTPIN_AT_FIRST_COPY", false),
+            at_first_copy: learner.is_some() && switch_setting("HOTPIN_AT_FIRST_COPY", true),
             pressure: Pressure::default(),
             counters,
             log: Vec::new(),

@@ -1190,26 +1190,27 @@ fn run_with_history_env(
     counters(&prefix)
 }
 
-/// `HOTPIN_AT_FIRST_COPY=1` (experimental): from its history, the blocks the history pins are
-/// registered at their first copy instead of at birth (`first_copy_pins`; memory the program
-/// writes first is then registered with its pages in), none at birth, no more held at once,
-/// and every block's data checked.
+/// From its history, the blocks the history pins are registered at their first copy instead
+/// of at birth (`first_copy_pins`; memory the program writes first is then registered with its
+/// pages in), none at birth, no more held at once than with `HOTPIN_AT_FIRST_COPY=0`, which
+/// registers them at birth; every block's data checked.
 #[test]
-fn from_a_history_blocks_can_be_registered_at_their_first_copy_instead_of_at_birth() {
+fn from_a_history_blocks_are_registered_at_their_first_copy_instead_of_at_birth() {
     let setup = setup_program("at-first-copy", "online");
     let history = setup.dir.join("layers.hotpin");
     let args = ["layers", "32", "6", "4"];
     run_with_history(&setup, &history, "first", &args);
-    let at_birth = run_with_history(&setup, &history, "again", &args);
-    let promoted = at_birth["promoted"].as_u64().expect("promoted");
-    assert!(promoted >= 6, "{at_birth}");
-    let deferred = run_with_history_env(
+    let at_birth = run_with_history_env(
         &setup,
         &history,
-        "deferred",
+        "at-birth",
         &args,
-        &[("HOTPIN_AT_FIRST_COPY", Path::new("1"))],
+        &[("HOTPIN_AT_FIRST_COPY", Path::new("0"))],
     );
+    let promoted = at_birth["promoted"].as_u64().expect("promoted");
+    assert!(promoted >= 6, "{at_birth}");
+    assert_eq!(at_birth["first_copy_pins"], 0, "{at_birth}");
+    let deferred = run_with_history(&setup, &history, "deferred", &args);
     assert_eq!(deferred["promoted"], 0, "{deferred}");
     assert_eq!(deferred["first_copy_pins"], promoted, "{deferred}");
     assert!(
@@ -1364,7 +1365,8 @@ fn from_its_history_auto_mode_pins_no_more_than_its_first_run() {
         peak(&first),
         again["counters"]
     );
-    // The hot inputs are pinned at birth from the history, the cold buffers are not.
+    // The hot inputs are pinned from the history (at their first copy, the default), the cold
+    // buffers are not.
     let decisions = again["decisions"].as_array().expect("decisions");
     let count = |action: &str, why: &str| {
         decisions
@@ -1372,7 +1374,15 @@ fn from_its_history_auto_mode_pins_no_more_than_its_first_run() {
             .filter(|d| d["action"] == action && d["why"] == why)
             .count()
     };
-    assert_eq!(count("promoted", "known"), 3, "{decisions:?}");
+    assert_eq!(count("pin-at-first-copy", "known"), 3, "{decisions:?}");
+    let deferred = decisions
+        .iter()
+        .filter(|d| d["action"] == "pin-at-first-copy")
+        .count();
+    assert_eq!(
+        again["counters"]["first_copy_pins"], deferred,
+        "{decisions:?}"
+    );
     assert_eq!(count("pageable", "known"), 12, "{decisions:?}");
 }
 
@@ -1758,19 +1768,24 @@ fn auto_mode_learns_for_the_next_run_as_a_user_without_root() {
         first["counters"]
     );
     let second = run("second");
-    let at_birth = second["decisions"]
+    let from_history = second["decisions"]
         .as_array()
         .expect("decisions")
         .iter()
-        .filter(|d| d["action"] == "promoted" && d["why"] == "known")
+        .filter(|d| d["action"] == "pin-at-first-copy" && d["why"] == "known")
         .count();
     assert_eq!(
-        at_birth, 5,
-        "the four hot buffers and the result pinned at birth: {second}"
+        from_history, 5,
+        "the four hot buffers and the result pinned from the history: {second}"
     );
     assert_eq!(
-        second["counters"]["learned_pins"], 0,
+        second["counters"]["first_copy_pins"], 5,
         "{}",
+        second["counters"]
+    );
+    assert_eq!(
+        second["counters"]["learned_pins"], second["counters"]["first_copy_pins"],
+        "nothing pinned but what the history pins: {}",
         second["counters"]
     );
 }

@@ -14,9 +14,9 @@
 #                 history, a first run)
 #   auto-history  hotpin run --mode auto --history $OUT/$p.history.$r.hotpin, a copy of
 #                 $p.learned.hotpin made fresh every round (rounds do not feed each other)
-#   auto-history-first-copy  auto-history with HOTPIN_AT_FIRST_COPY=1 (experimental: the
-#                 blocks the history pins registered at their first copy, not at birth), from its
-#                 own copy $OUT/$p.firstcopy.$r.hotpin
+#   auto-history-at-birth  auto-history with HOTPIN_AT_FIRST_COPY=0 (the blocks the history
+#                 pins registered at birth, as before 2026-11-28, not at their first copy), from
+#                 its own copy $OUT/$p.atbirth.$r.hotpin
 #   auto-profile  hotpin run --mode auto --history $OUT/$p.fromprofile.$r.hotpin, a copy of
 #                 the profile made fresh every round (auto mode starting from a profile)
 #   use           hotpin run --mode use --history $OUT/$p.profile.hotpin
@@ -109,9 +109,9 @@ run_one() {
   case $config in
     plain) cmd=("$PYTHON" "$PROGRAM_DIR/$p.py") ;;
     by-hand) cmd=(env BY_HAND=1 "$PYTHON" "$PROGRAM_DIR/$p.py") ;;
-    auto-history-first-copy)
+    auto-history-at-birth)
       report="$OUT/$tag"
-      cmd=(env HOTPIN_AT_FIRST_COPY=1 "$BIN/hotpin" run "$@" --report "$report" -- "$PYTHON" "$PROGRAM_DIR/$p.py") ;;
+      cmd=(env HOTPIN_AT_FIRST_COPY=0 "$BIN/hotpin" run "$@" --report "$report" -- "$PYTHON" "$PROGRAM_DIR/$p.py") ;;
     *)
       report="$OUT/$tag"
       cmd=("$BIN/hotpin" run "$@" --report "$report" -- "$PYTHON" "$PROGRAM_DIR/$p.py") ;;
@@ -177,12 +177,12 @@ for p in $PROGRAMS; do
           else
             skip "$p" auto-history "$r" "no learned history ($learned)"
           fi ;;
-        auto-history-first-copy)
+        auto-history-at-birth)
           if [ -s "$learned" ]; then
-            cp "$learned" "$OUT/$p.firstcopy.$r.hotpin"
-            run_one "$p" auto-history-first-copy "$r" '{}' --mode auto --history "$OUT/$p.firstcopy.$r.hotpin"
+            cp "$learned" "$OUT/$p.atbirth.$r.hotpin"
+            run_one "$p" auto-history-at-birth "$r" '{}' --mode auto --history "$OUT/$p.atbirth.$r.hotpin"
           else
-            skip "$p" auto-history-first-copy "$r" "no learned history ($learned)"
+            skip "$p" auto-history-at-birth "$r" "no learned history ($learned)"
           fi ;;
         auto-profile)
           if [ -s "$profile" ]; then

@@ -26,9 +26,9 @@ import statistics
 import sys
 from collections import defaultdict
 
-ORDER = ["plain", "by-hand", "pin-all", "auto-first", "auto-history", "auto-history-first-copy",
+ORDER = ["plain", "by-hand", "pin-all", "auto-first", "auto-history", "auto-history-at-birth",
          "auto-profile", "use", "budget", "profile", "auto-learn", "pin-none"]
-HOTPIN = {"pin-all", "auto-first", "auto-history", "auto-history-first-copy", "auto-profile", "use",
+HOTPIN = {"pin-all", "auto-first", "auto-history", "auto-history-at-birth", "auto-profile", "use",
           "budget", "profile", "auto-learn", "pin-none"}
 MIB = 1 << 20
 

@@ -10,7 +10,7 @@
 #   WORKLOADS default: accelerate_offload diffusers_offload optimizer_offload kv_swap
 #   module_to dataloader_pageable. About 90 s a workload at 3 rounds on an H200.
 #   CONFIGS overrides the configurations (online/run.sh's names: e.g. "plain by-hand
-#   auto-history auto-history-first-copy" to weigh the experimental HOTPIN_AT_FIRST_COPY).
+#   auto-history auto-history-at-birth" to weigh HOTPIN_AT_FIRST_COPY=0 against the default).
 set -u
 BIN=${BIN:-target/release}; OUT=${OUT:-/tmp/hotpin-workloads}; PY=${PYTHON:-python3}
 ROUNDS=${1:-3}; shift || true
