@@ -3,7 +3,8 @@
 # cupy_checks.py, jax_checks.py, c_checks.cu), on the GPU machine, in every configuration.
 # Each program is profiled once (its history, for use mode), then run ROUNDS rounds of the
 # configurations interleaved: plain (no hotpin), use (from that profile), pin-all, profile
-# (recorded again, into a throwaway history). Each run appends one line to
+# (recorded again, into a throwaway history); auto and auto-history (auto mode from the
+# history an auto run learned first, as round 0's "auto-learn") may be added. Each run appends one line to
 # $OUT/transparency.jsonl: the program's own JSON line (checks and mismatches, observed
 # answers, copies) plus config, round, exit status, wall time, the interposer's counters
 # (summed over the report files of the run's processes) and, after a crash or a check that
@@ -58,6 +59,15 @@ run_one() { # program config round
   rm -f "$OUT/$tag".report.*.json
   case $config in
     plain) hp=() ;;
+    auto-history)
+      # Auto mode from the history its first run (round 0, "auto-learn") learned: fresh each
+      # round, so that rounds do not feed each other.
+      cp "$OUT/$p.learned.hotpin" "$OUT/$tag.hotpin" 2>/dev/null || true
+      report="$OUT/$tag.report"
+      hp=("$BIN/hotpin" run --mode auto --history "$OUT/$tag.hotpin" --report "$report" --) ;;
+    auto-learn)
+      report="$OUT/$tag.report"
+      hp=("$BIN/hotpin" run --mode auto --history "$OUT/$p.learned.hotpin" --report "$report" --) ;;
     use) report="$OUT/$tag.report"; hp+=(--history "$OUT/$p.hotpin" --report "$report" --) ;;
     profile)
       # Round 0 is the profile use mode reads; later ones are thrown away.
@@ -96,6 +106,10 @@ for p in $PROGRAMS; do
     echo "c_checks: not built, skipped"; continue
   fi
   run_one "$p" profile 0
+  if [[ " $CONFIGS " == *" auto-history "* ]]; then
+    rm -f "$OUT/$p.learned.hotpin"
+    run_one "$p" auto-learn 0
+  fi
   if [ -x "$BIN/tracer" ] && [ -s "$OUT/$p.hotpin" ]; then
     "$BIN/tracer" report "$OUT/$p.hotpin" >"$OUT/$p.report.txt" 2>&1
   fi
