@@ -240,7 +240,15 @@ fn a_denser_program_reclaims_from_a_less_dense_one_within_the_node_budget() {
 /// 64 MiB pinned against 40 MiB.)
 #[test]
 fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
-    kept_requests_are_leased("pool");
+    kept_requests_are_leased("pool", false);
+}
+
+/// As [`requests_kept_pinned_are_leased_and_the_node_budget_holds`], with the default
+/// `HOTPIN_AT_FIRST_COPY`: the requests the history pins are served pageable and registered at
+/// their first copy, each registration leased; the node's budget holds all the same.
+#[test]
+fn requests_the_history_pins_at_their_first_copy_are_leased_and_the_node_budget_holds() {
+    kept_requests_are_leased("pool", true);
 }
 
 /// As [`requests_kept_pinned_are_leased_and_the_node_budget_holds`], for portable requests
@@ -249,11 +257,12 @@ fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
 /// was kept pinned without a lease: the node's budget did not hold.)
 #[test]
 fn portable_requests_kept_pinned_are_leased_too() {
-    kept_requests_are_leased("portable");
+    kept_requests_are_leased("portable", false);
 }
 
-/// Two programs of `mode` (online.c's `pool` or `portable`) under a 40 MiB node budget.
-fn kept_requests_are_leased(mode: &str) {
+/// Two programs of `mode` (online.c's `pool` or `portable`) under a 40 MiB node budget, from
+/// their history; `at_first_copy`: `HOTPIN_AT_FIRST_COPY` (else 0: requests kept pinned).
+fn kept_requests_are_leased(mode: &str, at_first_copy: bool) {
     let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
     let setup = setup(&format!("kept-{mode}"));
     let socket = setup.dir.join("lease.sock");
@@ -291,6 +300,7 @@ fn kept_requests_are_leased(mode: &str) {
             .arg(&setup.program)
             // A second for the daemon to attach before the requests are made.
             .args([mode, "16", "3000", "5", "1000"])
+            .env("HOTPIN_AT_FIRST_COPY", if at_first_copy { "1" } else { "0" })
             .env("LD_LIBRARY_PATH", &setup.standin.dir)
             .env("XDG_STATE_HOME", &setup.dir)
             .stdout(Stdio::piped())
@@ -318,6 +328,22 @@ fn kept_requests_are_leased(mode: &str) {
     let sum = |field: &str| {
         a["counters"][field].as_u64().unwrap_or(0) + b["counters"][field].as_u64().unwrap_or(0)
     };
+    if at_first_copy {
+        // Both served their requests pageable and registered them at their first copy, each
+        // registration leased.
+        for r in [&a, &b] {
+            let deferred = r["decisions"]
+                .as_array()
+                .expect("decisions")
+                .iter()
+                .filter(|d| d["action"] == "pin-at-first-copy" && d["call"] == "cudaHostAlloc")
+                .count();
+            assert_eq!(deferred, 2, "{r}");
+            assert_eq!(r["counters"]["kept_pinned"], 0, "{r}");
+        }
+        assert!(sum("first_copy_pins") >= 2, "{a}\n{b}");
+        return;
+    }
     // Both kept their requests from the history, and asked leases for them: those refused
     // were served pageable (and pinned later, under leases, as their copies repaid it).
     for r in [&a, &b] {
