@@ -381,7 +381,14 @@ pub fn pinned_request(
         && state.learner.is_some()
         && state.hot.is_some()
     {
-        state.record(call, &site, ordinal, size as u64, "demoted", Why::OverBudget);
+        state.record(
+            call,
+            &site,
+            ordinal,
+            size as u64,
+            "demoted",
+            Why::OverBudget,
+        );
         DEMOTING.with(|d| *d.borrow_mut() = Some(Demoting::new(site, python)));
         return PinnedRequest::Demote;
     }
@@ -473,7 +480,14 @@ pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
     if let Some(demoting) = DEMOTING.with(|d| d.borrow_mut().take())
         && let Some(learner) = state.learner.as_mut()
     {
-        learner.track(ptr as usize, size, &demoting.site, true, false, demoting.python);
+        learner.track(
+            ptr as usize,
+            size,
+            &demoting.site,
+            true,
+            false,
+            demoting.python,
+        );
         if demoting.at_first_copy {
             learner.first_copy(ptr as usize, FirstCopy::Whole);
         }

@@ -300,7 +300,10 @@ fn kept_requests_are_leased(mode: &str, at_first_copy: bool) {
             .arg(&setup.program)
             // A second for the daemon to attach before the requests are made.
             .args([mode, "16", "3000", "5", "1000"])
-            .env("HOTPIN_AT_FIRST_COPY", if at_first_copy { "1" } else { "0" })
+            .env(
+                "HOTPIN_AT_FIRST_COPY",
+                if at_first_copy { "1" } else { "0" },
+            )
             .env("LD_LIBRARY_PATH", &setup.standin.dir)
             .env("XDG_STATE_HOME", &setup.dir)
             .stdout(Stdio::piped())
