@@ -2,7 +2,8 @@
 against the program as written, and the one JSON line run.sh reads.
 
 - `start()` fixes the seeds, asks PyTorch for deterministic kernels (cuBLAS's workspace set
-  before CUDA starts), and starts CUDA outside the timed part.
+  before CUDA starts), and starts CUDA outside the timed part. With FILL_UNINITIALIZED=0 it
+  turns off PyTorch's fill of new tensors that deterministic mode brings (on by default).
 - `same_as_written(name, result)` compares what the program computed with what the first run
   given the same WANT_DIR saved (run.sh makes that the program as written, before anything
   else): bit for bit (`torch.equal`), so a speed-up that changed one bit is a failure. With no
@@ -25,6 +26,14 @@ BY_HAND = os.environ.get("BY_HAND") == "1"
 def start(seed=0):
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # Under deterministic algorithms PyTorch also fills every tensor `torch.empty` makes
+    # (NaN), `.to("cpu")`'s fresh CPU tensors included: CPU work of the harness's, not of the
+    # program a user runs. FILL_UNINITIALIZED=0 turns that fill off (the results stay
+    # deterministic: no workload reads memory it did not write), to weigh what it costs.
+    if os.environ.get("FILL_UNINITIALIZED") == "0":
+        import torch.utils.deterministic
+
+        torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.benchmark = False
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
