@@ -528,7 +528,9 @@ pub fn staging_born(ptr: *mut c_void, size: usize) {
 /// device waited for first: a copy from one may be in flight). One it stages through later
 /// is a pinned request served pageable, its copies waited for, pinned again if they repay.
 pub fn let_staging_go() {
-    if !STAGING_HELD.swap(false, Ordering::AcqRel) {
+    // Read first: a question about an exposed array comes at every copy, and a swap would
+    // write the flag's line each time.
+    if !STAGING_HELD.load(Ordering::Acquire) || !STAGING_HELD.swap(false, Ordering::AcqRel) {
         return;
     }
     let blocks: Vec<_> = {
