@@ -257,8 +257,9 @@ unsafe fn pinned_request(
     judged(|| request = allocations::pinned_request(call, size, flags, caller, staging_pool));
     let score = match request {
         PinnedRequest::Demote => {
-            // SAFETY: as the caller promises.
-            if unsafe { serve_demoted(out, size, 0) } {
+            // SAFETY: as the caller promises. A portable request keeps its flag: questions
+            // about it answer portable (`questions::demoted_reference`).
+            if unsafe { serve_demoted(out, size, flags & cuda::HOST_ALLOC_PORTABLE) } {
                 return 0;
             }
             return pinned();
