@@ -354,12 +354,11 @@ pub fn pinned_request(
     // pinned): kept pinned by CUDA, it would stay pinned beside the arrays to the end.
     // Only where the budget holds it and an array of its size besides: else it would keep
     // out the arrays whose pinning lets it go, and is better left to CUDA, as before.
-    if staging_pool
+    let staging = staging_pool
         && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0
         && flags & cuda::HOST_ALLOC_PORTABLE != 0
-        && state.learner.is_some()
-        && state.within_budget(2 * size)
-    {
+        && state.learner.is_some();
+    if staging && state.within_budget(2 * size) {
         state.record(
             call,
             &site,
@@ -375,12 +374,7 @@ pub fn pinned_request(
     // pinned beside them to the end, though the arrays, pinned and shown so, are copied
     // without it. Served pageable instead (its copies waited for; pinned later if they repay
     // it within the budget), as the first run's staging buffer was once let go.
-    if staging_pool
-        && flags & cuda::HOST_ALLOC_PINNED_ONLY == 0
-        && flags & cuda::HOST_ALLOC_PORTABLE != 0
-        && state.learner.is_some()
-        && state.hot.is_some()
-    {
+    if staging && state.hot.is_some() {
         state.record(
             call,
             &site,
