@@ -16,7 +16,7 @@ use crate::{
     chunks,
     counters::{PYTHON_STACK_MAX_NS, PYTHON_STACK_NS, PYTHON_STACKS},
     cuda,
-    online::{FirstCopy, GroupKey, Pin},
+    online::{FirstCopy, GroupKey, OnDemand, Pin},
     pinner::{Freed, Job, forget_pinned, hand_to_pinner, pinning_pays, unpin_block, unregister},
     state::{
         ACTIVE, BELIEVED_PINNED, Birth, Demoted, Fate, LEARNING, READS_LINES, State, lock,
@@ -37,6 +37,8 @@ struct Demoting {
     site: SiteKey,
     python: Vec<crate::python::PyFrame>,
     at_first_copy: bool,
+    /// A framework's staging buffer (let go, once pinned on demand, as `staging_born`'s are).
+    staging: bool,
 }
 
 impl Demoting {
@@ -45,6 +47,7 @@ impl Demoting {
             site,
             python,
             at_first_copy: false,
+            staging: false,
         }
     }
 }
@@ -373,7 +376,9 @@ pub fn pinned_request(
     // From a history whose arrays take the budget: kept by CUDA, the staging buffer would stay
     // pinned beside them to the end, though the arrays, pinned and shown so, are copied
     // without it. Served pageable instead (its copies waited for; pinned later if they repay
-    // it within the budget), as the first run's staging buffer was once let go.
+    // it within the budget), as the first run's staging buffer was once let go. Should the
+    // framework pin it on demand (asking whether it is pinned), it is still a staging buffer:
+    // let go once an array is shown pinned.
     if staging && state.hot.is_some() {
         state.record(
             call,
@@ -383,7 +388,12 @@ pub fn pinned_request(
             "demoted",
             Why::OverBudget,
         );
-        DEMOTING.with(|d| *d.borrow_mut() = Some(Demoting::new(site, python)));
+        DEMOTING.with(|d| {
+            *d.borrow_mut() = Some(Demoting {
+                staging: true,
+                ..Demoting::new(site, python)
+            });
+        });
         return PinnedRequest::Demote;
     }
     // One the history pins, from a history: served pageable and registered whole at its
@@ -457,6 +467,7 @@ pub fn kept_without_lease(size: usize, freed: bool, demoted: bool) {
 
 /// A pinned request served pageable at `ptr`.
 pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
+    let demoting = DEMOTING.with(|d| d.borrow_mut().take());
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
     state.demoted.insert(
@@ -465,13 +476,13 @@ pub fn demoted(ptr: *mut c_void, size: usize, flags: u32) {
             size,
             flags,
             pinned_on_demand: false,
-            staging: false,
+            staging: demoting.as_ref().is_some_and(|d| d.staging),
         },
     );
     BELIEVED_PINNED.store(true, Ordering::Release);
     state.counters.demoted += 1;
     state.counters.demoted_bytes += size as u64;
-    if let Some(demoting) = DEMOTING.with(|d| d.borrow_mut().take())
+    if let Some(demoting) = demoting
         && let Some(learner) = state.learner.as_mut()
     {
         learner.track(
@@ -501,7 +512,7 @@ pub fn staging_born(ptr: *mut c_void, size: usize) {
     if !crate::lease::ask(ptr as usize, size, 0.0) {
         return;
     }
-    pin_on_demand(&[(ptr as usize, size, true)]);
+    pin_believed_pinned(&[(ptr as usize, size, true)], false);
     let mut guard = lock();
     let Some(state) = guard.as_mut() else { return };
     match state.demoted.get_mut(&(ptr as usize)) {
@@ -646,11 +657,29 @@ pub fn skip_unregister(ptr: *mut c_void) -> bool {
 /// a registration that had been skipped becomes the program's own again (its
 /// `cudaHostUnregister` goes to CUDA).
 pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
+    pin_believed_pinned(ranges, true);
+}
+
+/// [`pin_on_demand`]; `ask_lease`: a demoted block is leased from the node's arbiter first
+/// (a framework's staging buffer was leased by its caller). One the arbiter leases no room
+/// is registered all the same, because the program's use needs it pinned (correctness before
+/// the budget), and counted (`kept_without_lease`, `node_refusals`).
+fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
     for &(start, len, _) in ranges {
         if start == 0 {
             continue;
         }
-        while let Some((block, size, flags)) = claim_believed_pinned(start, len) {
+        while let Some(claim) = claim_believed_pinned(start, len) {
+            let Claim {
+                block,
+                size,
+                flags,
+                demoted,
+            } = claim;
+            let leased = demoted && (!ask_lease || crate::lease::ask(block, size, 0.0));
+            if demoted && !leased {
+                kept_without_lease(size, false, false);
+            }
             // A part of it registered alone: let go, so that the whole can be.
             let part = lock()
                 .as_mut()
@@ -665,10 +694,14 @@ pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
             let Some(state) = guard.as_mut() else {
                 return;
             };
+            if let Some(learner) = state.learner.as_mut() {
+                learner.pinned_on_demand(block, registered);
+            }
             if registered {
                 state.counters.pinned_on_demand += 1;
-                if let Some(learner) = state.learner.as_mut() {
-                    learner.pinned_on_demand(block);
+                state.note_peak();
+                if state.demoted.get(&block).is_some_and(|d| d.staging) {
+                    STAGING_HELD.store(true, Ordering::Release);
                 }
                 continue;
             }
@@ -679,25 +712,57 @@ pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
             } else {
                 state.skipped.insert(block, (size, flags));
             }
+            drop(guard);
+            if leased && ask_lease {
+                crate::lease::released(block);
+            }
             break;
         }
     }
 }
 
+/// A block [`claim_believed_pinned`] handed to its caller to register.
+struct Claim {
+    block: usize,
+    size: usize,
+    flags: u32,
+    /// A pinned request served pageable (hotpin's to free), not a skipped registration.
+    demoted: bool,
+}
+
 /// The next block in `[start, start + len)` the program believes pinned that hotpin left
 /// pageable, marked as pinned (a demoted block) or given back to the program (a skipped
 /// registration) before the lock is let go, so that no other thread registers it too: the
-/// caller registers it, and undoes the mark if that fails.
-fn claim_believed_pinned(start: usize, len: usize) -> Option<(usize, usize, u32)> {
-    let mut guard = lock();
-    let state = guard.as_mut()?;
-    let (block, size, flags) = state.believed_pinned_block(start, len)?;
-    if let Some(demoted) = state.demoted.get_mut(&block) {
-        demoted.pinned_on_demand = true;
-    } else {
-        state.skipped.remove(&block);
+/// caller registers it, and undoes the mark if that fails. A demoted block the learner is
+/// registering or letting go of (no lock held while CUDA does) is waited for: once
+/// registered whole it is marked pinned on demand, and is not returned.
+fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
+    loop {
+        let mut guard = lock();
+        let state = guard.as_mut()?;
+        let (block, size, flags) = state.believed_pinned_block(start, len)?;
+        let demoted = state.demoted.contains_key(&block);
+        if demoted {
+            if let Some(learner) = state.learner.as_mut()
+                && learner.claim_on_demand(block) == OnDemand::Busy
+            {
+                drop(guard);
+                std::thread::yield_now();
+                continue;
+            }
+            if let Some(demoted) = state.demoted.get_mut(&block) {
+                demoted.pinned_on_demand = true;
+            }
+        } else {
+            state.skipped.remove(&block);
+        }
+        return Some(Claim {
+            block,
+            size,
+            flags,
+            demoted,
+        });
     }
-    Some((block, size, flags))
 }
 
 /// The calling thread's Python frames, in auto mode (what it learns names the Python line

@@ -35,7 +35,9 @@ pub struct Counters {
     /// Pageable allocations registered in place, and their bytes.
     pub promoted: u64,
     pub promoted_bytes: u64,
-    /// Pinned requests served pageable, and their bytes.
+    /// Pinned requests served pageable, and their bytes (from a history, those it pins are
+    /// among them: served pageable at birth, registered whole at their first copy, then
+    /// counted in `first_copy_pins` too).
     pub demoted: u64,
     pub demoted_bytes: u64,
     /// Pinned requests kept pinned, and their bytes.
@@ -113,7 +115,7 @@ pub struct Counters {
     /// on to the next hot block (`Verdict::HandOn`), pinned before their first copy.
     pub hands_on_pins: u64,
     /// Auto mode from a history (`HOTPIN_AT_FIRST_COPY`, on by default): blocks the history
-    /// pins registered at their first copy rather than at birth.
+    /// pins registered at their first copy rather than at birth (counted once registered).
     pub first_copy_pins: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,
@@ -156,8 +158,9 @@ pub struct Counters {
     pub python_stack_ns: u64,
     pub python_stack_max_ns: u64,
     /// Requests kept pinned without a lease of the node's arbiter: their flags need them
-    /// pinned (or no memory was left to serve them pageable). The daemon counts them as pins
-    /// outside leases.
+    /// pinned (or no memory was left to serve them pageable), or the program used one served
+    /// pageable as only pinned memory can be used (pinned on demand). The daemon counts them
+    /// as pins outside leases.
     pub kept_without_lease: u64,
     /// Allocator calls the dynamic loader made (its thread-local tables, its link maps),
     /// served by libc with nothing of ours touched (loader.rs).

@@ -186,6 +186,20 @@ pub struct BlockRef {
     pub one_call: bool,
     /// Its density when decided (what the node's arbiter weighs it by).
     pub score: f64,
+    /// Decided at its first copy because the history pins it (`first_copy_pins` once it is
+    /// registered).
+    pub first_copy: bool,
+}
+
+/// What [`Learner::claim_on_demand`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnDemand {
+    /// Marked as being registered by the caller.
+    Claimed,
+    /// Being registered or let go by another thread.
+    Busy,
+    /// Not the learner's to mark (untracked, or pinned in part).
+    Free,
 }
 
 #[derive(Debug, Default)]
@@ -428,7 +442,9 @@ impl Learner {
         {
             let before = out.pin.len();
             self.consider(base, now, out);
-            self.first_copy_pins += u64::from(first_copy && out.pin.len() > before);
+            if first_copy && out.pin.len() > before {
+                out.pin[before].first_copy = true;
+            }
         }
         if !self.trusting.is_empty() {
             self.let_idle_trust_go(now, out);
@@ -460,7 +476,7 @@ impl Learner {
                 let before = out.pin.len();
                 self.consider(base, now, out);
                 if out.pin.len() > before {
-                    self.first_copy_pins += 1;
+                    out.pin[before].first_copy = true;
                     if let Some(block) = self.blocks.get_mut(&base) {
                         block.first_copy = FirstCopy::OnTrust;
                     }
@@ -592,6 +608,7 @@ impl Learner {
             part: part.is_some(),
             one_call: block.one_call,
             score: 0.0,
+            first_copy: false,
         })
     }
 
@@ -638,6 +655,7 @@ impl Learner {
             part,
             one_call: block.one_call,
             score: density,
+            first_copy: false,
         });
         for at in displaced {
             if let Some(held) = self.blocks.get_mut(&at) {
@@ -650,6 +668,7 @@ impl Learner {
                     part: held.part.is_some(),
                     one_call: held.one_call,
                     score: 0.0,
+                    first_copy: false,
                 });
                 held.pin = Pin::Unpinning;
                 held.part = None;
@@ -658,14 +677,34 @@ impl Learner {
         }
     }
 
-    /// The program used a pinned request served pageable as only pinned memory can be used,
-    /// and it was registered for that: pinned, its bytes counted in the budget.
-    pub fn pinned_on_demand(&mut self, ptr: usize) {
+    /// The program is about to use the pinned request served pageable at `ptr` as only
+    /// pinned memory can be used, and another thread is to register it for that: marked
+    /// `Registering` (so that no decision of the learner's registers it too, and a free
+    /// waits), unless it is being registered or let go already (`Busy`: the caller waits and
+    /// asks again) or is not tracked, or pinned in part (`Free`: the caller goes on).
+    pub fn claim_on_demand(&mut self, ptr: usize) -> OnDemand {
+        match self.blocks.get_mut(&ptr) {
+            Some(block) if matches!(block.pin, Pin::Registering | Pin::Unpinning) => OnDemand::Busy,
+            Some(block) if matches!(block.pin, Pin::Pageable | Pin::Failed) => {
+                block.pin = Pin::Registering;
+                OnDemand::Claimed
+            }
+            _ => OnDemand::Free,
+        }
+    }
+
+    /// The registration on demand of the pinned request served pageable at `ptr` ended
+    /// (`ok`: pinned, its bytes counted in the budget; else pageable again).
+    pub fn pinned_on_demand(&mut self, ptr: usize, ok: bool) {
         if let Some(block) = self.blocks.get_mut(&ptr)
-            && matches!(block.pin, Pin::Pageable | Pin::Failed)
+            && matches!(block.pin, Pin::Pageable | Pin::Failed | Pin::Registering)
         {
-            block.pin = Pin::Pinned;
-            self.budget.take(block.size as u64);
+            if ok {
+                block.pin = Pin::Pinned;
+                self.budget.take(block.size as u64);
+            } else if block.pin == Pin::Registering {
+                block.pin = Pin::Pageable;
+            }
         }
     }
 
@@ -706,6 +745,7 @@ impl Learner {
     pub fn registered(&mut self, block: &BlockRef, ok: bool) {
         match self.blocks.get_mut(&block.block) {
             Some(b) if b.pin == Pin::Registering => {
+                self.first_copy_pins += u64::from(ok && block.first_copy);
                 b.pin = if ok { Pin::Pinned } else { Pin::Failed };
                 if !ok {
                     b.part = None;
@@ -750,6 +790,7 @@ impl Learner {
             part,
             one_call: block.one_call,
             score: 0.0,
+            first_copy: false,
         })
     }
 
@@ -854,5 +895,45 @@ mod tests {
             learner.untrack(0x1000_0000);
         }
         assert!(learner.trusting.len() <= 1, "{}", learner.trusting.len());
+    }
+
+    /// A pinned request served pageable is registered on demand by one thread at a time: a
+    /// block the learner is registering (or letting go of) is waited for (`Busy`), one claimed
+    /// is not decided by the learner meanwhile, and its bytes are counted in the budget once,
+    /// when the registration succeeded; a failed one is pageable again, nothing counted.
+    #[test]
+    fn a_block_pinned_on_demand_is_claimed_by_one_thread_and_counted_once() {
+        let mut learner = Learner::new(CostModel::default(), None);
+        let site = SiteKey::new("app", 0x10);
+        let (ptr, size) = (0x1000_0000, 1 << 20);
+        learner.track(ptr, size, &site, true, false, Vec::new());
+        let pin = |learner: &Learner| learner.blocks[&ptr].pin;
+
+        learner.blocks.get_mut(&ptr).expect("tracked").pin = Pin::Registering;
+        assert_eq!(learner.claim_on_demand(ptr), OnDemand::Busy);
+        learner.blocks.get_mut(&ptr).expect("tracked").pin = Pin::Unpinning;
+        assert_eq!(learner.claim_on_demand(ptr), OnDemand::Busy);
+        learner.blocks.get_mut(&ptr).expect("tracked").pin = Pin::Pageable;
+
+        assert_eq!(learner.claim_on_demand(ptr), OnDemand::Claimed);
+        assert_eq!(pin(&learner), Pin::Registering);
+        assert_eq!(learner.claim_on_demand(ptr), OnDemand::Busy, "claimed once");
+        learner.pinned_on_demand(ptr, false);
+        assert_eq!(pin(&learner), Pin::Pageable);
+        assert_eq!(learner.budget.used, 0);
+
+        assert_eq!(learner.claim_on_demand(ptr), OnDemand::Claimed);
+        learner.pinned_on_demand(ptr, true);
+        assert_eq!(pin(&learner), Pin::Pinned);
+        assert_eq!(learner.budget.used, size as u64);
+        // Pinned whole: nothing for a second thread to claim, and nothing counted twice.
+        assert_eq!(learner.claim_on_demand(ptr), OnDemand::Free);
+        learner.pinned_on_demand(ptr, true);
+        assert_eq!(learner.budget.used, size as u64);
+        assert_eq!(
+            learner.claim_on_demand(0x2000_0000),
+            OnDemand::Free,
+            "untracked"
+        );
     }
 }

@@ -200,10 +200,20 @@ pub(crate) fn pin_block(block: BlockRef, program_thread: bool) {
         ACTIVE.store(true, Ordering::Release);
         EPOCH.fetch_add(1, Ordering::AcqRel);
     }
+    // A pinned request served pageable is registered with the flags it asked (none, or
+    // portable), as it is pinned on demand: cudaHostGetFlags then answers as it would have.
+    let asked_flags = if block.asked_pinned {
+        lock()
+            .as_ref()
+            .and_then(|state| state.in_demoted(block.block))
+            .unwrap_or(0)
+    } else {
+        0
+    };
     let began = std::time::Instant::now();
     let register = |ptr: *mut c_void, len: usize| {
         if block.asked_pinned {
-            cuda::register_with(ptr, len, 0)
+            cuda::register_with(ptr, len, asked_flags)
         } else {
             cuda::register(ptr, len)
         }

@@ -240,7 +240,7 @@ fn a_denser_program_reclaims_from_a_less_dense_one_within_the_node_budget() {
 /// 64 MiB pinned against 40 MiB.)
 #[test]
 fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
-    kept_requests_are_leased("pool", false);
+    kept_requests_are_leased("pool", Setting::AtBirth);
 }
 
 /// As [`requests_kept_pinned_are_leased_and_the_node_budget_holds`], with the default
@@ -248,21 +248,35 @@ fn requests_kept_pinned_are_leased_and_the_node_budget_holds() {
 /// their first copy, each registration leased; the node's budget holds all the same.
 #[test]
 fn requests_the_history_pins_at_their_first_copy_are_leased_and_the_node_budget_holds() {
-    kept_requests_are_leased("pool", true);
+    kept_requests_are_leased("pool", Setting::Default);
 }
 
 /// As [`requests_kept_pinned_are_leased_and_the_node_budget_holds`], for portable requests
 /// (CuPy's pinned memory pool makes them so): one that finds no lease is served pageable
 /// too, and `cudaHostGetFlags` still answers portable for it. (Before, a portable request
-/// was kept pinned without a lease: the node's budget did not hold.)
+/// was kept pinned without a lease: the node's budget did not hold.) With the default
+/// `HOTPIN_AT_FIRST_COPY`: a portable request is kept for its flag, not because the history
+/// pins it, so it is kept pinned (leased) whatever that setting says.
 #[test]
 fn portable_requests_kept_pinned_are_leased_too() {
-    kept_requests_are_leased("portable", false);
+    kept_requests_are_leased("portable", Setting::Default);
+}
+
+/// `HOTPIN_AT_FIRST_COPY` in [`kept_requests_are_leased`].
+#[derive(PartialEq)]
+enum Setting {
+    /// Unset (on).
+    Default,
+    /// 0: requests the history pins are kept pinned at birth.
+    AtBirth,
 }
 
 /// Two programs of `mode` (online.c's `pool` or `portable`) under a 40 MiB node budget, from
-/// their history; `at_first_copy`: `HOTPIN_AT_FIRST_COPY` (else 0: requests kept pinned).
-fn kept_requests_are_leased(mode: &str, at_first_copy: bool) {
+/// their history, `HOTPIN_AT_FIRST_COPY` as `setting` says. The pool's requests, which the
+/// history pins, are then registered at their first copy; else (and portable requests,
+/// kept for their flag) kept pinned at birth.
+fn kept_requests_are_leased(mode: &str, setting: Setting) {
+    let at_first_copy = mode == "pool" && setting == Setting::Default;
     let _one = ONE_DAEMON.lock().unwrap_or_else(|e| e.into_inner());
     let setup = setup(&format!("kept-{mode}"));
     let socket = setup.dir.join("lease.sock");
@@ -300,10 +314,7 @@ fn kept_requests_are_leased(mode: &str, at_first_copy: bool) {
             .arg(&setup.program)
             // A second for the daemon to attach before the requests are made.
             .args([mode, "16", "3000", "5", "1000"])
-            .env(
-                "HOTPIN_AT_FIRST_COPY",
-                if at_first_copy { "1" } else { "0" },
-            )
+            .envs((setting == Setting::AtBirth).then_some(("HOTPIN_AT_FIRST_COPY", "0")))
             .env("LD_LIBRARY_PATH", &setup.standin.dir)
             .env("XDG_STATE_HOME", &setup.dir)
             .stdout(Stdio::piped())
@@ -343,8 +354,14 @@ fn kept_requests_are_leased(mode: &str, at_first_copy: bool) {
                 .count();
             assert_eq!(deferred, 2, "{r}");
             assert_eq!(r["counters"]["kept_pinned"], 0, "{r}");
+            // Registered as the learner decided, at a copy: not on demand, which asks no
+            // question of the budget's.
+            assert_eq!(r["counters"]["pinned_on_demand"], 0, "{r}");
         }
         assert!(sum("first_copy_pins") >= 2, "{a}\n{b}");
+        // Four 16 MiB requests against 40 MiB: the arbiter refused at least one.
+        assert!(sum("node_refusals") >= 1, "{a}\n{b}");
+        assert_eq!(sum("kept_without_lease"), 0, "{a}\n{b}");
         return;
     }
     // Both kept their requests from the history, and asked leases for them: those refused

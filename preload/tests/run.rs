@@ -1200,9 +1200,17 @@ fn from_a_history_blocks_are_registered_at_their_first_copy_instead_of_at_birth(
     let history = setup.dir.join("layers.hotpin");
     let args = ["layers", "32", "6", "4"];
     run_with_history(&setup, &history, "first", &args);
+    // Each run from its own copy of the first run's history (a run writes back what it
+    // learned: the second would read the first's).
+    let own_copy = |name: &str| {
+        let copy = setup.dir.join(format!("{name}.hotpin"));
+        std::fs::copy(&history, &copy).expect("copy the history");
+        copy
+    };
+    let (history_at_birth, history_deferred) = (own_copy("at-birth"), own_copy("deferred"));
     let at_birth = run_with_history_env(
         &setup,
-        &history,
+        &history_at_birth,
         "at-birth",
         &args,
         &[("HOTPIN_AT_FIRST_COPY", Path::new("0"))],
@@ -1210,7 +1218,7 @@ fn from_a_history_blocks_are_registered_at_their_first_copy_instead_of_at_birth(
     let promoted = at_birth["promoted"].as_u64().expect("promoted");
     assert!(promoted >= 6, "{at_birth}");
     assert_eq!(at_birth["first_copy_pins"], 0, "{at_birth}");
-    let deferred = run_with_history(&setup, &history, "deferred", &args);
+    let deferred = run_with_history(&setup, &history_deferred, "deferred", &args);
     assert_eq!(deferred["promoted"], 0, "{deferred}");
     assert_eq!(deferred["first_copy_pins"], promoted, "{deferred}");
     assert!(
