@@ -442,8 +442,8 @@ impl Learner {
         {
             let before = out.pin.len();
             self.consider(base, now, out);
-            if first_copy && out.pin.len() > before {
-                out.pin[before].first_copy = true;
+            if first_copy && let Some(decided) = out.pin.get_mut(before) {
+                decided.first_copy = true;
             }
         }
         if !self.trusting.is_empty() {
@@ -475,8 +475,8 @@ impl Learner {
                 let now = self.now_ns();
                 let before = out.pin.len();
                 self.consider(base, now, out);
-                if out.pin.len() > before {
-                    out.pin[before].first_copy = true;
+                if let Some(decided) = out.pin.get_mut(before) {
+                    decided.first_copy = true;
                     if let Some(block) = self.blocks.get_mut(&base) {
                         block.first_copy = FirstCopy::OnTrust;
                     }
