@@ -2,8 +2,8 @@
 against the program as written, and the one JSON line run.sh reads.
 
 - `start()` fixes the seeds, asks PyTorch for deterministic kernels (cuBLAS's workspace set
-  before CUDA starts), and starts CUDA outside the timed part. With FILL_UNINITIALIZED=0 it
-  turns off PyTorch's fill of new tensors that deterministic mode brings (on by default).
+  before CUDA starts), and starts CUDA outside the timed part. It turns off PyTorch's fill of
+  new tensors that deterministic mode brings (FILL_UNINITIALIZED=1 keeps it).
 - `same_as_written(name, result)` compares what the program computed with what the first run
   given the same WANT_DIR saved (run.sh makes that the program as written, before anything
   else): bit for bit (`torch.equal`), so a speed-up that changed one bit is a failure. With no
@@ -28,12 +28,17 @@ def start(seed=0):
     torch.use_deterministic_algorithms(True, warn_only=True)
     # Under deterministic algorithms PyTorch also fills every tensor `torch.empty` makes
     # (NaN), `.to("cpu")`'s fresh CPU tensors included: CPU work of the harness's, not of the
-    # program a user runs. FILL_UNINITIALIZED=0 turns that fill off (the results stay
-    # deterministic: no workload reads memory it did not write), to weigh what it costs.
-    if os.environ.get("FILL_UNINITIALIZED") == "0":
-        import torch.utils.deterministic
+    # program a user runs (who does not ask for deterministic algorithms), so it is off (the
+    # results stay deterministic: no workload reads memory it did not write). It weighed:
+    # module_to's `.to("cpu")` phase from its history 3.0 s with it, 1.3 s without, by hand
+    # 1.25 either way; as written 9.7 s with it (its pages faulted in before the copy), 44 s
+    # without (docs/benchmarks.md, section 1). FILL_UNINITIALIZED=1 keeps the fill.
+    if os.environ.get("FILL_UNINITIALIZED") != "1":
+        # `import torch.utils.deterministic` here would make `torch` a local name of this
+        # function (every workload failed at its first line so, 2d39d5c).
+        import torch.utils.deterministic as deterministic
 
-        torch.utils.deterministic.fill_uninitialized_memory = False
+        deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.benchmark = False
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
