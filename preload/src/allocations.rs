@@ -37,7 +37,8 @@ struct Demoting {
     site: SiteKey,
     python: Vec<crate::python::PyFrame>,
     at_first_copy: bool,
-    /// A framework's staging buffer (let go, once pinned on demand, as `staging_born`'s are).
+    /// A framework's staging buffer (pinned by hotpin at birth, or on demand later): let go
+    /// once an array is shown pinned, never held for the program.
     staging: bool,
 }
 
@@ -370,7 +371,12 @@ pub fn pinned_request(
             "framework-staging",
             Why::Flags,
         );
-        DEMOTING.with(|d| *d.borrow_mut() = Some(Demoting::new(site, python)));
+        DEMOTING.with(|d| {
+            *d.borrow_mut() = Some(Demoting {
+                staging: true,
+                ..Demoting::new(site, python)
+            });
+        });
         return PinnedRequest::Staging;
     }
     // From a history whose arrays take the budget: kept by CUDA, the staging buffer would stay
@@ -675,33 +681,42 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
                 size,
                 flags,
                 demoted,
+                mut claimed,
             } = claim;
-            let leased = demoted && (!ask_lease || crate::lease::ask(block, size, 0.0));
-            if demoted && !leased {
-                kept_without_lease(size, false, false);
-            }
-            // A part of it registered alone: let go, so that the whole can be.
+            // A part of it registered alone: let go, so that the whole can be (before the
+            // lease is asked: the part's unregistration ends a lease at its start), then
+            // claimed from the learner as a whole block is.
             let part = lock()
                 .as_mut()
                 .and_then(|s| s.learner.as_mut())
                 .and_then(|l| l.let_part_go(block, block, size));
             if let Some(part) = part {
-                unpin_block(part, true);
+                cuda::with_relaxed_capture(|| unpin_block(part, true));
+                claimed = claim_from_learner(block);
             }
+            let leased = demoted && (!ask_lease || crate::lease::ask(block, size, 0.0));
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);
             let mut guard = lock();
             let Some(state) = guard.as_mut() else {
                 return;
             };
+            let staging = state.demoted.get(&block).is_some_and(|d| d.staging);
             if let Some(learner) = state.learner.as_mut() {
-                learner.pinned_on_demand(block, registered);
+                // Kept pinned for the program's use (a mapped pointer, a captured copy):
+                // not let go for the budget or a reclaim. A staging buffer is let go as the
+                // framework's are (`let_staging_go`, which waits for the device first).
+                learner.pinned_on_demand(block, registered, claimed, !staging);
             }
             if registered {
                 state.counters.pinned_on_demand += 1;
                 state.note_peak();
-                if state.demoted.get(&block).is_some_and(|d| d.staging) {
+                if staging {
                     STAGING_HELD.store(true, Ordering::Release);
+                }
+                drop(guard);
+                if demoted && !leased {
+                    kept_without_lease(size, false, false);
                 }
                 continue;
             }
@@ -721,6 +736,26 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
     }
 }
 
+/// Claims the demoted block at `block` from the learner (`Learner::claim_on_demand`), once
+/// no other thread registers or lets it go: whether it was claimed (else not the learner's
+/// to mark).
+fn claim_from_learner(block: usize) -> bool {
+    loop {
+        let mut guard = lock();
+        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+            return false;
+        };
+        match learner.claim_on_demand(block) {
+            OnDemand::Busy => {
+                drop(guard);
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+            OnDemand::Claimed => return true,
+            OnDemand::Free => return false,
+        }
+    }
+}
+
 /// A block [`claim_believed_pinned`] handed to its caller to register.
 struct Claim {
     block: usize,
@@ -728,6 +763,8 @@ struct Claim {
     flags: u32,
     /// A pinned request served pageable (hotpin's to free), not a skipped registration.
     demoted: bool,
+    /// Marked `Registering` in the learner for the caller (`Learner::claim_on_demand`).
+    claimed: bool,
 }
 
 /// The next block in `[start, start + len)` the program believes pinned that hotpin left
@@ -742,13 +779,18 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
         let state = guard.as_mut()?;
         let (block, size, flags) = state.believed_pinned_block(start, len)?;
         let demoted = state.demoted.contains_key(&block);
+        let mut claimed = false;
         if demoted {
-            if let Some(learner) = state.learner.as_mut()
-                && learner.claim_on_demand(block) == OnDemand::Busy
-            {
-                drop(guard);
-                std::thread::yield_now();
-                continue;
+            if let Some(learner) = state.learner.as_mut() {
+                match learner.claim_on_demand(block) {
+                    OnDemand::Busy => {
+                        drop(guard);
+                        std::thread::sleep(std::time::Duration::from_micros(100));
+                        continue;
+                    }
+                    OnDemand::Claimed => claimed = true,
+                    OnDemand::Free => {}
+                }
             }
             if let Some(demoted) = state.demoted.get_mut(&block) {
                 demoted.pinned_on_demand = true;
@@ -761,6 +803,7 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
             size,
             flags,
             demoted,
+            claimed,
         });
     }
 }

@@ -693,18 +693,29 @@ impl Learner {
         }
     }
 
-    /// The registration on demand of the pinned request served pageable at `ptr` ended
-    /// (`ok`: pinned, its bytes counted in the budget; else pageable again).
-    pub fn pinned_on_demand(&mut self, ptr: usize, ok: bool) {
-        if let Some(block) = self.blocks.get_mut(&ptr)
-            && matches!(block.pin, Pin::Pageable | Pin::Failed | Pin::Registering)
-        {
-            if ok {
-                block.pin = Pin::Pinned;
-                self.budget.take(block.size as u64);
-            } else if block.pin == Pin::Registering {
-                block.pin = Pin::Pageable;
-            }
+    /// The registration on demand of the block at `ptr` ended (`ok`: pinned, its bytes
+    /// counted in the budget, and with `keep` held for the program: neither let go for the
+    /// budget nor given back to the node's arbiter; else pageable again). `claimed`: marked
+    /// `Registering` for it by [`Self::claim_on_demand`]; unclaimed (a skipped registration),
+    /// only a pageable block is the caller's, not one the learner is registering itself.
+    pub fn pinned_on_demand(&mut self, ptr: usize, ok: bool, claimed: bool, keep: bool) {
+        let Some(block) = self.blocks.get_mut(&ptr) else {
+            return;
+        };
+        let ours = if claimed {
+            block.pin == Pin::Registering
+        } else {
+            matches!(block.pin, Pin::Pageable | Pin::Failed)
+        };
+        if !ours {
+            return;
+        }
+        if ok {
+            block.pin = Pin::Pinned;
+            block.exposed |= keep;
+            self.budget.take(block.size as u64);
+        } else if claimed {
+            block.pin = Pin::Pageable;
         }
     }
 
@@ -918,17 +929,28 @@ mod tests {
         assert_eq!(learner.claim_on_demand(ptr), OnDemand::Claimed);
         assert_eq!(pin(&learner), Pin::Registering);
         assert_eq!(learner.claim_on_demand(ptr), OnDemand::Busy, "claimed once");
-        learner.pinned_on_demand(ptr, false);
+        learner.pinned_on_demand(ptr, false, true, true);
         assert_eq!(pin(&learner), Pin::Pageable);
         assert_eq!(learner.budget.used, 0);
 
+        // Unclaimed (a skipped registration's path), a block the learner is registering is
+        // not the caller's: left as it is, nothing counted.
+        learner.blocks.get_mut(&ptr).expect("tracked").pin = Pin::Registering;
+        learner.pinned_on_demand(ptr, true, false, true);
+        assert_eq!(pin(&learner), Pin::Registering);
+        assert_eq!(learner.budget.used, 0);
+        learner.blocks.get_mut(&ptr).expect("tracked").pin = Pin::Pageable;
+
         assert_eq!(learner.claim_on_demand(ptr), OnDemand::Claimed);
-        learner.pinned_on_demand(ptr, true);
+        learner.pinned_on_demand(ptr, true, true, true);
         assert_eq!(pin(&learner), Pin::Pinned);
         assert_eq!(learner.budget.used, size as u64);
+        // Held for the program: not given back to the node's arbiter.
+        assert!(learner.blocks[&ptr].exposed);
+        assert!(learner.give_back(ptr).is_none());
         // Pinned whole: nothing for a second thread to claim, and nothing counted twice.
         assert_eq!(learner.claim_on_demand(ptr), OnDemand::Free);
-        learner.pinned_on_demand(ptr, true);
+        learner.pinned_on_demand(ptr, true, false, true);
         assert_eq!(learner.budget.used, size as u64);
         assert_eq!(
             learner.claim_on_demand(0x2000_0000),
