@@ -695,7 +695,7 @@ impl Learner {
 
     /// The registration on demand of the block at `ptr` ended (`ok`: pinned, its bytes
     /// counted in the budget, and with `keep` held for the program: neither let go for the
-    /// budget nor given back to the node's arbiter; else pageable again). `claimed`: marked
+    /// budget nor given back to the node's arbiter; else refused, `Failed`). `claimed`: marked
     /// `Registering` for it by [`Self::claim_on_demand`]; unclaimed (a skipped registration),
     /// only a pageable block is the caller's, not one the learner is registering itself.
     pub fn pinned_on_demand(&mut self, ptr: usize, ok: bool, claimed: bool, keep: bool) {
@@ -715,7 +715,8 @@ impl Learner {
             block.exposed |= keep;
             self.budget.take(block.size as u64);
         } else if claimed {
-            block.pin = Pin::Pageable;
+            // CUDA refused it: as a refused registration of the learner's, not tried again.
+            block.pin = Pin::Failed;
         }
     }
 
@@ -930,8 +931,11 @@ mod tests {
         assert_eq!(pin(&learner), Pin::Registering);
         assert_eq!(learner.claim_on_demand(ptr), OnDemand::Busy, "claimed once");
         learner.pinned_on_demand(ptr, false, true, true);
-        assert_eq!(pin(&learner), Pin::Pageable);
+        assert_eq!(pin(&learner), Pin::Failed, "refused by CUDA");
         assert_eq!(learner.budget.used, 0);
+        // The program may ask again (a failed block is still the caller's to try).
+        assert_eq!(learner.claim_on_demand(ptr), OnDemand::Claimed);
+        learner.pinned_on_demand(ptr, false, true, true);
 
         // Unclaimed (a skipped registration's path), a block the learner is registering is
         // not the caller's: left as it is, nothing counted.
