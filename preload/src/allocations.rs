@@ -681,8 +681,12 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
                 size,
                 flags,
                 demoted,
-                mut claimed,
+                claimed,
             } = claim;
+            let mut undo = Undo {
+                block,
+                armed: claimed,
+            };
             // A part of it registered alone: let go, so that the whole can be (before the
             // lease is asked: the part's unregistration ends a lease at its start), then
             // claimed from the learner as a whole block is.
@@ -692,8 +696,9 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
                 .and_then(|l| l.let_part_go(block, block, size));
             if let Some(part) = part {
                 cuda::with_relaxed_capture(|| unpin_block(part, true));
-                claimed = claim_from_learner(block);
+                undo.armed = claim_from_learner(block);
             }
+            let claimed = undo.armed;
             let leased = demoted && (!ask_lease || crate::lease::ask(block, size, 0.0));
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);
@@ -702,6 +707,7 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
                 return;
             };
             let staging = state.demoted.get(&block).is_some_and(|d| d.staging);
+            undo.armed = false;
             if let Some(learner) = state.learner.as_mut() {
                 // Kept pinned for the program's use (a mapped pointer, a captured copy):
                 // not let go for the budget or a reclaim. A staging buffer is let go as the
@@ -752,6 +758,24 @@ fn claim_from_learner(block: usize) -> bool {
             }
             OnDemand::Claimed => return true,
             OnDemand::Free => return false,
+        }
+    }
+}
+
+/// A claim of the learner's block at `block` (`Learner::claim_on_demand`), ended as refused
+/// should the thread unwind before the registration's end is told (a panic `judged`
+/// catches): else the block would stay `Registering`, and every free of it wait for ever.
+struct Undo {
+    block: usize,
+    armed: bool,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if self.armed
+            && let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut())
+        {
+            learner.pinned_on_demand(self.block, false, true, false);
         }
     }
 }
