@@ -518,19 +518,14 @@ pub fn staging_born(ptr: *mut c_void, size: usize) {
     if !crate::lease::ask(ptr as usize, size, 0.0) {
         return;
     }
+    // Marked staging at birth (`demoted`): pinned, it is counted and held as one.
     pin_believed_pinned(&[(ptr as usize, size, true)], false);
-    let mut guard = lock();
-    let Some(state) = guard.as_mut() else { return };
-    match state.demoted.get_mut(&(ptr as usize)) {
-        Some(demoted) if demoted.pinned_on_demand => {
-            demoted.staging = true;
-            STAGING_HELD.store(true, Ordering::Release);
-            state.note_peak();
-        }
-        _ => {
-            drop(guard);
-            crate::lease::released(ptr as usize);
-        }
+    let pinned = lock()
+        .as_ref()
+        .and_then(|state| state.demoted.get(&(ptr as usize)))
+        .is_some_and(|demoted| demoted.pinned_on_demand);
+    if !pinned {
+        crate::lease::released(ptr as usize);
     }
 }
 
@@ -754,12 +749,17 @@ fn claim_from_learner(block: usize) -> bool {
         match learner.claim_on_demand(block) {
             OnDemand::Busy => {
                 drop(guard);
-                std::thread::sleep(std::time::Duration::from_micros(100));
+                let_the_other_thread_finish();
             }
             OnDemand::Claimed => return true,
             OnDemand::Free => return false,
         }
     }
+}
+
+/// Waits a little for the thread registering or letting go of a block (`OnDemand::Busy`).
+fn let_the_other_thread_finish() {
+    std::thread::sleep(std::time::Duration::from_micros(100));
 }
 
 /// A claim of the learner's block at `block` (`Learner::claim_on_demand`), ended as refused
@@ -809,7 +809,7 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
                 match learner.claim_on_demand(block) {
                     OnDemand::Busy => {
                         drop(guard);
-                        std::thread::sleep(std::time::Duration::from_micros(100));
+                        let_the_other_thread_finish();
                         continue;
                     }
                     OnDemand::Claimed => claimed = true,

@@ -912,7 +912,7 @@ mod tests {
     /// A pinned request served pageable is registered on demand by one thread at a time: a
     /// block the learner is registering (or letting go of) is waited for (`Busy`), one claimed
     /// is not decided by the learner meanwhile, and its bytes are counted in the budget once,
-    /// when the registration succeeded; a failed one is pageable again, nothing counted.
+    /// when the registration succeeded; one CUDA refused is `Failed`, nothing counted.
     #[test]
     fn a_block_pinned_on_demand_is_claimed_by_one_thread_and_counted_once() {
         let mut learner = Learner::new(CostModel::default(), None);

@@ -666,9 +666,9 @@ after = ask(2, start + (1 << 30))
 print(json.dumps({"first": first, "after": after}))
 "#;
 
-/// The soak test, CI-sized: for 12 s (and 1,000 asks), 6 clients connect, ask, release and disconnect without
-/// pause, each ask checked against the budget, while 2 others send garbage, oversized lines and
-/// floods. The budget holds at every sample, no lease outlives its client, the daemon's memory
+/// The soak test, CI-sized: for 12 s (and 1,000 asks), 6 clients connect, ask, release and
+/// disconnect without pause, each ask checked against the budget, while 2 others send garbage,
+/// oversized lines and floods. The budget holds at every sample, no lease outlives its client, the daemon's memory
 /// stays flat, and an honest client is still served at the end.
 #[test]
 fn the_arbiter_holds_under_churn_and_garbage_and_its_memory_stays_flat() {
