@@ -118,7 +118,7 @@ run_one() {
   esac
   local began ended rc
   began=$(date +%s.%N)
-  timeout -k 10 "$RUN_TIMEOUT" "${cmd[@]}" >"$out" 2>"$err"
+  HOTPIN_BENCH_T0=$began timeout -k 10 "$RUN_TIMEOUT" "${cmd[@]}" >"$out" 2>"$err"
   rc=$?
   ended=$(date +%s.%N)
   emit "$p" "$config" "$r" "$rc" "$out" "$err" "$report" "$began" "$ended" "$extra"

@@ -22,10 +22,9 @@ config = LlamaConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers
                      num_attention_heads=16, num_key_value_heads=16, vocab_size=32000)
 model = LlamaForCausalLM(config).eval()
 state = model.state_dict()
-pinned = 0
+weights = sum(v.numel() * v.element_size() for v in state.values())
 if common.BY_HAND:
     state = {k: v.pin_memory() for k, v in state.items()}
-    pinned = sum(v.numel() * v.element_size() for v in state.values())
 cpu_offload(model, execution_device=torch.device("cuda"), state_dict=state)
 ids = torch.randint(0, config.vocab_size, (4, 128), generator=torch.Generator().manual_seed(1))
 with torch.no_grad():
@@ -37,5 +36,4 @@ with torch.no_grad():
     torch.cuda.synchronize()
     seconds = time.perf_counter() - began
 checks, wrong = common.same_as_written("accelerate_offload", logits)
-common.emit(seconds, checks, wrong, pinned, forwards=forwards,
-            weights_bytes=sum(v.numel() * v.element_size() for v in state.values()))
+common.emit(seconds, checks, wrong, weights, forwards=forwards, weights_bytes=weights)

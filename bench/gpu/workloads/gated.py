@@ -1,0 +1,272 @@
+"""The workloads' runs with their starts overlapped and their timed parts alone, so that the six
+fit one 10-minute device call (#43). A run of these programs is 10-22 s of wall time on the
+H200 for 0.3-4 s of work: `import torch` 3-4.5 s, transformers' or diffusers' imports 8-14
+s (CUDA's start included), CUDA's start 4.4-6 s otherwise (measured 2026-11-29, common.py's
+`phases`). Run one after another, a workload's 17 runs took 3.5-6 minutes, and the six did
+not fit one call; run so, they took 481-491 s in one call.
+
+So, per workload, two groups of processes, each started at once:
+1. the program as written, the reference (it saves what it computed: every later run is
+   checked bit for bit against it, common.py), and hotpin's learning run (the history the
+   runs "from history" start from);
+2. ROUNDS rounds of CONFIGS, in that order within a round: plain (as written), by-hand
+   (BY_HAND=1), auto-first (`hotpin run`, no history), auto-history (`hotpin run` from a fresh
+   copy of the learned history each round), auto-history-at-birth (the same, with
+   HOTPIN_AT_FIRST_COPY=0), budget (auto-first with `--budget` = the bytes the program
+   pins by hand, its `hand_bytes`, read from the reference's line).
+Each process imports its libraries and starts CUDA, then waits at common.py's gate (it sleeps
+in the `open` of a FIFO until it is let go: a waiting process never wakes). Once every process of the group
+waits, each is let go in turn: it builds its model, runs its warm-up and its timed part, and
+waits again before its check; the next is let go only then. No other process of the bench
+does any work while one is timed. Then the
+checks run (the reference's first: it writes what the others read) and the processes exit.
+(A process holding a CUDA context throughout did not shorten CUDA's start: 4.4-6.0 s without
+it, 4.9-6.9 s with it, in the first calls of 2026-11-29; it is not kept.)
+
+What changes against runs one at a time: the processes of a group are alive at once (the
+others idle, 1-3 GiB of memory each, pinned memory included for those that pinned it), and a
+run's `elapsed` includes its waits (common.py's `phases` gives `waited` apart). hotpin's
+decisions depend on the time between copies, never on the time before the build. Whether the
+idle processes slow a timed one was not measured apart: against the runs one at a time of
+2026-11-28 (other calls, other days) most figures are within the spread between calls, and
+kv_swap by hand is slower (1.39-1.74 s against 0.99-1.51), docs/benchmarks.md section 1.
+
+Writes OUT/online.jsonl, one line a run, as bench/gpu/online/run.sh does (run_line.py: the
+program's line, the interposer's counters summed over the run's reports), and the reference's
+output in OUT/PROGRAM.reference.out.
+Usage: python3 gated.py BIN OUT ROUNDS CONFIGS WORKLOAD...   (run.sh calls it)
+Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), PYTHON."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUN_LINE = os.path.join(HERE, "..", "run_line.py")
+PYTHON = os.environ.get("PYTHON", "python3")
+RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "120"))
+START_TIMEOUT = 300.0
+POLL = 0.02
+KNOWN = ("plain", "by-hand", "auto-first", "auto-history", "auto-history-at-birth", "budget")
+
+
+def say(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+class Run:
+    """One process of a group: its program, configuration, round and command."""
+
+    def __init__(self, out, program, config, rnd, cmd, env, report="", extra=None):
+        self.program, self.config, self.rnd = program, config, rnd
+        self.tag = f"{program}.{config}.{rnd}"
+        self.gate = os.path.join(out, "gates", self.tag)
+        self.stdout = os.path.join(out, self.tag + ".out")
+        self.stderr = os.path.join(out, self.tag + ".err")
+        self.report, self.extra, self.cmd = report, extra or {}, cmd
+        self.env = dict(env, HOTPIN_BENCH_GATE=self.gate)
+        self.proc, self.launched, self.ended = None, 0.0, 0.0
+
+    def launch(self):
+        for suffix in ("ready", "go", "timed", "check"):
+            if os.path.lexists(self.gate + "." + suffix):
+                os.remove(self.gate + "." + suffix)
+        os.mkfifo(self.gate + ".go")
+        os.mkfifo(self.gate + ".check")
+        if self.report:
+            prefix = os.path.basename(self.report) + "."
+            folder = os.path.dirname(self.report)
+            for name in os.listdir(folder):
+                if name.startswith(prefix) and name.endswith(".json"):
+                    os.remove(os.path.join(folder, name))
+        self.launched = time.time()
+        self.env["HOTPIN_BENCH_T0"] = repr(self.launched)
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=open(self.stdout, "wb"),
+                                     stderr=open(self.stderr, "wb"))
+
+    def at(self, suffix):
+        return os.path.exists(self.gate + "." + suffix)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def wait_for(self, suffix, timeout):
+        """Until the process signalled `suffix` (true) or exited or ran out of time (false)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.at(suffix):
+                return True
+            if not self.alive():
+                return self.at(suffix)
+            time.sleep(POLL)
+        return False
+
+    def let_go(self, suffix):
+        """Opens the FIFO `suffix` the process waits on (or will: it may not have opened it
+        yet), which lets it go; false where it exited first."""
+        while True:
+            try:
+                os.close(os.open(self.gate + "." + suffix, os.O_WRONLY | os.O_NONBLOCK))
+                return True
+            except OSError:  # ENXIO: no reader yet
+                if not self.alive():
+                    return False
+                time.sleep(0.001)
+
+    def finish(self, timeout):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            say(f"{self.tag}: still running after {timeout:.0f} s, killed")
+            self.proc.kill()
+            self.proc.wait()
+        self.ended = time.time()
+
+    def line(self, jsonl):
+        """Appends this run's line (run_line.py's) to `jsonl`, and says it."""
+        done = subprocess.run(
+            [sys.executable, RUN_LINE, self.program, self.config, str(self.rnd),
+             str(self.proc.returncode), self.stdout, self.stderr, self.report,
+             repr(self.ended - self.launched), json.dumps(self.extra)],
+            capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            say(f"{self.tag}: run_line.py failed: {done.stderr[-400:]}")
+            return None
+        with open(jsonl, "a") as f:
+            f.write(done.stdout)
+        d = json.loads(done.stdout)
+        pinned = d.get("counters", {}).get("peak_pinned_bytes", d.get("pinned_by_hand_bytes", 0))
+        say(f"{self.program}: {self.config} round {self.rnd}: exit {d['exit']}, "
+            f"{d.get('seconds', '-')} s, {d.get('checks', '-')} checks, "
+            f"{d.get('mismatches', '-')} mismatches, pinned {(pinned or 0) >> 20} MiB")
+        return d
+
+
+def run_group(runs, jsonl, first_checks=()):
+    """Starts `runs` at once, lets each run its timed part alone in order, then their checks
+    (those in `first_checks` first, one at a time) and their exits; their lines go to
+    `jsonl` (the reference's, whose config is "reference", only to its .out file)."""
+    for run in runs:
+        run.launch()
+    for run in runs:
+        if not run.wait_for("ready", START_TIMEOUT):
+            say(f"{run.tag}: did not reach its start gate (exit {run.proc.poll()})")
+    for run in runs:
+        if run.at("ready") and run.alive():
+            run.let_go("go")
+            if not run.wait_for("timed", RUN_TIMEOUT) and run.alive():
+                say(f"{run.tag}: not done after {RUN_TIMEOUT:.0f} s, killed (no overlap)")
+                run.proc.kill()
+    for run in runs:
+        if run in first_checks:
+            run.let_go("check")
+            run.finish(RUN_TIMEOUT)
+    for run in runs:
+        if run not in first_checks:
+            run.let_go("check")
+    lines = {}
+    for run in runs:
+        if run.proc.returncode is None:
+            run.finish(RUN_TIMEOUT)
+        if run.config != "reference":
+            lines[run.tag] = run.line(jsonl)
+    return lines
+
+
+def hotpin(bin_dir, options, report, program):
+    return [os.path.join(bin_dir, "hotpin"), "run", *options, "--report", report, "--",
+            PYTHON, program]
+
+
+def workload(bin_dir, out, rounds, configs, p, jsonl, env):
+    program = os.path.join(HERE, p + ".py")
+    want = os.path.join(env["WANT_DIR"], p + ".pt")
+    if os.path.exists(want):
+        os.remove(want)
+    learned = os.path.join(out, p + ".learned.hotpin")
+    if os.path.exists(learned):
+        os.remove(learned)
+    plain_env = {k: v for k, v in env.items() if k != "BY_HAND"}
+    reference = Run(out, p, "reference", 0, [PYTHON, program], plain_env)
+    learn_report = os.path.join(out, f"{p}.auto-learn.0")
+    learn = Run(out, p, "auto-learn", 0,
+                hotpin(bin_dir, ["--mode", "auto", "--history", learned], learn_report, program),
+                plain_env, learn_report)
+    run_group([reference, learn], jsonl, first_checks=(reference,))
+    shutil.copy(reference.stdout, os.path.join(out, p + ".reference.out"))
+    ref = None
+    for text in reversed(open(reference.stdout, errors="replace").read().splitlines()):
+        if text.startswith("{"):
+            ref = json.loads(text)
+            break
+    say(f"{p}: as written, the reference: exit {reference.proc.returncode} "
+        f"{json.dumps(ref)[:200] if ref else 'no line'}")
+    hand = (ref or {}).get("hand_bytes", 0)
+    runs = []
+    for r in range(1, rounds + 1):
+        for config in configs:
+            report = os.path.join(out, f"{p}.{config}.{r}")
+            if config == "plain":
+                runs.append(Run(out, p, config, r, [PYTHON, program], plain_env))
+            elif config == "by-hand":
+                runs.append(Run(out, p, config, r, [PYTHON, program], dict(plain_env, BY_HAND="1")))
+            elif config == "auto-first" or config == "budget":
+                history = os.path.join(out, f"{p}.{'first' if config == 'auto-first' else 'budget'}.{r}.hotpin")
+                if os.path.exists(history):
+                    os.remove(history)
+                options = ["--mode", "auto", "--history", history]
+                extra = None
+                if config == "budget":
+                    if not hand:
+                        say(f"{p}: budget round {r}: skipped (the reference printed no hand_bytes)")
+                        continue
+                    options += ["--budget", str(hand)]
+                    extra = {"budget_bytes": hand}
+                runs.append(Run(out, p, config, r, hotpin(bin_dir, options, report, program),
+                                plain_env, report, extra))
+            elif config in ("auto-history", "auto-history-at-birth"):
+                if not os.path.exists(learned) or os.path.getsize(learned) == 0:
+                    say(f"{p}: {config} round {r}: skipped (no learned history)")
+                    continue
+                history = os.path.join(out, f"{p}.{config}.{r}.hotpin")
+                shutil.copy(learned, history)
+                run_env = dict(plain_env)
+                if config == "auto-history-at-birth":
+                    run_env["HOTPIN_AT_FIRST_COPY"] = "0"
+                runs.append(Run(out, p, config, r,
+                                hotpin(bin_dir, ["--mode", "auto", "--history", history], report,
+                                       program), run_env, report))
+            else:
+                say(f"gated.py: unknown configuration {config}, skipped")
+    run_group(runs, jsonl)
+
+
+def main():
+    if len(sys.argv) < 6:
+        sys.exit(__doc__.rsplit("Usage:", 1)[1].strip())
+    bin_dir, out, rounds, configs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
+    workloads = sys.argv[5:]
+    unknown = [c for c in configs if c not in KNOWN]
+    if unknown:
+        sys.exit(f"gated.py: unknown configurations {unknown} (known: {', '.join(KNOWN)})")
+    if not os.access(os.path.join(bin_dir, "hotpin"), os.X_OK):
+        sys.exit(f"gated.py: no hotpin binary at {bin_dir}/hotpin")
+    bin_dir, out = os.path.abspath(bin_dir), os.path.abspath(out)
+    os.makedirs(os.path.join(out, "gates"), exist_ok=True)
+    jsonl = os.path.join(out, "online.jsonl")
+    if os.path.exists(jsonl) and os.path.getsize(jsonl):
+        os.rename(jsonl, jsonl + time.strftime(".%Y%m%d-%H%M%S"))
+    env = dict(os.environ, WANT_DIR=os.path.join(out, "want"), PYTHONUNBUFFERED="1")
+    for p in workloads:
+        if not os.path.exists(os.path.join(HERE, p + ".py")):
+            say(f"{p}: no {p}.py here, skipped")
+            continue
+        began = time.time()
+        workload(bin_dir, out, rounds, configs, p, jsonl, env)
+        say(f"{p}: done in {time.time() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
