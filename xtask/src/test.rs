@@ -1,6 +1,7 @@
 //! `cargo xtask test`: what CI runs. Formatting, lints, unit tests and the privileged
 //! integration tests that load real eBPF programs (they fail, not skip, without root), the load
-//! tests alone, and a short run of each fuzz target.
+//! tests alone, a short run of each fuzz target, the wheel, the deploy files and the GPU
+//! workloads' harness.
 
 use std::{path::PathBuf, process::Command, time::Instant};
 
@@ -79,6 +80,11 @@ pub fn run() -> Result<()> {
     // The cluster files (deploy/): YAML, the Kubernetes schemas (kubernetes-validate, which
     // bundles them), the dashboard's metrics against what the daemon exports.
     sh(Command::new(&python).arg("deploy/check.py"))?;
+    // The GPU workloads' one-call harness (bench/gpu/workloads/gated.py) on stand-in workloads
+    // under the debug build's `hotpin run`: every timed part alone, in order, results checked.
+    sh(Command::new(&python)
+        .arg("bench/gpu/workloads/check_gated.py")
+        .arg("target/debug"))?;
     eprintln!(
         "xtask: test: everything passed in {:.0} s",
         started.elapsed().as_secs_f64()

@@ -35,7 +35,8 @@ Writes OUT/online.jsonl, one line a run, as bench/gpu/online/run.sh does (run_li
 program's line, the interposer's counters summed over the run's reports), and the reference's
 output in OUT/PROGRAM.reference.out.
 Usage: python3 gated.py BIN OUT ROUNDS CONFIGS WORKLOAD...   (run.sh calls it)
-Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), PYTHON."""
+Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), PYTHON,
+PROGRAM_DIR (where the workloads are, default this folder; check_gated.py's own)."""
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_LINE = os.path.join(HERE, "..", "run_line.py")
+PROGRAMS = os.path.abspath(os.environ.get("PROGRAM_DIR", HERE))
 PYTHON = os.environ.get("PYTHON", "python3")
 RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "120"))
 START_TIMEOUT = 300.0
@@ -181,7 +183,7 @@ def hotpin(bin_dir, options, report, program):
 
 
 def workload(bin_dir, out, rounds, configs, p, jsonl, env):
-    program = os.path.join(HERE, p + ".py")
+    program = os.path.join(PROGRAMS, p + ".py")
     want = os.path.join(env["WANT_DIR"], p + ".pt")
     if os.path.exists(want):
         os.remove(want)
@@ -260,7 +262,7 @@ def main():
         os.rename(jsonl, jsonl + time.strftime(".%Y%m%d-%H%M%S"))
     env = dict(os.environ, WANT_DIR=os.path.join(out, "want"), PYTHONUNBUFFERED="1")
     for p in workloads:
-        if not os.path.exists(os.path.join(HERE, p + ".py")):
+        if not os.path.exists(os.path.join(PROGRAMS, p + ".py")):
             say(f"{p}: no {p}.py here, skipped")
             continue
         began = time.time()
