@@ -5,9 +5,10 @@ against the program as written, and the one JSON line run.sh reads.
   before CUDA starts), and starts CUDA outside the timed part. It turns off PyTorch's fill of
   new tensors that deterministic mode brings (FILL_UNINITIALIZED=1 keeps it).
 - `same_as_written(name, result)` compares what the program computed with what the first run
-  given the same WANT_DIR saved (run.sh makes that the program as written, before anything
-  else): bit for bit (`torch.equal`), so a speed-up that changed one bit is a failure. With no
-  WANT_DIR it only saves nothing and checks nothing (0 checks, said in the line).
+  given the same WANT_DIR saved (gated.py makes that the program as written, its reference,
+  and no other of its runs saves: HOTPIN_BENCH_REFERENCE=0 makes a missing reference a
+  mismatch): bit for bit (`torch.equal`), so a speed-up that changed one bit is a failure.
+  With no WANT_DIR it saves nothing and checks nothing (0 checks, said in the line).
 - `emit(...)` prints the line: `seconds` (the timed work), `checks`, `mismatches`,
   `pinned_by_hand_bytes` (what BY_HAND=1 pins; 0 without it), `hand_bytes` (what BY_HAND=1
   pins, in every run: gated.py's budget), `phases` (below), and any extra fields; the exit
@@ -92,6 +93,10 @@ def same_as_written(name, result):
         result = {"result": result}
     result = {k: v.detach().cpu() for k, v in result.items()}
     path = os.path.join(want_dir, name + ".pt")
+    if not os.path.exists(path) and os.environ.get("HOTPIN_BENCH_REFERENCE") == "0":
+        # gated.py's runs other than the reference never save: a missing reference is a failure.
+        print(f"common.py: no reference result at {path}", file=sys.stderr)
+        return 1, 1
     if not os.path.exists(path):
         os.makedirs(want_dir, exist_ok=True)
         torch.save(result, path + ".tmp")

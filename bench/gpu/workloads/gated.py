@@ -29,17 +29,24 @@ run's `elapsed` includes its waits (common.py's `phases` gives `waited` apart). 
 decisions depend on the time between copies, never on the time before the build. Whether the
 idle processes slow a timed one was not measured apart: against the runs one at a time of
 2026-11-28 (other calls, other days) most figures are within the spread between calls, and
-kv_swap by hand is slower (1.39-1.74 s against 0.99-1.51), docs/benchmarks.md section 1.
+kv_swap by hand is slower (1.39-1.74 s against 0.99-1.51), docs/benchmarks.md section 1. A hotpin run's
+pinner thread may still be finishing work its timed part queued when the next run is let go
+(not measured). A run that does not reach a gate in time (START_TIMEOUT, RUN_TIMEOUT) is
+killed with its process group before the next is let go, and recorded as failed; a workload
+whose reference failed is skipped (a line says so): no other run saves a result to be
+checked against.
 
 Writes OUT/online.jsonl, one line a run, as bench/gpu/online/run.sh does (run_line.py: the
 program's line, the interposer's counters summed over the run's reports), and the reference's
 output in OUT/PROGRAM.reference.out.
 Usage: python3 gated.py BIN OUT ROUNDS CONFIGS WORKLOAD...   (run.sh calls it)
-Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), PYTHON,
+Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), START_TIMEOUT
+(seconds a run may take to reach its start gate, default 300), PYTHON,
 PROGRAM_DIR (where the workloads are, default this folder; check_gated.py's own)."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,7 +56,7 @@ RUN_LINE = os.path.join(HERE, "..", "run_line.py")
 PROGRAMS = os.path.abspath(os.environ.get("PROGRAM_DIR", HERE))
 PYTHON = os.environ.get("PYTHON", "python3")
 RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "120"))
-START_TIMEOUT = 300.0
+START_TIMEOUT = float(os.environ.get("START_TIMEOUT", "300"))
 POLL = 0.02
 KNOWN = ("plain", "by-hand", "auto-first", "auto-history", "auto-history-at-birth", "budget")
 
@@ -68,7 +75,8 @@ class Run:
         self.stdout = os.path.join(out, self.tag + ".out")
         self.stderr = os.path.join(out, self.tag + ".err")
         self.report, self.extra, self.cmd = report, extra or {}, cmd
-        self.env = dict(env, HOTPIN_BENCH_GATE=self.gate)
+        self.env = dict(env, HOTPIN_BENCH_GATE=self.gate,
+                        HOTPIN_BENCH_REFERENCE="1" if config == "reference" else "0")
         self.proc, self.launched, self.ended = None, 0.0, 0.0
 
     def launch(self):
@@ -85,14 +93,31 @@ class Run:
                     os.remove(os.path.join(folder, name))
         self.launched = time.time()
         self.env["HOTPIN_BENCH_T0"] = repr(self.launched)
+        # A session of its own: a kill reaches `hotpin run`, Python and a DataLoader's workers.
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=open(self.stdout, "wb"),
-                                     stderr=open(self.stderr, "wb"))
+                                     stderr=open(self.stderr, "wb"), start_new_session=True)
 
     def at(self, suffix):
         return os.path.exists(self.gate + "." + suffix)
 
     def alive(self):
-        return self.proc.poll() is None
+        if self.proc.poll() is None:
+            return True
+        if not self.ended:
+            self.ended = time.time()
+        return False
+
+    def kill(self, why):
+        """Kills the run's whole process group and waits for its leader, so that nothing of it
+        is still running when the next run is let go."""
+        if self.alive():
+            say(f"{self.tag}: {why}, killed")
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.alive()
 
     def wait_for(self, suffix, timeout):
         """Until the process signalled `suffix` (true) or exited or ran out of time (false)."""
@@ -106,8 +131,10 @@ class Run:
         return False
 
     def let_go(self, suffix):
-        """Opens the FIFO `suffix` the process waits on (or will: it may not have opened it
-        yet), which lets it go; false where it exited first."""
+        """Opens the FIFO `suffix` the process waits on (or will: it said it reached its gate
+        just before opening it), which lets it go; false where it exited first, or did not
+        open it within 10 s (then it is killed)."""
+        deadline = time.time() + 10
         while True:
             try:
                 os.close(os.open(self.gate + "." + suffix, os.O_WRONLY | os.O_NONBLOCK))
@@ -115,16 +142,16 @@ class Run:
             except OSError:  # ENXIO: no reader yet
                 if not self.alive():
                     return False
+                if time.time() > deadline:
+                    self.kill(f"not waiting at its gate {suffix}")
+                    return False
                 time.sleep(0.001)
 
     def finish(self, timeout):
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            say(f"{self.tag}: still running after {timeout:.0f} s, killed")
-            self.proc.kill()
-            self.proc.wait()
-        self.ended = time.time()
+        deadline = time.time() + timeout
+        while self.alive() and time.time() < deadline:
+            time.sleep(POLL)
+        self.kill(f"still running after {timeout:.0f} s")
 
     def line(self, jsonl):
         """Appends this run's line (run_line.py's) to `jsonl`, and says it."""
@@ -149,32 +176,33 @@ class Run:
 def run_group(runs, jsonl, first_checks=()):
     """Starts `runs` at once, lets each run its timed part alone in order, then their checks
     (those in `first_checks` first, one at a time) and their exits; their lines go to
-    `jsonl` (the reference's, whose config is "reference", only to its .out file)."""
-    for run in runs:
-        run.launch()
-    for run in runs:
-        if not run.wait_for("ready", START_TIMEOUT):
-            say(f"{run.tag}: did not reach its start gate (exit {run.proc.poll()})")
-    for run in runs:
-        if run.at("ready") and run.alive():
-            run.let_go("go")
-            if not run.wait_for("timed", RUN_TIMEOUT) and run.alive():
-                say(f"{run.tag}: not done after {RUN_TIMEOUT:.0f} s, killed (no overlap)")
-                run.proc.kill()
-    for run in runs:
-        if run in first_checks:
-            run.let_go("check")
+    `jsonl` (the reference's, whose config is "reference", only to its .out file). A run
+    that does not reach a gate in time is killed, with its process group, before the next
+    is let go; whatever goes wrong here, no run of the group is left waiting."""
+    try:
+        for run in runs:
+            run.launch()
+        for run in runs:
+            if not run.wait_for("ready", START_TIMEOUT):
+                run.kill(f"not at its start gate after {START_TIMEOUT:.0f} s")
+        for run in runs:
+            if run.at("ready") and run.alive() and run.let_go("go") \
+                    and not run.wait_for("timed", RUN_TIMEOUT):
+                run.kill(f"its timed part not done after {RUN_TIMEOUT:.0f} s")
+        for run in runs:
+            if run in first_checks:
+                run.let_go("check")
+                run.finish(RUN_TIMEOUT)
+        for run in runs:
+            if run not in first_checks:
+                run.let_go("check")
+        for run in runs:
             run.finish(RUN_TIMEOUT)
-    for run in runs:
-        if run not in first_checks:
-            run.let_go("check")
-    lines = {}
-    for run in runs:
-        if run.proc.returncode is None:
-            run.finish(RUN_TIMEOUT)
-        if run.config != "reference":
-            lines[run.tag] = run.line(jsonl)
-    return lines
+    finally:
+        for run in runs:
+            if run.proc is not None:
+                run.kill("left behind by an error of gated.py")
+    return {run.tag: run.line(jsonl) for run in runs if run.config != "reference"}
 
 
 def hotpin(bin_dir, options, report, program):
@@ -205,7 +233,13 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
             break
     say(f"{p}: as written, the reference: exit {reference.proc.returncode} "
         f"{json.dumps(ref)[:200] if ref else 'no line'}")
-    hand = (ref or {}).get("hand_bytes", 0)
+    if reference.proc.returncode != 0 or not ref or not os.path.exists(want):
+        say(f"{p}: the reference failed: nothing to check the runs against, workload skipped")
+        with open(jsonl, "a") as f:
+            f.write(json.dumps({"program": p, "config": "reference", "round": 0,
+                                "skipped": "the reference failed (its .err says why)"}) + "\n")
+        return
+    hand = ref.get("hand_bytes", 0)
     runs = []
     for r in range(1, rounds + 1):
         for config in configs:
