@@ -133,6 +133,11 @@ pub fn allocate(
     } else {
         fate
     };
+    // Registered ahead by the pinner thread instead (`State::ahead`), where that is asked.
+    let ahead = state.ahead
+        && !fate.pressured
+        && !fate.no_room
+        && (fate.at_first_copy || (!fate.register && birth.why.pinned_at_first_copy()));
     let ptr = warm.map_or_else(&from_libc, |ptr| ptr as *mut c_void);
     if ptr.is_null() {
         // Out of memory: what the shelves hold goes back to libc, and libc is asked again.
@@ -144,6 +149,9 @@ pub fn allocate(
     let birth = state.born(birth, ptr as usize, size, &group, fate);
     drop(guard);
     freed.release();
+    if ahead {
+        crate::pinner::pin_ahead_later(ptr as usize);
+    }
     match birth {
         Some(birth) => register_at_birth(ptr, size, birth),
         None => ptr,

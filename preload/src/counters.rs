@@ -117,6 +117,10 @@ pub struct Counters {
     /// Auto mode from a history (`HOTPIN_AT_FIRST_COPY`, on by default): blocks the history
     /// pins registered at their first copy rather than at birth (counted once registered).
     pub first_copy_pins: u64,
+    /// Auto mode from a history with `HOTPIN_AHEAD=1` (an option, off by default): blocks the
+    /// history pins at their first copy, or found handing their pin on, registered ahead on
+    /// the pinner thread shortly after their birth instead (counted when decided).
+    pub ahead_pins: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,
     /// The longest single registration call of ours, and unregistration call, on any

@@ -273,6 +273,8 @@ pub struct Learner {
     /// Blocks the history pins registered at their first copy rather than at birth
     /// (`HOTPIN_AT_FIRST_COPY`).
     pub first_copy_pins: u64,
+    /// Blocks the history pins registered ahead, off the program's thread (`HOTPIN_AHEAD`).
+    pub ahead_pins: u64,
     pub trusted_let_go: u64,
     /// Blocks served from the cache on spec let go idle.
     pub spares_let_go: u64,
@@ -292,6 +294,7 @@ impl Learner {
             trusted_pins: 0,
             hands_on_pins: 0,
             first_copy_pins: 0,
+            ahead_pins: 0,
             trusted_let_go: 0,
             spares_let_go: 0,
         }
@@ -511,6 +514,32 @@ impl Learner {
             } else {
                 self.trusted_pins += 1;
             }
+        }
+    }
+
+    /// From a history (`HOTPIN_AHEAD`), on the pinner thread shortly after the block at `at`
+    /// was born: a block left for its first copy (`FirstCopy::Whole`) or handing its pin on
+    /// (`FirstCopy::HandsOn`), still pageable and not copied yet, is pinned now (decided into
+    /// `out`), so that its first copy finds it registered. A block already copied, being
+    /// registered, freed or pinned is left as it is.
+    pub fn ahead(&mut self, at: usize, out: &mut Decisions) {
+        let Some(block) = self.blocks.get(&at) else {
+            return;
+        };
+        if block.pin != Pin::Pageable
+            || block.heat.stats.transfers != 0
+            || !matches!(block.first_copy, FirstCopy::Whole | FirstCopy::HandsOn)
+        {
+            return;
+        }
+        let now = self.now_ns();
+        let before = out.pin.len();
+        self.consider(at, now, out);
+        if out.pin.len() > before
+            && let Some(block) = self.blocks.get_mut(&at)
+        {
+            block.first_copy = FirstCopy::OnTrust;
+            self.ahead_pins += 1;
         }
     }
 

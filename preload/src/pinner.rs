@@ -10,6 +10,7 @@ use std::{
         Mutex,
         atomic::{AtomicUsize, Ordering},
     },
+    time::{Duration, Instant},
 };
 
 use crate::{
@@ -100,6 +101,9 @@ pub(crate) enum Job {
     Pin(BlockRef),
     /// A whole block hidden from the program that the budget let go, registered in chunks.
     Unpin(BlockRef),
+    /// A block a history pins, to be registered ahead once `not_before` has come
+    /// (`State::ahead`).
+    Ahead { block: usize, not_before: Instant },
     /// A block the program freed whose registration at `start` (`len` bytes) is in chunks:
     /// unregistered here, its bytes let go from the budget, then `block` is freed to libc.
     Free {
@@ -130,6 +134,13 @@ pub(crate) fn hand_to_pinner(job: Job) -> bool {
                 for job in jobs {
                     match job {
                         Job::Pin(block) => judged(|| pin_block(block, false)),
+                        Job::Ahead { block, not_before } => {
+                            let wait = not_before.saturating_duration_since(Instant::now());
+                            if !wait.is_zero() {
+                                std::thread::sleep(wait);
+                            }
+                            judged(|| pin_ahead(block));
+                        }
                         Job::Unpin(block) => {
                             judged(|| unpin_block(block, false));
                             UNPINS_QUEUED.fetch_sub(1, Ordering::AcqRel);
@@ -153,6 +164,42 @@ pub(crate) fn hand_to_pinner(job: Job) -> bool {
         *pinner = Some(queue);
     }
     pinner.as_ref().is_some_and(|queue| queue.send(job).is_ok())
+}
+
+/// How long after its birth a block is registered ahead (`State::ahead`): the program has then
+/// usually written it (`torch.zeros`, a layer's initialisation), so its pages are in.
+pub(crate) const AHEAD_AFTER: Duration = Duration::from_millis(20);
+
+/// Hands the block just born at `block` to the pinner thread, to be registered ahead
+/// `AHEAD_AFTER` from now; left for its first copy where the thread cannot be started.
+pub(crate) fn pin_ahead_later(block: usize) {
+    let not_before = Instant::now() + AHEAD_AFTER;
+    let _ = hand_to_pinner(Job::Ahead { block, not_before });
+}
+
+/// On the pinner thread: registers the block at `at` ahead if the learner still has it
+/// pageable and uncopied (`Learner::ahead`), and lets go what that displaces under the
+/// budget. Not before the program has a context (none is ever made here: the block is
+/// then left for its first copy), nor where pinning pays nothing.
+fn pin_ahead(at: usize) {
+    if !matches!(cuda::pinning_does_not_pay(), Some(None)) {
+        return;
+    }
+    let decisions = {
+        let mut guard = lock();
+        let Some(learner) = guard.as_mut().and_then(|s| s.learner.as_mut()) else {
+            return;
+        };
+        let mut decisions = crate::online::Decisions::default();
+        learner.ahead(at, &mut decisions);
+        decisions
+    };
+    for block in decisions.unpin {
+        unpin_block(block, false);
+    }
+    for block in decisions.pin {
+        pin_block(block, false);
+    }
 }
 
 /// Whether pinning pays on this device, asked of CUDA once a context exists; said once where

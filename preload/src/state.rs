@@ -100,6 +100,11 @@ pub(crate) struct State {
     /// copy rather than at birth (`allocations::allocate`), its pages then in where the
     /// program wrote it first.
     pub(crate) at_first_copy: bool,
+    /// Auto mode with a history (`HOTPIN_AHEAD=1`, an option, off by default): a block left
+    /// for its first copy, or handing its pin on, is registered ahead by the pinner thread
+    /// `pinner::AHEAD_AFTER` after its birth (once the program has likely written it), off
+    /// the program's thread (`Learner::ahead`).
+    pub(crate) ahead: bool,
     /// How short of memory the machine is (MemAvailable, sampled at most every 100 ms).
     pub(crate) pressure: Pressure,
     pub(crate) counters: Counters,
@@ -244,6 +249,7 @@ pub fn write_what_was_learned() -> Option<bool> {
             trusted_let_go: learner.map_or(0, |l| l.trusted_let_go),
             hands_on_pins: learner.map_or(0, |l| l.hands_on_pins),
             first_copy_pins: learner.map_or(0, |l| l.first_copy_pins),
+            ahead_pins: learner.map_or(0, |l| l.ahead_pins),
             spares_let_go: learner.map_or(0, |l| l.spares_let_go),
             ..state.counters.clone()
         };
@@ -463,6 +469,7 @@ impl State {
                 _ => size_setting("HOTPIN_CACHE", 1 << 30),
             },
             at_first_copy: learner.is_some() && switch_setting("HOTPIN_AT_FIRST_COPY", true),
+            ahead: learner.is_some() && switch_setting("HOTPIN_AHEAD", false),
             pressure: Pressure::default(),
             counters,
             log: Vec::new(),

@@ -1227,6 +1227,51 @@ fn from_a_history_blocks_are_registered_at_their_first_copy_instead_of_at_birth(
     );
 }
 
+/// With `HOTPIN_AHEAD=1` (an option, off by default), from its history: the blocks the history
+/// pins at their first copy, and the layers' first blocks that hand their pins on, are
+/// registered by the pinner thread shortly after they are made (`ahead_pins`,
+/// `off_thread_pins`), so that none is registered on the copying thread (`first_copy_pins`,
+/// `hands_on_pins` 0), with no more held at once than without it; every block's data
+/// checked. The programs make their blocks 300 ms before they copy them, as a model is built
+/// before it runs.
+#[test]
+fn with_ahead_a_history_registers_its_blocks_off_the_program_thread_before_their_first_copy() {
+    let ahead_env = [("HOTPIN_AHEAD", Path::new("1"))];
+    let peak = |c: &Value| c["peak_pinned_bytes"].as_u64().expect("peak");
+    let setup = setup_program("ahead-layers", "online");
+    let history = setup.dir.join("layers.hotpin");
+    let args = ["layers", "32", "6", "4", "0", "300"];
+    run_with_history(&setup, &history, "first", &args);
+    let own_copy = |name: &str| {
+        let copy = setup.dir.join(format!("{name}.hotpin"));
+        std::fs::copy(&history, &copy).expect("copy the history");
+        copy
+    };
+    let deferred = run_with_history(&setup, &own_copy("deferred"), "deferred", &args);
+    let pins = deferred["first_copy_pins"]
+        .as_u64()
+        .expect("first-copy pins");
+    assert!(pins >= 6, "{deferred}");
+    let ahead = run_with_history_env(&setup, &own_copy("ahead"), "ahead", &args, &ahead_env);
+    assert_eq!(ahead["ahead_pins"], pins, "{ahead}");
+    assert_eq!(ahead["first_copy_pins"], 0, "{ahead}");
+    assert!(ahead["off_thread_pins"].as_u64() >= Some(pins), "{ahead}");
+    assert!(peak(&ahead) <= peak(&deferred), "{ahead}\n{deferred}");
+
+    const LAYERS: u64 = 8;
+    let setup = setup_program("ahead-moveto", "online");
+    let history = setup.dir.join("moveto.hotpin");
+    let args = ["moveto", "64", "8", "3", "300"];
+    run_with_history(&setup, &history, "first", &args);
+    let again = run_with_history_env(&setup, &history, "ahead", &args, &ahead_env);
+    assert_eq!(again["ahead_pins"], LAYERS, "{again}");
+    assert_eq!(again["hands_on_pins"], 0, "{again}");
+    assert_eq!(
+        again["learned_pins"], LAYERS,
+        "one registration a layer: {again}"
+    );
+}
+
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
 /// for `name`: the program's data checked; hotpin's counters.
 fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {

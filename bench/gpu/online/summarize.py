@@ -27,9 +27,10 @@ import sys
 from collections import defaultdict
 
 ORDER = ["plain", "by-hand", "pin-all", "auto-first", "auto-history", "auto-history-at-birth",
-         "auto-profile", "use", "budget", "profile", "auto-learn", "pin-none"]
-HOTPIN = {"pin-all", "auto-first", "auto-history", "auto-history-at-birth", "auto-profile", "use",
-          "budget", "profile", "auto-learn", "pin-none"}
+         "auto-history-ahead", "auto-profile", "use", "budget", "profile", "auto-learn",
+         "pin-none"]
+HOTPIN = {"pin-all", "auto-first", "auto-history", "auto-history-at-birth", "auto-history-ahead",
+          "auto-profile", "use", "budget", "profile", "auto-learn", "pin-none"}
 MIB = 1 << 20
 
 

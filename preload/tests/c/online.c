@@ -46,12 +46,14 @@
  *   sigwait [MIB] [MS]: SIGTERM blocked in every thread, one buffer copied there and back
  *          every 5 ms for MS ms (default 5000) or until a SIGTERM is taken with sigtimedwait
  *          (a graceful stop): detail took_sigterm.
- *   layers [MIB] [N] [STEPS] [IDLE_MS]: N malloc'd buffers of MIB MiB (default 6), made by one
- *          call site, each copied whole there and back at every step (STEPS, default 4), as
- *          layers streamed from CPU memory are; then, for IDLE_MS ms (default 0), only another
- *          buffer is copied, every 20 ms (the layers idle, as a model moved once is).
- *   moveto [MIB] [N] [STEPS]: `module.to("cuda")` / `.to("cpu")` per layer: N malloc'd layers
- *          of MIB MiB (default 8), filled once; at every step (STEPS, default 4) each layer is
+ *   layers [MIB] [N] [STEPS] [IDLE_MS] [BEFORE_MS]: N malloc'd buffers of MIB MiB (default
+ *          6), made by one call site, BEFORE_MS ms (default 0) before the first step, each
+ *          copied whole there and back at every step (STEPS, default 4), as layers streamed
+ *          from CPU memory are; then, for IDLE_MS ms (default 0), only another buffer is
+ *          copied, every 20 ms (the layers idle, as a model moved once is).
+ *   moveto [MIB] [N] [STEPS] [BEFORE_MS]: `module.to("cuda")` / `.to("cpu")` per layer: N
+ *          malloc'd layers of MIB MiB (default 8), filled once BEFORE_MS ms (default 0) before
+ *          the first step (a model built before it runs); at every step (STEPS, default 4) each layer is
  *          copied to the device and freed, and brought back into a fresh malloc'd block
  *          (asynchronously and synchronously in turn), which is checked and becomes the layer.
  *   chunks [MIB]: two malloc'd buffers of MIB MiB, each copied whole there and back at every
@@ -274,9 +276,11 @@ int main(int argc, char **argv) {
     } else if (strcmp(which, "layers") == 0) {
         int n = argc > 3 ? atoi(argv[3]) : 6, steps = argc > 4 ? atoi(argv[4]) : 4;
         double idle = argc > 5 ? atof(argv[5]) : 0;
+        int before = argc > 6 ? atoi(argv[6]) : 0;
         char *layers[64], *other = (char *)malloc(size);
         if (n > 64) n = 64;
         for (int i = 0; i < n; i++) layers[i] = (char *)malloc(size);
+        if (before > 0) usleep((useconds_t)before * 1000);
         for (int step = 0; step < steps; step++)
             for (int i = 0; i < n; i++)
                 round_trip(&t, layers[i], size, (unsigned)step, (unsigned)i, 1);
@@ -291,10 +295,12 @@ int main(int argc, char **argv) {
         int n = argc > 3 ? atoi(argv[3]) : 8, steps = argc > 4 ? atoi(argv[4]) : 4;
         char *layers[64];
         if (n > 64) n = 64;
+        int before = argc > 5 ? atoi(argv[5]) : 0;
         for (int i = 0; i < n; i++) {
             layers[i] = (char *)malloc(size);
             fill(layers[i], size, 0, (unsigned)i);
         }
+        if (before > 0) usleep((useconds_t)before * 1000);
         for (int step = 0; step < steps; step++)
             for (int i = 0; i < n; i++) {
                 int async = (step + i) % 2;
