@@ -150,7 +150,7 @@ pub fn allocate(
     drop(guard);
     freed.release();
     if ahead {
-        crate::pinner::pin_ahead_later(ptr as usize);
+        crate::pinner::pin_ahead_later(ptr as usize, size);
     }
     match birth {
         Some(birth) => register_at_birth(ptr, size, birth),

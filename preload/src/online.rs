@@ -501,10 +501,7 @@ impl Learner {
         {
             return;
         }
-        let now = self.now_ns();
-        let before = out.pin.len();
-        self.consider(base, now, out);
-        if out.pin.len() > before
+        if let Some(now) = self.consider_now(base, out)
             && let Some(block) = self.blocks.get_mut(&base)
         {
             block.trusted_ns = Some(now);
@@ -517,30 +514,42 @@ impl Learner {
         }
     }
 
-    /// From a history (`HOTPIN_AHEAD`), on the pinner thread shortly after the block at `at`
-    /// was born: a block left for its first copy (`FirstCopy::Whole`) or handing its pin on
-    /// (`FirstCopy::HandsOn`), still pageable and not copied yet, is pinned now (decided into
-    /// `out`), so that its first copy finds it registered. A block already copied, being
-    /// registered, freed or pinned is left as it is.
-    pub fn ahead(&mut self, at: usize, out: &mut Decisions) {
+    /// From a history (`HOTPIN_AHEAD`), on the pinner thread shortly after the block of
+    /// `size` bytes at `at` was born: a block left for its first copy (`FirstCopy::Whole`) or
+    /// handing its pin on (`FirstCopy::HandsOn`), still pageable and not copied yet, is
+    /// pinned now (decided into `out`), so that its first copy finds it registered. A block
+    /// already copied, being registered, freed or pinned, a pinned request served pageable,
+    /// or another block made at that address since (of another size) is left as it is.
+    /// Counted when decided, as `hands_on_pins` is. A block handing its pin on is not watched
+    /// on trust here, as it is when pinned at its first copy (let go unless copied again
+    /// within `TRUST_IDLE_NS`): pinned ahead of a first copy that comes seconds later (a model
+    /// built before it runs), it would be let go first.
+    pub fn ahead(&mut self, at: usize, size: usize, out: &mut Decisions) {
         let Some(block) = self.blocks.get(&at) else {
             return;
         };
-        if block.pin != Pin::Pageable
+        if block.size != size
+            || block.asked_pinned
+            || block.pin != Pin::Pageable
             || block.heat.stats.transfers != 0
             || !matches!(block.first_copy, FirstCopy::Whole | FirstCopy::HandsOn)
         {
             return;
         }
-        let now = self.now_ns();
-        let before = out.pin.len();
-        self.consider(at, now, out);
-        if out.pin.len() > before
+        if self.consider_now(at, out).is_some()
             && let Some(block) = self.blocks.get_mut(&at)
         {
             block.first_copy = FirstCopy::OnTrust;
             self.ahead_pins += 1;
         }
+    }
+
+    /// [`Self::consider`]s the block at `at` now: the time, where that decided to pin it.
+    fn consider_now(&mut self, at: usize, out: &mut Decisions) -> Option<u64> {
+        let now = self.now_ns();
+        let before = out.pin.len();
+        self.consider(at, now, out);
+        (out.pin.len() > before).then_some(now)
     }
 
     /// The block at `ptr` was served a pinned block from the cache though not judged worth

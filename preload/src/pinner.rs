@@ -103,7 +103,11 @@ pub(crate) enum Job {
     Unpin(BlockRef),
     /// A block a history pins, to be registered ahead once `not_before` has come
     /// (`State::ahead`).
-    Ahead { block: usize, not_before: Instant },
+    Ahead {
+        block: usize,
+        size: usize,
+        not_before: Instant,
+    },
     /// A block the program freed whose registration at `start` (`len` bytes) is in chunks:
     /// unregistered here, its bytes let go from the budget, then `block` is freed to libc.
     Free {
@@ -134,12 +138,16 @@ pub(crate) fn hand_to_pinner(job: Job) -> bool {
                 for job in jobs {
                     match job {
                         Job::Pin(block) => judged(|| pin_block(block, false)),
-                        Job::Ahead { block, not_before } => {
+                        Job::Ahead {
+                            block,
+                            size,
+                            not_before,
+                        } => {
                             let wait = not_before.saturating_duration_since(Instant::now());
                             if !wait.is_zero() {
                                 std::thread::sleep(wait);
                             }
-                            judged(|| pin_ahead(block));
+                            judged(|| pin_ahead(block, size));
                         }
                         Job::Unpin(block) => {
                             judged(|| unpin_block(block, false));
@@ -170,19 +178,29 @@ pub(crate) fn hand_to_pinner(job: Job) -> bool {
 /// usually written it (`torch.zeros`, a layer's initialisation), so its pages are in.
 pub(crate) const AHEAD_AFTER: Duration = Duration::from_millis(20);
 
-/// Hands the block just born at `block` to the pinner thread, to be registered ahead
-/// `AHEAD_AFTER` from now; left for its first copy where the thread cannot be started.
-pub(crate) fn pin_ahead_later(block: usize) {
+/// Hands the block of `size` bytes just born at `block` to the pinner thread, to be
+/// registered ahead `AHEAD_AFTER` from now; left for its first copy where the thread cannot
+/// be started. Jobs are done in order: a job queued behind ahead jobs waits for their
+/// registrations (each block's populate and registration, in one call).
+pub(crate) fn pin_ahead_later(block: usize, size: usize) {
     let not_before = Instant::now() + AHEAD_AFTER;
-    let _ = hand_to_pinner(Job::Ahead { block, not_before });
+    let _ = hand_to_pinner(Job::Ahead {
+        block,
+        size,
+        not_before,
+    });
 }
 
-/// On the pinner thread: registers the block at `at` ahead if the learner still has it
-/// pageable and uncopied (`Learner::ahead`), and lets go what that displaces under the
-/// budget. Not before the program has a context (none is ever made here: the block is
-/// then left for its first copy), nor where pinning pays nothing.
-fn pin_ahead(at: usize) {
-    if !matches!(cuda::pinning_does_not_pay(), Some(None)) {
+/// On the pinner thread: registers the block of `size` bytes at `at` ahead, in one call, if
+/// the learner still has it pageable and uncopied (`Learner::ahead`), and lets go what that
+/// displaces under the budget. Not where the program has no context yet (the block is then
+/// left for its first copy), nor where pinning pays nothing, nor while an unregistration is
+/// queued (what is registered would hold more than the budget until it is done: the block
+/// is left for its first copy, as `learning::carry_out` puts off a pin then).
+fn pin_ahead(at: usize, size: usize) {
+    if UNPINS_QUEUED.load(Ordering::Acquire) > 0
+        || !matches!(cuda::pinning_does_not_pay(), Some(None))
+    {
         return;
     }
     let decisions = {
@@ -191,14 +209,22 @@ fn pin_ahead(at: usize) {
             return;
         };
         let mut decisions = crate::online::Decisions::default();
-        learner.ahead(at, &mut decisions);
+        learner.ahead(at, size, &mut decisions);
         decisions
     };
     for block in decisions.unpin {
         unpin_block(block, false);
     }
     for block in decisions.pin {
-        pin_block(block, false);
+        // In one call, as the copying thread would have registered it: in chunks, every
+        // later copy of it would be cut at their edges.
+        pin_block(
+            BlockRef {
+                one_call: true,
+                ..block
+            },
+            false,
+        );
     }
 }
 

@@ -1233,7 +1233,8 @@ fn from_a_history_blocks_are_registered_at_their_first_copy_instead_of_at_birth(
 /// `off_thread_pins`), so that none is registered on the copying thread (`first_copy_pins`,
 /// `hands_on_pins` 0), with no more held at once than without it; every block's data
 /// checked. The programs make their blocks 300 ms before they copy them, as a model is built
-/// before it runs.
+/// before it runs; copied 18 ms after, while the pinner thread registers them, each block is
+/// pinned once and every copy is right.
 #[test]
 fn with_ahead_a_history_registers_its_blocks_off_the_program_thread_before_their_first_copy() {
     let ahead_env = [("HOTPIN_AHEAD", Path::new("1"))];
@@ -1257,13 +1258,28 @@ fn with_ahead_a_history_registers_its_blocks_off_the_program_thread_before_their
     assert_eq!(ahead["first_copy_pins"], 0, "{ahead}");
     assert!(ahead["off_thread_pins"].as_u64() >= Some(pins), "{ahead}");
     assert!(peak(&ahead) <= peak(&deferred), "{ahead}\n{deferred}");
+    // Copied 18 ms after they are made, while the pinner thread registers them (20 ms): each
+    // block pinned once, by one thread or the other, every copy's data right.
+    let racing = ["layers", "32", "6", "4", "0", "18"];
+    let raced = run_with_history_env(&setup, &own_copy("raced"), "raced", &racing, &ahead_env);
+    let pinned_once = raced["ahead_pins"].as_u64().expect("ahead pins")
+        + raced["first_copy_pins"].as_u64().expect("first-copy pins");
+    assert_eq!(pinned_once, pins, "{raced}");
 
     const LAYERS: u64 = 8;
     let setup = setup_program("ahead-moveto", "online");
     let history = setup.dir.join("moveto.hotpin");
     let args = ["moveto", "64", "8", "3", "300"];
     run_with_history(&setup, &history, "first", &args);
-    let again = run_with_history_env(&setup, &history, "ahead", &args, &ahead_env);
+    let own_copy = |name: &str| {
+        let copy = setup.dir.join(format!("{name}.hotpin"));
+        std::fs::copy(&history, &copy).expect("copy the history");
+        copy
+    };
+    // Without it, the layers' first blocks hand their pins on at their first copies.
+    let without = run_with_history(&setup, &own_copy("without"), "without", &args);
+    assert_eq!(without["hands_on_pins"], LAYERS, "{without}");
+    let again = run_with_history_env(&setup, &own_copy("ahead"), "ahead", &args, &ahead_env);
     assert_eq!(again["ahead_pins"], LAYERS, "{again}");
     assert_eq!(again["hands_on_pins"], 0, "{again}");
     assert_eq!(
