@@ -4,7 +4,7 @@
 //! eBPF programs).
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     time::Duration,
 };
@@ -1200,13 +1200,8 @@ fn from_a_history_blocks_are_registered_at_their_first_copy_instead_of_at_birth(
     let history = setup.dir.join("layers.hotpin");
     let args = ["layers", "32", "6", "4"];
     run_with_history(&setup, &history, "first", &args);
-    // Each run from its own copy of the first run's history (a run writes back what it
-    // learned: the second would read the first's).
-    let own_copy = |name: &str| {
-        let copy = setup.dir.join(format!("{name}.hotpin"));
-        std::fs::copy(&history, &copy).expect("copy the history");
-        copy
-    };
+    // Each run from its own copy of the first run's history.
+    let own_copy = |name: &str| history_copy(&setup, &history, name);
     let (history_at_birth, history_deferred) = (own_copy("at-birth"), own_copy("deferred"));
     let at_birth = run_with_history_env(
         &setup,
@@ -1227,6 +1222,14 @@ fn from_a_history_blocks_are_registered_at_their_first_copy_instead_of_at_birth(
     );
 }
 
+/// A copy of `history` of its own for the run `name` (a run writes back what it learned: a
+/// second run from the same file would read the first's).
+fn history_copy(setup: &Setup, history: &Path, name: &str) -> PathBuf {
+    let copy = setup.dir.join(format!("{name}.hotpin"));
+    std::fs::copy(history, &copy).expect("copy the history");
+    copy
+}
+
 /// With `HOTPIN_AHEAD=1` (an option, off by default), from its history: the blocks the history
 /// pins at their first copy, and the layers' first blocks that hand their pins on, are
 /// registered by the pinner thread shortly after they are made (`ahead_pins`,
@@ -1243,11 +1246,7 @@ fn with_ahead_a_history_registers_its_blocks_off_the_program_thread_before_their
     let history = setup.dir.join("layers.hotpin");
     let args = ["layers", "32", "6", "4", "0", "300"];
     run_with_history(&setup, &history, "first", &args);
-    let own_copy = |name: &str| {
-        let copy = setup.dir.join(format!("{name}.hotpin"));
-        std::fs::copy(&history, &copy).expect("copy the history");
-        copy
-    };
+    let own_copy = |name: &str| history_copy(&setup, &history, name);
     let deferred = run_with_history(&setup, &own_copy("deferred"), "deferred", &args);
     let pins = deferred["first_copy_pins"]
         .as_u64()
@@ -1271,11 +1270,7 @@ fn with_ahead_a_history_registers_its_blocks_off_the_program_thread_before_their
     let history = setup.dir.join("moveto.hotpin");
     let args = ["moveto", "64", "8", "3", "300"];
     run_with_history(&setup, &history, "first", &args);
-    let own_copy = |name: &str| {
-        let copy = setup.dir.join(format!("{name}.hotpin"));
-        std::fs::copy(&history, &copy).expect("copy the history");
-        copy
-    };
+    let own_copy = |name: &str| history_copy(&setup, &history, name);
     // Without it, the layers' first blocks hand their pins on at their first copies.
     let without = run_with_history(&setup, &own_copy("without"), "without", &args);
     assert_eq!(without["hands_on_pins"], LAYERS, "{without}");
