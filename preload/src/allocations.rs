@@ -121,8 +121,8 @@ pub fn allocate(
     if warm.is_some() {
         state.counters.warm_hits += 1;
     }
-    // Experimental: a block the history pins and nothing kept serves, registered at its first
-    // copy instead of now (`State::at_first_copy`): memory the program writes first (a pool
+    // A block the history pins and nothing kept serves, registered at its first copy instead
+    // of now (`State::at_first_copy`, the default): memory the program writes first (a pool
     // `torch.zeros` fills on all its threads) is then registered with its pages in.
     let fate = if fate.register && warm.is_none() && state.at_first_copy && birth.why.matched() {
         Fate {
