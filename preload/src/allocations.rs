@@ -135,9 +135,10 @@ pub fn allocate(
     };
     // Registered ahead by the pinner thread instead (`State::ahead`), where that is asked.
     let ahead = state.ahead
-        && !fate.pressured
-        && !fate.no_room
-        && (fate.at_first_copy || (!fate.register && birth.why.pinned_at_first_copy()));
+        && matches!(
+            fate.first_copy(birth.why),
+            Some(FirstCopy::Whole | FirstCopy::HandsOn)
+        );
     let ptr = warm.map_or_else(&from_libc, |ptr| ptr as *mut c_void);
     if ptr.is_null() {
         // Out of memory: what the shelves hold goes back to libc, and libc is asked again.

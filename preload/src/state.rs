@@ -671,6 +671,25 @@ pub(crate) struct Fate {
 }
 
 impl Fate {
+    /// What is said of the first copy of a new block of this fate, made for `why`, where it
+    /// is tracked pageable (`State::born`): nothing for a block registered now or that found
+    /// no room.
+    pub(crate) fn first_copy(&self, why: Why) -> Option<FirstCopy> {
+        if self.register || self.no_room {
+            None
+        } else if self.at_first_copy {
+            Some(FirstCopy::Whole)
+        } else if self.pressured {
+            None
+        } else if why.cold_by_history() {
+            Some(FirstCopy::Cold)
+        } else if why.pinned_at_first_copy() {
+            Some(FirstCopy::HandsOn)
+        } else {
+            None
+        }
+    }
+
     /// The fate of a new block of `size` bytes, `pin` or not, memory being as short as `level`.
     pub(crate) fn of(state: &State, pin: bool, level: Level, size: usize) -> Self {
         let register = pin && level != Level::Critical && state.within_budget(size);
@@ -760,12 +779,8 @@ impl State {
             learner.track(ptr, size, &birth.site, false, false, birth.python);
             if fate.no_room {
                 learner.no_room(ptr);
-            } else if fate.at_first_copy {
-                learner.first_copy(ptr, FirstCopy::Whole);
-            } else if !fate.pressured && why.cold_by_history() {
-                learner.first_copy(ptr, FirstCopy::Cold);
-            } else if !fate.pressured && why.pinned_at_first_copy() {
-                learner.first_copy(ptr, FirstCopy::HandsOn);
+            } else if let Some(first_copy) = fate.first_copy(why) {
+                learner.first_copy(ptr, first_copy);
             }
         }
         None
