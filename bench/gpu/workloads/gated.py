@@ -163,7 +163,7 @@ class Run:
             capture_output=True, text=True, check=False)
         if done.returncode != 0:
             say(f"{self.tag}: run_line.py failed: {done.stderr[-400:]}")
-            return None
+            return
         with open(jsonl, "a") as f:
             f.write(done.stdout)
         d = json.loads(done.stdout)
@@ -171,7 +171,6 @@ class Run:
         say(f"{self.program}: {self.config} round {self.rnd}: exit {d['exit']}, "
             f"{d.get('seconds', '-')} s, {d.get('checks', '-')} checks, "
             f"{d.get('mismatches', '-')} mismatches, pinned {(pinned or 0) >> 20} MiB")
-        return d
 
 
 def run_group(runs, jsonl, first_checks=()):
@@ -203,7 +202,9 @@ def run_group(runs, jsonl, first_checks=()):
         for run in runs:
             if run.proc is not None:
                 run.kill("left behind by an error of gated.py")
-    return {run.tag: run.line(jsonl) for run in runs if run.config != "reference"}
+    for run in runs:
+        if run.config != "reference":
+            run.line(jsonl)
 
 
 def hotpin(bin_dir, options, report, program):
