@@ -703,17 +703,6 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
                 undo.armed = claim_from_learner(block);
             }
             let claimed = undo.armed;
-            // The budget a ceiling: room made first, by letting go what the learner pinned
-            // by its own choice, before what the program's use needs is registered.
-            if claimed {
-                let mut room = crate::online::Decisions::default();
-                if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
-                    learner.room_on_demand(block, &mut room);
-                }
-                for held in room.unpin {
-                    cuda::with_relaxed_capture(|| unpin_block(held, true));
-                }
-            }
             let leased = demoted && (!ask_lease || crate::lease::ask(block, size, 0.0));
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);

@@ -658,7 +658,18 @@ impl Learner {
         }) else {
             return;
         };
-        let held = self.held(now);
+        let held: Vec<(usize, f64, u64)> = if self.budget.limit.is_some() {
+            self.blocks
+                .iter()
+                .filter(|(_, b)| b.pin == Pin::Pinned && !b.exposed)
+                .map(|(&at, b)| {
+                    let len = b.pinned_len();
+                    (at, self.worth(b, len, now), len as u64)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let Some(block) = self.blocks.get_mut(&base) else {
             return;
         };
@@ -684,28 +695,6 @@ impl Learner {
             score: density,
             first_copy: false,
         });
-        self.let_go(displaced, now, out);
-    }
-
-    /// What the budget may let go to make room: the pinned blocks (or parts) the program was
-    /// not shown pinned, each with its worth now and its bytes (none without a limit).
-    fn held(&self, now: u64) -> Vec<(usize, f64, u64)> {
-        if self.budget.limit.is_none() {
-            return Vec::new();
-        }
-        self.blocks
-            .iter()
-            .filter(|(_, b)| b.pin == Pin::Pinned && !b.exposed)
-            .map(|(&at, b)| {
-                let len = b.pinned_len();
-                (at, self.worth(b, len, now), len as u64)
-            })
-            .collect()
-    }
-
-    /// The pinned blocks at `displaced`, displaced under the budget (their bytes let go from
-    /// it already): to be unregistered (decided into `out`), weighed again later.
-    fn let_go(&mut self, displaced: Vec<usize>, now: u64, out: &mut Decisions) {
         for at in displaced {
             if let Some(held) = self.blocks.get_mut(&at) {
                 let (start, len) = held.part.unwrap_or((at, held.size));
@@ -723,29 +712,6 @@ impl Learner {
                 held.part = None;
                 held.set_aside(now);
             }
-        }
-    }
-
-    /// Room under the budget for the block at `ptr`, claimed to be registered on demand (a
-    /// registration the program's use needs, which the budget cannot refuse): where the
-    /// budget has none, the least dense of the learner's own pinned blocks that the program
-    /// was not shown pinned are let go first (decided into `out`), so that the budget stays a
-    /// ceiling. Where letting all of them go would not make room, none is, and the block is
-    /// registered all the same. Its own bytes are counted once it is registered
-    /// ([`Self::pinned_on_demand`]).
-    pub fn room_on_demand(&mut self, ptr: usize, out: &mut Decisions) {
-        let Some(size) = self.blocks.get(&ptr).map(|b| b.size as u64) else {
-            return;
-        };
-        if self.budget.has_room(size) {
-            return;
-        }
-        let now = self.now_ns();
-        let held = self.held(now);
-        // Denser than anything held: the program's use comes before every choice of ours.
-        if let Admission::Displacing(displaced) = self.budget.admit(size, f64::INFINITY, held) {
-            self.budget.release(size);
-            self.let_go(displaced, now, out);
         }
     }
 
@@ -1033,53 +999,5 @@ mod tests {
             OnDemand::Free,
             "untracked"
         );
-    }
-
-    /// A block registered on demand keeps the budget a ceiling: where there is no room, the
-    /// learner's own pinned blocks the program was not shown pinned are let go first, least
-    /// dense first and no more than needed; a block shown pinned is not; where letting all go
-    /// would not make room, nothing is, and the block is registered all the same.
-    #[test]
-    fn room_is_made_under_the_budget_before_a_registration_on_demand() {
-        const MIB: usize = 1 << 20;
-        let mut learner = Learner::new(CostModel::default(), Some(25 * MIB as u64));
-        let (shown, own, other, asked) = (0x1000_0000, 0x2000_0000, 0x3000_0000, 0x4000_0000);
-        // Each from a call site of its own (a group's worth is its blocks' best).
-        for (k, at) in [shown, own, other].into_iter().enumerate() {
-            let site = SiteKey::new("app", 0x10 + k as u64);
-            learner.track(at, 8 * MIB, &site, false, true, Vec::new());
-            let block = learner.blocks.get_mut(&at).expect("tracked");
-            block.pin = Pin::Pinned;
-            learner.budget.take(8 * MIB as u64);
-        }
-        learner.blocks.get_mut(&shown).expect("tracked").exposed = true;
-        // The third, copied since it was pinned, is worth more than the second, never copied.
-        let (online, now) = (learner.online, learner.now_ns());
-        for _ in 0..4 {
-            let block = learner.blocks.get_mut(&other).expect("tracked");
-            block.heat.copy(&online, 8 * MIB as u64, true, now);
-        }
-        let site = SiteKey::new("app", 0x20);
-        learner.track(asked, 8 * MIB, &site, true, false, Vec::new());
-
-        assert_eq!(learner.claim_on_demand(asked), OnDemand::Claimed);
-        let mut room = Decisions::default();
-        learner.room_on_demand(asked, &mut room);
-        let let_go: Vec<usize> = room.unpin.iter().map(|b| b.block).collect();
-        assert_eq!(let_go, [own], "the least dense, and only it");
-        assert_eq!(learner.blocks[&own].pin, Pin::Unpinning);
-        learner.unpinned(own);
-        learner.pinned_on_demand(asked, true, true, true);
-        assert_eq!(learner.budget.used, 24 * MIB as u64, "within the 25 MiB");
-
-        // No room even with every block of its own let go (a block larger than the budget):
-        // nothing let go for it.
-        let huge = 0x5000_0000;
-        learner.track(huge, 64 * MIB, &site, true, false, Vec::new());
-        assert_eq!(learner.claim_on_demand(huge), OnDemand::Claimed);
-        let mut room = Decisions::default();
-        learner.room_on_demand(huge, &mut room);
-        assert!(room.unpin.is_empty());
-        assert_eq!(learner.blocks[&other].pin, Pin::Pinned);
     }
 }
