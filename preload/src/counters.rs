@@ -119,7 +119,7 @@ pub struct Counters {
     pub first_copy_pins: u64,
     /// Auto mode from a history with `HOTPIN_AHEAD=1` (an option, off by default): blocks the
     /// history pins at their first copy, or found handing their pin on, registered ahead on
-    /// the pinner thread shortly after their birth instead (counted when decided).
+    /// the pinner thread shortly after their birth instead (counted once registered).
     pub ahead_pins: u64,
     /// The most bytes pinned at once by hotpin and by the program's pinned requests kept.
     pub peak_pinned_bytes: u64,

@@ -520,7 +520,7 @@ impl Learner {
     /// pinned now (decided into `out`), so that its first copy finds it registered. A block
     /// already copied, being registered, freed or pinned, a pinned request served pageable,
     /// or another block made at that address since (of another size) is left as it is.
-    /// Counted when decided, as `hands_on_pins` is. A block handing its pin on is not watched
+    /// Counted once registered ([`Self::registered_ahead`]). A block handing its pin on is not watched
     /// on trust here, as it is when pinned at its first copy (let go unless copied again
     /// within `TRUST_IDLE_NS`): pinned ahead of a first copy that comes seconds later (a model
     /// built before it runs), it would be let go first.
@@ -540,6 +540,13 @@ impl Learner {
             && let Some(block) = self.blocks.get_mut(&at)
         {
             block.first_copy = FirstCopy::OnTrust;
+        }
+    }
+
+    /// The registration [`Self::ahead`] decided for the block at `at` ended: counted if it is
+    /// pinned now (not where CUDA or the node's arbiter refused it).
+    pub fn registered_ahead(&mut self, at: usize) {
+        if self.blocks.get(&at).is_some_and(|b| b.pin == Pin::Pinned) {
             self.ahead_pins += 1;
         }
     }
