@@ -528,7 +528,7 @@ pub fn staging_born(ptr: *mut c_void, size: usize) {
         return;
     }
     // Marked staging at birth (`demoted`): pinned, it is counted and held as one.
-    pin_believed_pinned(&[(ptr as usize, size, true)], false);
+    pin_believed_pinned(&[(ptr as usize, size, true)], false, true);
     let pinned = lock()
         .as_ref()
         .and_then(|state| state.demoted.get(&(ptr as usize)))
@@ -666,15 +666,19 @@ pub fn skip_unregister(ptr: *mut c_void) -> bool {
 /// (captured into a CUDA graph, mapped, asked about). A demoted block stays hotpin's to free;
 /// a registration that had been skipped becomes the program's own again (its
 /// `cudaHostUnregister` goes to CUDA).
-pub fn pin_on_demand(ranges: &[(usize, usize, bool)]) {
-    pin_believed_pinned(ranges, true);
+/// `room`: room is made under the budget first
+/// ([`crate::online::Learner::room_on_demand`]); not during a
+/// stream capture (no block is let go while one may be captured) nor inside a copy (whose
+/// thread would wait for itself).
+pub fn pin_on_demand(ranges: &[(usize, usize, bool)], room: bool) {
+    pin_believed_pinned(ranges, true, room);
 }
 
 /// [`pin_on_demand`]; `ask_lease`: a demoted block is leased from the node's arbiter first
 /// (a framework's staging buffer was leased by its caller). One the arbiter leases no room
 /// is registered all the same, because the program's use needs it pinned (correctness before
 /// the budget), and counted (`kept_without_lease`, `node_refusals`).
-fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
+fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: bool) {
     for &(start, len, _) in ranges {
         if start == 0 {
             continue;
@@ -703,6 +707,18 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool) {
                 undo.armed = claim_from_learner(block);
             }
             let claimed = undo.armed;
+            // The budget a ceiling: room reserved, made first where there is none by letting
+            // go blocks the learner pinned by its own choice and hid, before what the
+            // program's use needs is registered (their copies in flight are waited for).
+            if claimed && room {
+                let mut room = crate::online::Decisions::default();
+                if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
+                    learner.room_on_demand(block, &mut room);
+                }
+                for held in room.unpin {
+                    cuda::with_relaxed_capture(|| unpin_block(held, true));
+                }
+            }
             let leased = demoted && (!ask_lease || crate::lease::ask(block, size, 0.0));
             let register = || cuda::register_with(block as *mut c_void, size, flags);
             let registered = cuda::with_relaxed_capture(register) == Some(0);

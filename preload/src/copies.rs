@@ -26,7 +26,6 @@
 //! (`chunks`).
 
 use std::{
-    cell::Cell,
     ffi::{CStr, c_int, c_void},
     sync::atomic::Ordering,
 };
@@ -36,18 +35,12 @@ use crate::{
     copy_ranges::{Dev, Memcpy2D, Memcpy3D, Memcpy3DParms, READ, Range, WRITE, batch, pitched},
     counters::{CAPTURES_REFUSED, COPIES_CUT, COPIES_WAITED},
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
-    guard::{Busy, judged},
+    guard::{self, Busy, judged},
     learning, questions,
     regions::TRACKED,
     state::{self, ACTIVE, BELIEVED_PINNED, FLOOR, Touched},
     turns,
 };
-
-thread_local! {
-    /// This thread is inside a guarded copy: the driver copy a runtime copy makes beneath it
-    /// is not guarded twice.
-    static IN_COPY: Cell<bool> = const { Cell::new(false) };
-}
 
 /// Whether any block hotpin changed exists at all (nothing to look up otherwise).
 fn anything_changed() -> bool {
@@ -58,9 +51,9 @@ fn anything_changed() -> bool {
 /// copy a runtime copy makes beneath it (through our wrapper) passes straight through: no
 /// lookup, no CUDA call of ours from inside CUDA.
 fn inside(call: impl FnOnce() -> c_int) -> c_int {
-    let outer = IN_COPY.replace(true);
+    let outer = guard::mark_in_copy(true);
     let rc = call();
-    IN_COPY.set(outer);
+    guard::mark_in_copy(outer);
     rc
 }
 
@@ -75,7 +68,7 @@ fn guarded(
     in_pieces: bool,
     call: impl FnOnce(&[usize], bool) -> c_int,
 ) -> c_int {
-    if state::forked() || IN_COPY.get() {
+    if state::forked() || guard::in_copy() {
         return call(&[], false);
     }
     if !state::LEARNING.load(Ordering::Acquire) {
@@ -187,7 +180,7 @@ fn count(ranges: &[Range]) {
 /// A synchronous copy (complete when it returns, pinned or not): only counted, in auto mode
 /// (and cut, or what it crosses let go, as [`guarded`] does).
 fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize], bool) -> c_int) -> c_int {
-    if state::forked() || IN_COPY.get() || !state::LEARNING.load(Ordering::Acquire) {
+    if state::forked() || guard::in_copy() || !state::LEARNING.load(Ordering::Acquire) {
         return call(&[], false);
     }
     trusting(ranges);
@@ -227,7 +220,7 @@ fn keeping_promises(
     // Asked once: both answers below depend on it.
     let capturing = cuda::capturing(stream);
     if touched.believed_pinned && capturing {
-        judged(|| allocations::pin_on_demand(ranges));
+        judged(|| allocations::pin_on_demand(ranges, false));
     }
     if !touched.hidden {
         drop(busy);
@@ -262,7 +255,7 @@ fn keeping_promises(
 /// while any block is promoted, waited for as a pageable copy is. During capture it passes
 /// as it is (a sync there would end the capture): docs/transparency.md names this gap.
 fn guarded_unknown(stream: Stream, call: impl FnOnce() -> c_int) -> c_int {
-    if state::forked() || IN_COPY.get() {
+    if state::forked() || guard::in_copy() {
         return call();
     }
     let in_call = state::LEARNING

@@ -117,7 +117,7 @@ pub struct Counters {
     /// Auto mode from a history (`HOTPIN_AT_FIRST_COPY`, on by default): blocks the history
     /// pins registered at their first copy rather than at birth (counted once registered).
     pub first_copy_pins: u64,
-    /// Auto mode from a history with `HOTPIN_AHEAD=1` (an option, off by default): blocks the
+    /// Auto mode from a history (`HOTPIN_AHEAD`, on by default; `0` turns it off): blocks the
     /// history pins at their first copy, or found handing their pin on, registered ahead on
     /// the pinner thread shortly after their birth instead (counted once registered).
     pub ahead_pins: u64,

@@ -12,6 +12,23 @@ use std::{
 };
 
 thread_local! {
+    /// This thread is inside a program's copy hotpin guards (`copies`): the driver copy a
+    /// runtime copy makes beneath it is not guarded twice, and a CUDA call made then (a
+    /// question among them) is CUDA's own.
+    static IN_COPY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is inside a program's copy hotpin guards.
+pub(crate) fn in_copy() -> bool {
+    IN_COPY.get()
+}
+
+/// Marks this thread as inside a guarded copy (`on`) or not; returns what it was.
+pub(crate) fn mark_in_copy(on: bool) -> bool {
+    IN_COPY.replace(on)
+}
+
+thread_local! {
     /// When this thread entered the interposer, None while it is outside: whatever it
     /// allocates meanwhile goes straight to libc.
     static BUSY_SINCE: Cell<Option<Instant>> = const { Cell::new(None) };

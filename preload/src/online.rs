@@ -106,6 +106,9 @@ pub struct Block {
     /// Registered whole, and a framework was told so (`hotpin_policy::callers`): it may go on
     /// using it as pinned memory, so it is never let go while the program holds it.
     pub exposed: bool,
+    /// Claimed to be registered on demand, its bytes reserved in the budget already
+    /// ([`Learner::room_on_demand`]): taken once, not again when the registration ends.
+    reserved: bool,
 }
 
 impl Block {
@@ -350,6 +353,7 @@ impl Learner {
                 first_copy: FirstCopy::OnTrust,
                 on_spec: false,
                 exposed: false,
+                reserved: false,
             },
         );
         crate::regions::TRACKED.add(ptr, size);
@@ -536,11 +540,12 @@ impl Learner {
         {
             return;
         }
-        if self.consider_now(at, out).is_some()
-            && let Some(block) = self.blocks.get_mut(&at)
-        {
-            block.first_copy = FirstCopy::OnTrust;
-        }
+        // What the history says of its first copy is kept: let go before that copy (room made
+        // for a registration on demand), it is pinned at that copy as without this. On the
+        // pinner thread, at any time: no pinned request of the program's is displaced for it
+        // (its unregistration would synchronize the context, maybe during a capture).
+        let now = self.now_ns();
+        self.consider_with(at, now, out, true);
     }
 
     /// The registration [`Self::ahead`] decided for the block at `at` ended: counted if it is
@@ -659,24 +664,19 @@ impl Learner {
 
     /// Weighs a block that repays pinning against the budget.
     fn consider(&mut self, base: usize, now: u64, out: &mut Decisions) {
+        self.consider_with(base, now, out, false);
+    }
+
+    /// [`Self::consider`]; `hidden_only`: displacing only blocks hidden from the program (not
+    /// its pinned requests, whose unregistration synchronizes the context).
+    fn consider_with(&mut self, base: usize, now: u64, out: &mut Decisions, hidden_only: bool) {
         let Some((density, (start, len))) = self.blocks.get(&base).map(|b| {
             let range = b.pin_range(base);
             (self.worth(b, range.1, now), range)
         }) else {
             return;
         };
-        let held: Vec<(usize, f64, u64)> = if self.budget.limit.is_some() {
-            self.blocks
-                .iter()
-                .filter(|(_, b)| b.pin == Pin::Pinned && !b.exposed)
-                .map(|(&at, b)| {
-                    let len = b.pinned_len();
-                    (at, self.worth(b, len, now), len as u64)
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let held = self.held(now, hidden_only);
         let Some(block) = self.blocks.get_mut(&base) else {
             return;
         };
@@ -702,6 +702,31 @@ impl Learner {
             score: density,
             first_copy: false,
         });
+        self.let_go(displaced, now, out);
+    }
+
+    /// What the budget may let go to make room: the pinned blocks (or parts) the program was
+    /// not shown pinned, each with its worth now and its bytes (none without a limit).
+    /// `hidden_only`: not the program's pinned requests either (letting one go synchronizes
+    /// the context, as the program may have copies of it in flight).
+    fn held(&self, now: u64, hidden_only: bool) -> Vec<(usize, f64, u64)> {
+        if self.budget.limit.is_none() {
+            return Vec::new();
+        }
+        self.blocks
+            .iter()
+            .filter(|(_, b)| b.pin == Pin::Pinned && !b.exposed)
+            .filter(|(_, b)| !(hidden_only && b.asked_pinned))
+            .map(|(&at, b)| {
+                let len = b.pinned_len();
+                (at, self.worth(b, len, now), len as u64)
+            })
+            .collect()
+    }
+
+    /// The pinned blocks at `displaced`, displaced under the budget (their bytes let go from
+    /// it already): to be unregistered (decided into `out`), weighed again later.
+    fn let_go(&mut self, displaced: Vec<usize>, now: u64, out: &mut Decisions) {
         for at in displaced {
             if let Some(held) = self.blocks.get_mut(&at) {
                 let (start, len) = held.part.unwrap_or((at, held.size));
@@ -719,6 +744,39 @@ impl Learner {
                 held.part = None;
                 held.set_aside(now);
             }
+        }
+    }
+
+    /// Room under the budget for the block at `ptr`, claimed to be registered on demand
+    /// ([`Self::claim_on_demand`]: a registration the program's use needs, which the budget
+    /// cannot refuse), reserved until the registration ends ([`Self::pinned_on_demand`]), so
+    /// that no other decision takes it meanwhile. Where the budget has none, the least dense
+    /// of the blocks the learner pinned by its own choice and hid from the program (not shown
+    /// to a framework, not a pinned request) are let go first (decided into `out`), so that
+    /// the budget stays a ceiling. Where letting all of them go would not make room, none is,
+    /// nothing is reserved, and the block is registered all the same (its bytes taken then).
+    pub fn room_on_demand(&mut self, ptr: usize, out: &mut Decisions) {
+        let Some(size) = self
+            .blocks
+            .get(&ptr)
+            .filter(|b| b.pin == Pin::Registering && !b.reserved)
+            .map(|b| b.size as u64)
+        else {
+            return;
+        };
+        let now = self.now_ns();
+        let held = self.held(now, true);
+        // Denser than anything held: the program's use comes before every choice of ours.
+        let reserved = match self.budget.admit(size, f64::INFINITY, held) {
+            Admission::Admitted => true,
+            Admission::Displacing(displaced) => {
+                self.let_go(displaced, now, out);
+                true
+            }
+            Admission::Refused => false,
+        };
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.reserved = reserved;
         }
     }
 
@@ -755,11 +813,17 @@ impl Learner {
         if !ours {
             return;
         }
+        let reserved = std::mem::take(&mut block.reserved);
         if ok {
             block.pin = Pin::Pinned;
             block.exposed |= keep;
-            self.budget.take(block.size as u64);
-        } else if claimed {
+            if !reserved {
+                self.budget.take(block.size as u64);
+            }
+        } else if reserved {
+            self.budget.release(block.size as u64);
+        }
+        if !ok && claimed {
             // CUDA refused it: as a refused registration of the learner's, not tried again.
             block.pin = Pin::Failed;
         }
@@ -1006,5 +1070,99 @@ mod tests {
             OnDemand::Free,
             "untracked"
         );
+    }
+
+    /// A block registered on demand keeps the budget a ceiling: where there is no room, the
+    /// learner's own pinned blocks the program was not shown pinned are let go first, least
+    /// dense first and no more than needed; a block shown pinned is not; where letting all go
+    /// would not make room, nothing is, and the block is registered all the same.
+    #[test]
+    fn room_is_made_under_the_budget_before_a_registration_on_demand() {
+        const MIB: usize = 1 << 20;
+        let mut learner = Learner::new(CostModel::default(), Some(25 * MIB as u64));
+        // The denser block first in address order: least dense first is not map order.
+        let (shown, other, own, asked) = (0x1000_0000, 0x2000_0000, 0x3000_0000, 0x4000_0000);
+        // Each from a call site of its own (a group's worth is its blocks' best).
+        for (k, at) in [shown, own, other].into_iter().enumerate() {
+            let site = SiteKey::new("app", 0x10 + k as u64);
+            learner.track(at, 8 * MIB, &site, false, true, Vec::new());
+            let block = learner.blocks.get_mut(&at).expect("tracked");
+            block.pin = Pin::Pinned;
+            learner.budget.take(8 * MIB as u64);
+        }
+        learner.blocks.get_mut(&shown).expect("tracked").exposed = true;
+        // The third, copied since it was pinned, is worth more than the second, never copied.
+        let (online, now) = (learner.online, learner.now_ns());
+        for _ in 0..4 {
+            let block = learner.blocks.get_mut(&other).expect("tracked");
+            block.heat.copy(&online, 8 * MIB as u64, true, now);
+        }
+        let site = SiteKey::new("app", 0x20);
+        learner.track(asked, 8 * MIB, &site, true, false, Vec::new());
+
+        assert_eq!(learner.claim_on_demand(asked), OnDemand::Claimed);
+        let mut room = Decisions::default();
+        learner.room_on_demand(asked, &mut room);
+        let let_go: Vec<usize> = room.unpin.iter().map(|b| b.block).collect();
+        assert_eq!(let_go, [own], "the least dense, and only it");
+        assert_eq!(learner.blocks[&own].pin, Pin::Unpinning);
+        // Reserved before the registration: no other decision can take the room meanwhile.
+        assert_eq!(learner.budget.used, 24 * MIB as u64);
+        assert!(!learner.budget.has_room(8 * MIB as u64));
+        learner.unpinned(own);
+        learner.pinned_on_demand(asked, true, true, true);
+        assert_eq!(
+            learner.budget.used,
+            24 * MIB as u64,
+            "within the 25 MiB, counted once"
+        );
+
+        // A pinned request the learner registered by its own choice is not let go for one
+        // (its unregistration would synchronize the context), nor one shown to a framework:
+        // with only those held, no room is made and nothing is reserved.
+        learner
+            .blocks
+            .get_mut(&other)
+            .expect("tracked")
+            .asked_pinned = true;
+        let late = 0x6000_0000;
+        learner.track(late, 8 * MIB, &site, true, false, Vec::new());
+        assert_eq!(learner.claim_on_demand(late), OnDemand::Claimed);
+        let mut room = Decisions::default();
+        learner.room_on_demand(late, &mut room);
+        assert!(room.unpin.is_empty(), "{:?}", room.unpin.len());
+        assert_eq!(learner.budget.used, 24 * MIB as u64);
+        learner.pinned_on_demand(late, true, true, true);
+        assert_eq!(
+            learner.budget.used,
+            32 * MIB as u64,
+            "over: nothing could be let go"
+        );
+        learner
+            .blocks
+            .get_mut(&other)
+            .expect("tracked")
+            .asked_pinned = false;
+
+        // Where there is room, it is reserved at once, and given back if CUDA refuses.
+        learner.budget.release(32 * MIB as u64);
+        let refused = 0x7000_0000;
+        learner.track(refused, 8 * MIB, &site, true, false, Vec::new());
+        assert_eq!(learner.claim_on_demand(refused), OnDemand::Claimed);
+        learner.room_on_demand(refused, &mut Decisions::default());
+        assert_eq!(learner.budget.used, 8 * MIB as u64);
+        learner.pinned_on_demand(refused, false, true, true);
+        assert_eq!(learner.budget.used, 0);
+        learner.budget.take(24 * MIB as u64);
+
+        // No room even with every hidden block let go (20 MiB where 1 MiB is free and the
+        // one hidden block, 8 MiB, would free too little): nothing let go for it.
+        let huge = 0x5000_0000;
+        learner.track(huge, 20 * MIB, &site, true, false, Vec::new());
+        assert_eq!(learner.claim_on_demand(huge), OnDemand::Claimed);
+        let mut room = Decisions::default();
+        learner.room_on_demand(huge, &mut room);
+        assert!(room.unpin.is_empty());
+        assert_eq!(learner.blocks[&other].pin, Pin::Pinned);
     }
 }

@@ -60,7 +60,7 @@ fn ask_about(ptr: usize) -> usize {
             QUESTIONS_HIDDEN.fetch_add(1, Ordering::Relaxed);
             asked = reference();
         } else if BELIEVED_PINNED.load(Ordering::Acquire) {
-            allocations::pin_on_demand(&[(ptr, 1, true)]);
+            allocations::pin_on_demand(&[(ptr, 1, true)], !crate::guard::in_copy());
         }
     });
     asked

@@ -100,7 +100,7 @@ pub(crate) struct State {
     /// copy rather than at birth (`allocations::allocate`), its pages then in where the
     /// program wrote it first.
     pub(crate) at_first_copy: bool,
-    /// Auto mode with a history (`HOTPIN_AHEAD=1`, an option, off by default): a block left
+    /// Auto mode with a history (`HOTPIN_AHEAD`, on by default; `0` turns it off): a block left
     /// for its first copy, or handing its pin on, is registered ahead by the pinner thread
     /// `pinner::AHEAD_AFTER` after its birth (once the program has likely written it), off
     /// the program's thread (`Learner::ahead`).
@@ -469,7 +469,7 @@ impl State {
                 _ => size_setting("HOTPIN_CACHE", 1 << 30),
             },
             at_first_copy: learner.is_some() && switch_setting("HOTPIN_AT_FIRST_COPY", true),
-            ahead: learner.is_some() && switch_setting("HOTPIN_AHEAD", false),
+            ahead: learner.is_some() && switch_setting("HOTPIN_AHEAD", true),
             pressure: Pressure::default(),
             counters,
             log: Vec::new(),

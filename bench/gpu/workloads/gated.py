@@ -12,8 +12,11 @@ So, per workload, two groups of processes, each started at once:
 2. ROUNDS rounds of CONFIGS, in that order within a round: plain (as written), by-hand
    (BY_HAND=1), auto-first (`hotpin run`, no history), auto-history (`hotpin run` from a fresh
    copy of the learned history each round), auto-history-at-birth (the same, with
-   HOTPIN_AT_FIRST_COPY=0), auto-history-ahead (the same, with HOTPIN_AHEAD=1), budget (auto-first with `--budget` = the bytes the program
-   pins by hand, its `hand_bytes`, read from the reference's line).
+   HOTPIN_AT_FIRST_COPY=0), auto-history-first-copy (the same, with HOTPIN_AHEAD=0: the
+   history's blocks registered at their first copy, not ahead), auto-history-ahead
+   (HOTPIN_AHEAD=1, the default since 2026-11-29: kept to read the runs made before), budget
+   (auto-first with `--budget` = the bytes the program pins by hand, its `hand_bytes`, read
+   from the reference's line).
 Each process imports its libraries and starts CUDA, then waits at common.py's gate (it sleeps
 in the `open` of a FIFO until it is let go: a waiting process never wakes). Once every process of the group
 waits, each is let go in turn: it builds its model, runs its warm-up and its timed part, and
@@ -59,7 +62,7 @@ RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "120"))
 START_TIMEOUT = float(os.environ.get("START_TIMEOUT", "300"))
 POLL = 0.02
 KNOWN = ("plain", "by-hand", "auto-first", "auto-history", "auto-history-at-birth",
-         "auto-history-ahead", "budget")
+         "auto-history-first-copy", "auto-history-ahead", "budget")
 
 
 def say(text):
@@ -264,7 +267,8 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
                     extra = {"budget_bytes": hand}
                 runs.append(Run(out, p, config, r, hotpin(bin_dir, options, report, program),
                                 plain_env, report, extra))
-            elif config in ("auto-history", "auto-history-at-birth", "auto-history-ahead"):
+            elif config in ("auto-history", "auto-history-at-birth", "auto-history-first-copy",
+                            "auto-history-ahead"):
                 if not os.path.exists(learned) or os.path.getsize(learned) == 0:
                     say(f"{p}: {config} round {r}: skipped (no learned history)")
                     continue
@@ -273,6 +277,8 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
                 run_env = dict(plain_env)
                 if config == "auto-history-at-birth":
                     run_env["HOTPIN_AT_FIRST_COPY"] = "0"
+                if config == "auto-history-first-copy":
+                    run_env["HOTPIN_AHEAD"] = "0"
                 if config == "auto-history-ahead":
                     run_env["HOTPIN_AHEAD"] = "1"
                 runs.append(Run(out, p, config, r,

@@ -12,7 +12,8 @@
 #   WORKLOADS default: accelerate_offload diffusers_offload optimizer_offload kv_swap
 #   module_to dataloader_pageable.
 #   CONFIGS overrides the configurations (gated.py's names: e.g. "plain by-hand auto-history
-#   auto-history-at-birth" to weigh HOTPIN_AT_FIRST_COPY=0 against the default).
+#   auto-history-at-birth auto-history-first-copy" to weigh HOTPIN_AT_FIRST_COPY=0 and
+#   HOTPIN_AHEAD=0 against the default).
 set -u
 BIN=${BIN:-target/release}; OUT=${OUT:-/tmp/hotpin-workloads}; PY=${PYTHON:-python3}
 ROUNDS=${1:-3}; shift || true

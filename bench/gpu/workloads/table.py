@@ -1,7 +1,7 @@
 """The workloads' table (markdown, on stdout) and summary (JSON, for the chart) from the
 JSONL lines of bench/gpu/online/run.sh: per workload and configuration the median `seconds`
 and its range, the median peak of pinned bytes (a column for each option configuration the
-runs have: at birth, ahead), results checked and wrong, and the targets:
+runs have: at birth, at first copy, ahead), results checked and wrong, and the targets:
 never slower than as written; from history within 1.1x of by hand; first run within 1.5x.
 A run is read as bench/gpu/online/summarize.py reads it (its `Config`: crashed runs, checks,
 pinned bytes: hotpin's `peak_pinned_bytes`, by hand what the program says it pins).
@@ -17,6 +17,7 @@ CONFIGS = [("plain", "as written"), ("by-hand", "by hand"), ("auto-first", "hotp
            ("auto-history", "hotpin, from history"), ("budget", "hotpin, budget = by-hand bytes")]
 # Configurations that weigh an option against the default: a column where the runs have them.
 OPTIONS = [("auto-history-at-birth", "hotpin, from history, at birth"),
+           ("auto-history-first-copy", "hotpin, from history, at first copy (HOTPIN_AHEAD=0)"),
            ("auto-history-ahead", "hotpin, from history, ahead (HOTPIN_AHEAD=1)")]
 rows = load(sys.argv[1])
 CONFIGS += [(c, name) for c, name in OPTIONS if any(r["config"] == c for r in rows)]
@@ -58,6 +59,7 @@ for p in order:
                    else "never slower than as written")
     for c, limit, name in (("auto-history", 1.1, "from history"),
                            ("auto-history-ahead", 1.1, "from history ahead"),
+                           ("auto-history-first-copy", 1.1, "from history at first copy"),
                            ("auto-first", 1.5, "first run")):
         if hand and c in med:
             x = med[c] / hand
