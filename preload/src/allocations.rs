@@ -711,11 +711,11 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             // go blocks the learner pinned by its own choice and hid, before what the
             // program's use needs is registered (their copies in flight are waited for).
             if claimed && room {
-                let mut room = crate::online::Decisions::default();
+                let mut displaced = crate::online::Decisions::default();
                 if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
-                    learner.room_on_demand(block, &mut room);
+                    learner.room_on_demand(block, &mut displaced);
                 }
-                for held in room.unpin {
+                for held in displaced.unpin {
                     cuda::with_relaxed_capture(|| unpin_block(held, true));
                 }
             }

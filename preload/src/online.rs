@@ -175,6 +175,18 @@ pub enum FirstCopy {
     Whole,
 }
 
+/// Why the history had a block registered, counted once its registration succeeded.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Counted {
+    /// Not because of the history's first-copy rule (counted elsewhere, if at all).
+    #[default]
+    Plain,
+    /// At its first copy (`first_copy_pins`).
+    FirstCopy,
+    /// Ahead of its first copy, on the pinner thread (`ahead_pins`).
+    Ahead,
+}
+
 /// A block to pin or unpin, decided under the lock; carried out by `state` once it is let go.
 /// `[start, start + len)` is what is (un)registered: the whole block at `block`, or its part.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -189,9 +201,9 @@ pub struct BlockRef {
     pub one_call: bool,
     /// Its density when decided (what the node's arbiter weighs it by).
     pub score: f64,
-    /// Decided at its first copy because the history pins it (`first_copy_pins` once it is
-    /// registered).
-    pub first_copy: bool,
+    /// Which counter the registration counts in once it succeeded
+    /// ([`Learner::registered`]).
+    pub counted: Counted,
 }
 
 /// What [`Learner::claim_on_demand`] found.
@@ -450,7 +462,7 @@ impl Learner {
             let before = out.pin.len();
             self.consider(base, now, out);
             if first_copy && let Some(decided) = out.pin.get_mut(before) {
-                decided.first_copy = true;
+                decided.counted = Counted::FirstCopy;
             }
         }
         if !self.trusting.is_empty() {
@@ -483,7 +495,7 @@ impl Learner {
                 let before = out.pin.len();
                 self.consider(base, now, out);
                 if let Some(decided) = out.pin.get_mut(before) {
-                    decided.first_copy = true;
+                    decided.counted = Counted::FirstCopy;
                     if let Some(block) = self.blocks.get_mut(&base) {
                         block.first_copy = FirstCopy::OnTrust;
                     }
@@ -524,10 +536,10 @@ impl Learner {
     /// pinned now (decided into `out`), so that its first copy finds it registered. A block
     /// already copied, being registered, freed or pinned, a pinned request served pageable,
     /// or another block made at that address since (of another size) is left as it is.
-    /// Counted once registered ([`Self::registered_ahead`]). A block handing its pin on is not watched
-    /// on trust here, as it is when pinned at its first copy (let go unless copied again
-    /// within `TRUST_IDLE_NS`): pinned ahead of a first copy that comes seconds later (a model
-    /// built before it runs), it would be let go first.
+    /// Counted once registered ([`Counted::Ahead`]). A block handing its pin on is not
+    /// watched on trust here, as it is when pinned at its first copy (let go unless copied
+    /// again within `TRUST_IDLE_NS`): pinned ahead of a first copy that comes seconds later
+    /// (a model built before it runs), it would be let go first.
     pub fn ahead(&mut self, at: usize, size: usize, out: &mut Decisions) {
         let Some(block) = self.blocks.get(&at) else {
             return;
@@ -545,14 +557,10 @@ impl Learner {
         // pinner thread, at any time: no pinned request of the program's is displaced for it
         // (its unregistration would synchronize the context, maybe during a capture).
         let now = self.now_ns();
+        let before = out.pin.len();
         self.consider_with(at, now, out, true);
-    }
-
-    /// The registration [`Self::ahead`] decided for the block at `at` ended: counted if it is
-    /// pinned now (not where CUDA or the node's arbiter refused it).
-    pub fn registered_ahead(&mut self, at: usize) {
-        if self.blocks.get(&at).is_some_and(|b| b.pin == Pin::Pinned) {
-            self.ahead_pins += 1;
+        if let Some(decided) = out.pin.get_mut(before) {
+            decided.counted = Counted::Ahead;
         }
     }
 
@@ -658,7 +666,7 @@ impl Learner {
             part: part.is_some(),
             one_call: block.one_call,
             score: 0.0,
-            first_copy: false,
+            counted: Counted::Plain,
         })
     }
 
@@ -700,7 +708,7 @@ impl Learner {
             part,
             one_call: block.one_call,
             score: density,
-            first_copy: false,
+            counted: Counted::Plain,
         });
         self.let_go(displaced, now, out);
     }
@@ -738,7 +746,7 @@ impl Learner {
                     part: held.part.is_some(),
                     one_call: held.one_call,
                     score: 0.0,
-                    first_copy: false,
+                    counted: Counted::Plain,
                 });
                 held.pin = Pin::Unpinning;
                 held.part = None;
@@ -866,7 +874,13 @@ impl Learner {
     pub fn registered(&mut self, block: &BlockRef, ok: bool) {
         match self.blocks.get_mut(&block.block) {
             Some(b) if b.pin == Pin::Registering => {
-                self.first_copy_pins += u64::from(ok && block.first_copy);
+                if ok {
+                    match block.counted {
+                        Counted::Plain => {}
+                        Counted::FirstCopy => self.first_copy_pins += 1,
+                        Counted::Ahead => self.ahead_pins += 1,
+                    }
+                }
                 b.pin = if ok { Pin::Pinned } else { Pin::Failed };
                 if !ok {
                     b.part = None;
@@ -911,7 +925,7 @@ impl Learner {
             part,
             one_call: block.one_call,
             score: 0.0,
-            first_copy: false,
+            counted: Counted::Plain,
         })
     }
 

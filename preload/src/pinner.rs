@@ -225,9 +225,6 @@ fn pin_ahead(at: usize, size: usize) {
             },
             false,
         );
-        if let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut()) {
-            learner.registered_ahead(block.block);
-        }
     }
 }
 
