@@ -15,7 +15,7 @@ busy = collections.defaultdict(list)
 bad = collections.Counter()
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    if d.get("config") == "learn":
+    if d.get("config") in ("learn", "auto-learn", "reference"):
         continue
     if d.get("exit") != 0 or d.get("mismatches", 1) != 0:
         bad[(d["program"], d["config"])] += 1
@@ -24,8 +24,10 @@ for line in open(sys.argv[1]):
     by_round[(d["program"], d["round"])][d["config"]] = d["seconds"]
     if "cpu_s" in d:
         cpu_round[(d["program"], d["round"])][d["config"]] = d["cpu_s"]
-    if "busy_ns" in d:
-        busy[(d["program"], d["config"])].append((d["busy_ns"] / 1e6, d["busy_ns"] / 1e7 / d["seconds"]))
+    # run.sh's lines carry busy_ns; gated.sh's (run_line.py's), in their counters.
+    inside = d.get("busy_ns", d.get("counters", {}).get("busy_ns"))
+    if inside is not None:
+        busy[(d["program"], d["config"])].append((inside / 1e6, inside / 1e7 / d["seconds"]))
 print("| program | as written (median, range) | first run | x | from history | x | paired x, first / history | failed runs | inside hotpin, first / history (ms, % of work) | CPU of the process tree, paired x, first / history |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for p in dict.fromkeys([k[0] for k in runs] + [k[0] for k in bad]):

@@ -1,12 +1,14 @@
 """CI's check of gated.py (`cargo xtask test` runs it; no GPU, no PyTorch): the six workloads'
 one-call harness must let no run's timed part overlap another's, run them in the interleaved
-order, hold every check until the group's timed parts are done (the reference's first), give
+order (reversed in even rounds), hold every check until the group's timed parts are done (the reference's first), give
 `hotpin run` the budget of the bytes the program pins by hand, check every result against the
 reference, and record a run that fails, hangs in its timed part or never reaches its start
 gate, without holding up the others or leaving a process behind.
 
 It runs gated.py over two stand-in workloads (a stand-in `torch` of a few functions, written
-to a temporary folder: common.py needs no more) under the real `hotpin run` of BIN. Each
+to a temporary folder: common.py needs no more) under the real `hotpin run` of BIN: `timed`
+(timed.py) and `misbehaves`, named as a program of a file of several (`several:misbehaves`,
+several.py run with the argument `misbehaves`, as bench/gpu/cannot_help/programs.py is). Each
 writes when its timed part and its check began and ended, its run's tag (from its gate's
 name) and the budget `hotpin run` gave it. `misbehaves` exits in its timed part by hand in
 round 1, hangs in it by hand in round 2, and hangs before its start gate as written in round
@@ -96,7 +98,8 @@ common.emit(seconds, checks, wrong, HAND)
 def expected(program):
     """The tags of `program`'s runs in the order gated.py lets them go."""
     tags = [(program, "reference", 0), (program, "auto-learn", 0)]
-    tags += [(program, c, r) for r in range(1, ROUNDS + 1) for c in CONFIGS]
+    tags += [(program, c, r) for r in range(1, ROUNDS + 1)
+             for c in (CONFIGS if r % 2 else CONFIGS[::-1])]
     return tags
 
 
@@ -114,15 +117,16 @@ def main():
         programs, out, windows = (os.path.join(tmp, d) for d in ("programs", "out", "windows"))
         for d in (programs, windows):
             os.makedirs(d)
-        for name in ("timed", "misbehaves"):
-            with open(os.path.join(programs, name + ".py"), "w") as f:
-                f.write(f"NAME = {name!r}\nHAND = {HAND}\n" + WORKLOAD)
+        with open(os.path.join(programs, "timed.py"), "w") as f:
+            f.write(f"NAME = 'timed'\nHAND = {HAND}\n" + WORKLOAD)
+        with open(os.path.join(programs, "several.py"), "w") as f:
+            f.write(f"import sys\nNAME = sys.argv[1]\nHAND = {HAND}\n" + WORKLOAD)
         env = dict(os.environ, PROGRAM_DIR=programs, WINDOWS=windows, RUN_TIMEOUT=str(TIMEOUT),
                    START_TIMEOUT=str(TIMEOUT), PYTHONPATH=os.pathsep.join([tmp, HERE]))
         began = time.time()
         done = subprocess.run(
             [sys.executable, os.path.join(HERE, "gated.py"), bin_dir, out, str(ROUNDS),
-             " ".join(CONFIGS), "timed", "misbehaves"],
+             " ".join(CONFIGS), "timed", "several:misbehaves"],
             env=env, capture_output=True, text=True, timeout=300, check=False)
         took = time.time() - began
         if done.returncode != 0:

@@ -13,7 +13,7 @@ against the program as written, and the one JSON line run.sh reads.
   `pinned_by_hand_bytes` (what BY_HAND=1 pins; 0 without it), `hand_bytes` (what BY_HAND=1
   pins, in every run: gated.py's budget), `phases` (below), and any extra fields; the exit
   status is 1 when anything mismatched.
-- The gate (HOTPIN_BENCH_GATE, set by gated.py): at the end of `start()` the run says
+- The gate (HOTPIN_BENCH_GATE, set by gated.py): at the end of `start()` (`ready()`) the run says
   `GATE.ready` and waits for `GATE.go`; at the start of `same_as_written` it says
   `GATE.timed` and waits for `GATE.check` (FIFOs: the waiting run sleeps in `open` until
   gated.py opens them), so that one run's timed part never overlaps another's work.
@@ -78,6 +78,13 @@ def start(seed=0):
     torch.backends.cudnn.benchmark = False
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
+    ready()
+
+
+def ready():
+    """Marks the end of the run's start (CUDA started) and waits at the start gate, if one is
+    set: `start()` ends so; a program that starts its own way (bench/gpu/cannot_help's, which
+    keep PyTorch's defaults) calls it once CUDA has started."""
     _MARKS["cuda"] = time.time()
     _gate("ready", "go", 0)
 

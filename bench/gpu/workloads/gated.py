@@ -9,7 +9,10 @@ So, per workload, two groups of processes, each started at once:
 1. the program as written, the reference (it saves what it computed: every later run is
    checked bit for bit against it, common.py), and hotpin's learning run (the history the
    runs "from history" start from);
-2. ROUNDS rounds of CONFIGS, in that order within a round: plain (as written), by-hand
+2. ROUNDS rounds of CONFIGS, in that order within odd rounds and the reverse within even ones
+   (a run's place in its round, where the machine drifts, counts against no configuration
+   more than another; before 2026-11-29's thirty-first session every round kept the order):
+   plain (as written), by-hand
    (BY_HAND=1), auto-first (`hotpin run`, no history), auto-history (`hotpin run` from a fresh
    copy of the learned history each round), auto-history-at-birth (the same, with
    HOTPIN_AT_FIRST_COPY=0), auto-history-first-copy (the same, with HOTPIN_AHEAD=0: the
@@ -43,6 +46,8 @@ Writes OUT/online.jsonl, one line a run, as bench/gpu/online/run.sh does (run_li
 program's line, the interposer's counters summed over the run's reports), and the reference's
 output in OUT/PROGRAM.reference.out.
 Usage: python3 gated.py BIN OUT ROUNDS CONFIGS WORKLOAD...   (run.sh calls it)
+A WORKLOAD is NAME (the program NAME.py) or FILE:NAME (FILE.py run with the argument NAME: one
+file of several programs, as bench/gpu/cannot_help/programs.py; its runs are named NAME).
 Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), START_TIMEOUT
 (seconds a run may take to reach its start gate, default 300), PYTHON,
 PROGRAM_DIR (where the workloads are, default this folder; check_gated.py's own)."""
@@ -212,11 +217,19 @@ def run_group(runs, jsonl, first_checks=()):
 
 def hotpin(bin_dir, options, report, program):
     return [os.path.join(bin_dir, "hotpin"), "run", *options, "--report", report, "--",
-            PYTHON, program]
+            PYTHON, *program]
+
+
+def program_of(workload_name):
+    """(name, the program's file and arguments) of a WORKLOAD (the usage above)."""
+    file, colon, name = workload_name.partition(":")
+    if not colon:
+        return workload_name, [os.path.join(PROGRAMS, workload_name + ".py")]
+    return name, [os.path.join(PROGRAMS, file + ".py"), name]
 
 
 def workload(bin_dir, out, rounds, configs, p, jsonl, env):
-    program = os.path.join(PROGRAMS, p + ".py")
+    p, program = program_of(p)
     want = os.path.join(env["WANT_DIR"], p + ".pt")
     if os.path.exists(want):
         os.remove(want)
@@ -224,7 +237,7 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
     if os.path.exists(learned):
         os.remove(learned)
     plain_env = {k: v for k, v in env.items() if k != "BY_HAND"}
-    reference = Run(out, p, "reference", 0, [PYTHON, program], plain_env)
+    reference = Run(out, p, "reference", 0, [PYTHON, *program], plain_env)
     learn_report = os.path.join(out, f"{p}.auto-learn.0")
     learn = Run(out, p, "auto-learn", 0,
                 hotpin(bin_dir, ["--mode", "auto", "--history", learned], learn_report, program),
@@ -247,12 +260,13 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
     hand = ref.get("hand_bytes", 0)
     runs = []
     for r in range(1, rounds + 1):
-        for config in configs:
+        for config in (configs if r % 2 else configs[::-1]):
             report = os.path.join(out, f"{p}.{config}.{r}")
             if config == "plain":
-                runs.append(Run(out, p, config, r, [PYTHON, program], plain_env))
+                runs.append(Run(out, p, config, r, [PYTHON, *program], plain_env))
             elif config == "by-hand":
-                runs.append(Run(out, p, config, r, [PYTHON, program], dict(plain_env, BY_HAND="1")))
+                runs.append(Run(out, p, config, r, [PYTHON, *program],
+                                dict(plain_env, BY_HAND="1")))
             elif config == "auto-first" or config == "budget":
                 history = os.path.join(out, f"{p}.{'first' if config == 'auto-first' else 'budget'}.{r}.hotpin")
                 if os.path.exists(history):
@@ -306,8 +320,9 @@ def main():
         os.rename(jsonl, jsonl + time.strftime(".%Y%m%d-%H%M%S"))
     env = dict(os.environ, WANT_DIR=os.path.join(out, "want"), PYTHONUNBUFFERED="1")
     for p in workloads:
-        if not os.path.exists(os.path.join(PROGRAMS, p + ".py")):
-            say(f"{p}: no {p}.py here, skipped")
+        file = program_of(p)[1][0]
+        if not os.path.exists(file):
+            say(f"{p}: no {file}, skipped")
             continue
         began = time.time()
         workload(bin_dir, out, rounds, configs, p, jsonl, env)
