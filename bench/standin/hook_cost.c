@@ -6,10 +6,15 @@
  *   allocs N: N malloc/free pairs of 2 MiB (above the floor), each block written and read
  *           once, never copied: a program that allocates much and copies nothing of it;
  *   large N: one malloc'd 64 MiB buffer whose first 16 KiB are copied N times there and back
- *           (a large block copied in small pieces: every copy touches a block hotpin tracks).
+ *           (a large block copied in small pieces: every copy touches a block hotpin tracks);
+ *   beside N: as copies, but a 2 MiB block (above the floor, never copied) is malloc'd first
+ *           and the heap serves every block (mallopt: no mmap under 64 MiB), so that the small
+ *           buffers share its 2 MiB region: untracked memory next to tracked memory, as
+ *           PyTorch's small CPU tensors are.
  * Prints one JSON line: the phase, its calls (to the CUDA runtime or the allocator), seconds,
  * checks, mismatches.
  * Usage: hook_cost PHASE N */
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +40,15 @@ int main(int argc, char **argv) {
     const char *phase = argc > 1 ? argv[1] : "copies";
     long n_max = argc > 2 ? atol(argv[2]) : 100000;
     long checks = 0, mismatches = 0, calls = 0;
-    unsigned char *host[BUFFERS], *back = malloc(SMALL), *dev, *large = NULL;
+    unsigned char *host[BUFFERS], *back, *dev, *large = NULL, *tracked = NULL;
+    int beside = strcmp(phase, "beside") == 0;
+    if (beside) {
+        mallopt(M_MMAP_THRESHOLD, 64 << 20);
+        tracked = malloc(2 << 20);
+        if (!tracked) return 4;
+        memset(tracked, 5, 2 << 20);
+    }
+    back = malloc(SMALL);
     if (cudaMalloc((void **)&dev, 64 << 20) != 0 || !back) return 2;
     for (int i = 0; i < BUFFERS; i++) {
         host[i] = malloc(SMALL);
@@ -47,7 +60,7 @@ int main(int argc, char **argv) {
         memset(large, 7, 64 << 20);
     }
     double t0 = now();
-    if (strcmp(phase, "copies") == 0) {
+    if (strcmp(phase, "copies") == 0 || beside) {
         for (long n = 0; n < n_max; n++) {
             int i = n % BUFFERS;
             if (cudaMemcpy(dev, host[i], SMALL, cudaMemcpyHostToDevice) != 0) return 3;
@@ -80,10 +93,11 @@ int main(int argc, char **argv) {
         }
         calls = 2 * n_max;
     } else {
-        fprintf(stderr, "hook_cost: no phase %s (copies, allocs, large)\n", phase);
+        fprintf(stderr, "hook_cost: no phase %s (copies, allocs, large, beside)\n", phase);
         return 2;
     }
     double t1 = now();
+    if (tracked) mismatches += tracked[0] != 5 || tracked[(2 << 20) - 1] != 5;
     printf("{\"phase\": \"%s\", \"calls\": %ld, \"seconds\": %.6f, \"checks\": %ld, \"mismatches\": %ld}\n",
            phase, calls, t1 - t0, checks, mismatches);
     return mismatches != 0;

@@ -11,14 +11,24 @@ use crate::{
     pinner::{
         Job, UNPINS_QUEUED, hand_to_pinner, pin_block, pinning_pays, release_blocks, unpin_block,
     },
+    regions::TRACKED,
     state::{OFF_THREAD_ABOVE, lock},
 };
 
 /// Auto mode: the copy of `ranges` (address, length, whether it was read) completed: its
 /// heat is counted, and the blocks it makes worth pinning are pinned (displacing less
-/// dense ones under the budget).
+/// dense ones under the budget). A range that touched no tracked block is remembered as
+/// such on this thread (`Regions::missed`), so that its next copies skip the lock while no
+/// block is tracked or let go.
 pub fn copied(ranges: &[(usize, usize, bool)]) {
-    carry_out(learn_from(ranges, Learner::copied), false);
+    // Read before the lookup: a block tracked after it makes the miss stale.
+    let generation = TRACKED.generation();
+    let decisions = learn_from(ranges, |learner, start, len, reads, decisions| {
+        if !learner.copied(start, len, reads, decisions) {
+            TRACKED.missed(start, len, generation);
+        }
+    });
+    carry_out(decisions, false);
 }
 
 /// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
@@ -31,7 +41,7 @@ pub fn before_copy(ranges: &[(usize, usize, bool)]) {
 /// decided, under the lock.
 fn learn_from(
     ranges: &[(usize, usize, bool)],
-    look: fn(&mut Learner, usize, usize, bool, &mut Decisions),
+    mut look: impl FnMut(&mut Learner, usize, usize, bool, &mut Decisions),
 ) -> Decisions {
     let mut decisions = Decisions::default();
     let mut guard = lock();

@@ -426,16 +426,17 @@ impl Learner {
     }
 
     /// The copy of `[start, start + len)` (`reads`: to the device) completed: the heat of
-    /// the block it touched counted, and what that decides.
-    pub fn copied(&mut self, start: usize, len: usize, reads: bool, out: &mut Decisions) {
+    /// the block it touched counted, and what that decides. False where it touched no block
+    /// tracked (nothing counted).
+    pub fn copied(&mut self, start: usize, len: usize, reads: bool, out: &mut Decisions) -> bool {
         let now = self.now_ns();
         let end = start.saturating_add(len.max(1));
         let Some((&base, block)) = self.blocks.range_mut(..end).next_back() else {
-            return;
+            return false;
         };
         let block_end = base.saturating_add(block.size);
         if block_end <= start {
-            return;
+            return false;
         }
         let bytes = (block_end.min(end) - base.max(start)) as u64;
         block.touched(base, start, end);
@@ -468,6 +469,7 @@ impl Learner {
         if !self.trusting.is_empty() {
             self.let_idle_trust_go(now, out);
         }
+        true
     }
 
     /// Before the copy of `[start, start + len)` (`reads`: to the device) is made: the block

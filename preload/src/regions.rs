@@ -9,14 +9,38 @@
 //! are shared by regions (hashed), so a copy may be sent the slow way for nothing, but a copy
 //! of a tracked block is never skipped. A block is tracked before its allocation returns, so
 //! the program cannot copy it before it is counted here.
+//!
+//! Behind the filter, each thread remembers a few ranges the learner's lookup found no
+//! tracked block in (`missed`), with the filter's generation then (one more at every block
+//! tracked or let go): while it is unchanged, no block can have come to touch them, so their
+//! next copies skip the lock too. Small tensors that share a 2 MiB region with a tracked block
+//! (a heap where both live) were looked up under the lock at every copy: about 0.25 us each,
+//! 19,200 copies of 16 KiB in the "cannot help" set's `small_copies` (docs/benchmarks.md,
+//! section 2).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::{
+    cell::Cell,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
 
 /// log2 of a region's bytes.
 const SHIFT: u32 = 21;
 /// log2 of the slots.
 const SLOT_BITS: u32 = 16;
 const SLOTS: usize = 1 << SLOT_BITS;
+/// log2 of the ranges a thread remembers as missed: one per entry of a small table, hashed
+/// by the range's first page (6 KiB a thread).
+const MISS_BITS: u32 = 8;
+const MISSES: usize = 1 << MISS_BITS;
+/// A generation no filter has (the table's empty entries).
+const NEVER: u64 = u64::MAX;
+
+thread_local! {
+    /// This thread's missed ranges: start, end, and the generation of the filter they were
+    /// missed in.
+    static MISSED: [Cell<(usize, usize, u64)>; MISSES] =
+        const { [const { Cell::new((0, 0, NEVER)) }; MISSES] };
+}
 
 /// The tracked blocks, counted per region.
 pub struct Regions {
@@ -24,6 +48,8 @@ pub struct Regions {
     /// Blocks covering at least as many regions as there are slots (128 GiB): they make
     /// every range a maybe.
     wide: AtomicU32,
+    /// One more at every block tracked or let go.
+    generation: AtomicU64,
 }
 
 /// Auto mode's tracked blocks (`online::Learner`, the one learner of the process).
@@ -34,6 +60,7 @@ impl Regions {
         Self {
             slots: [const { AtomicU32::new(0) }; SLOTS],
             wide: AtomicU32::new(0),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -62,6 +89,7 @@ impl Regions {
 
     /// `change` (one up or down) on the slot of each region the block covers, or on `wide`.
     fn count(&self, start: usize, len: usize, change: fn(&AtomicU32, u32, Ordering) -> u32) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         match Self::span(start, len) {
             Some(regions) => regions.for_each(|r| {
                 change(self.slot(r), 1, Ordering::Release);
@@ -72,15 +100,55 @@ impl Regions {
         }
     }
 
-    /// Whether `[start, start + len)` may touch a tracked block: false only where none does.
+    /// Whether `[start, start + len)` may touch a tracked block: false only where none does
+    /// (no tracked block shares a region with it, or this thread found none there since the
+    /// last block was tracked or let go).
     pub fn may_touch(&self, start: usize, len: usize) -> bool {
-        if self.wide.load(Ordering::Acquire) != 0 {
-            return true;
+        if self.wide.load(Ordering::Acquire) == 0
+            && let Some(mut regions) = Self::span(start, len)
+            && !regions.any(|r| self.slot(r).load(Ordering::Acquire) != 0)
+        {
+            return false;
         }
-        match Self::span(start, len) {
-            Some(mut regions) => regions.any(|r| self.slot(r).load(Ordering::Acquire) != 0),
-            None => true,
-        }
+        !self.known_missed(start, len)
+    }
+
+    /// The filter's generation now: read it before a lookup whose miss is to be remembered.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// This thread's lookup of `[start, start + len)`, made after the filter was at
+    /// `generation`, found no tracked block: remembered until the next block is tracked or
+    /// let go.
+    pub fn missed(&self, start: usize, len: usize, generation: u64) {
+        let end = start.saturating_add(len.max(1));
+        // try_with: nothing is remembered on a thread whose locals are being torn down.
+        let _ = MISSED.try_with(|missed| {
+            if let Some(entry) = missed.get(Self::way(start)) {
+                entry.set((start, end, generation));
+            }
+        });
+    }
+
+    /// Whether this thread found no tracked block in a range holding `[start, start + len)`,
+    /// and no block was tracked or let go since.
+    fn known_missed(&self, start: usize, len: usize) -> bool {
+        let end = start.saturating_add(len.max(1));
+        let now = self.generation.load(Ordering::Acquire);
+        MISSED
+            .try_with(|missed| {
+                missed.get(Self::way(start)).is_some_and(|entry| {
+                    let (from, to, generation) = entry.get();
+                    generation == now && from <= start && end <= to
+                })
+            })
+            .unwrap_or(false)
+    }
+
+    /// The entry of the missed table a range starting at `start` takes (by its 4 KiB page).
+    fn way(start: usize) -> usize {
+        ((start as u64 >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MISS_BITS)) as usize
     }
 }
 
@@ -106,6 +174,60 @@ mod tests {
         assert!(!regions.may_touch(0x5555_0000_0000, 16 << 10));
         regions.remove(block, 64 * mib);
         assert!(!regions.may_touch(block, 16 << 10), "no longer tracked");
+    }
+
+    #[test]
+    fn a_range_found_untracked_is_skipped_until_a_block_is_tracked_or_let_go() {
+        let regions = Regions::new();
+        let mib = 1 << 20;
+        let block = 0x7f10_0000_0000;
+        let small = block + mib + (64 << 10);
+        let len = 16 << 10;
+        regions.add(block, mib);
+        assert!(
+            regions.may_touch(small, len),
+            "in the block's 2 MiB region: a maybe"
+        );
+        let generation = regions.generation();
+        regions.missed(small, len, generation);
+        assert!(!regions.may_touch(small, len), "found untracked");
+        assert!(
+            !regions.may_touch(small, 4096),
+            "a part of it, from its start"
+        );
+        assert!(regions.may_touch(small, 2 * len), "wider than it");
+        assert!(regions.may_touch(small - 4096, len), "starting before it");
+        std::thread::scope(|scope| {
+            let other = scope.spawn(|| regions.may_touch(small, len));
+            assert!(
+                other.join().unwrap_or(false),
+                "another thread looked up nothing"
+            );
+        });
+        // A block tracked there since: a maybe again, and still once it is let go.
+        regions.add(small, len);
+        assert!(regions.may_touch(small, len));
+        regions.remove(small, len);
+        assert!(
+            regions.may_touch(small, len),
+            "a miss of an older generation"
+        );
+        // A miss looked up before a block was tracked is stale as soon as it is remembered.
+        let before = regions.generation();
+        regions.add(small + len, len);
+        regions.missed(small, len, before);
+        assert!(
+            regions.may_touch(small, len),
+            "looked up before the block was tracked"
+        );
+        regions.missed(small, len, regions.generation());
+        assert!(!regions.may_touch(small, len));
+        regions.remove(small + len, len);
+        regions.remove(block, mib);
+        assert!(
+            !regions.may_touch(small, len),
+            "nothing tracked: the filter alone"
+        );
     }
 
     #[test]
