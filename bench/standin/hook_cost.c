@@ -10,7 +10,9 @@
  *   beside N: as copies, but a 2 MiB block (above the floor, never copied) is malloc'd first
  *           and the heap serves every block (mallopt: no mmap under 64 MiB), so that the small
  *           buffers share its 2 MiB region: untracked memory next to tracked memory, as
- *           PyTorch's small CPU tensors are.
+ *           PyTorch's small CPU tensors are;
+ *   scalar N: as copies, after a pinned request of 4 bytes (cudaHostAlloc, kept to the end),
+ *           as PyTorch's `.item()` makes through its caching host allocator.
  * Prints one JSON line: the phase, its calls (to the CUDA runtime or the allocator), seconds,
  * checks, mismatches.
  * Usage: hook_cost PHASE N */
@@ -26,6 +28,7 @@ enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
 cudaError_t cudaMalloc(void **ptr, size_t size);
 cudaError_t cudaFree(void *ptr);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags);
 
 static double now(void) {
     struct timespec ts;
@@ -41,7 +44,12 @@ int main(int argc, char **argv) {
     long n_max = argc > 2 ? atol(argv[2]) : 100000;
     long checks = 0, mismatches = 0, calls = 0;
     unsigned char *host[BUFFERS], *back, *dev, *large = NULL, *tracked = NULL;
-    int beside = strcmp(phase, "beside") == 0;
+    int beside = strcmp(phase, "beside") == 0, scalar = strcmp(phase, "scalar") == 0;
+    unsigned char *pinned_scalar = NULL;
+    if (scalar) {
+        if (cudaHostAlloc((void **)&pinned_scalar, 4, 0) != 0) return 5;
+        pinned_scalar[0] = 9;
+    }
     if (beside) {
         mallopt(M_MMAP_THRESHOLD, 64 << 20);
         tracked = malloc(2 << 20);
@@ -60,7 +68,7 @@ int main(int argc, char **argv) {
         memset(large, 7, 64 << 20);
     }
     double t0 = now();
-    if (strcmp(phase, "copies") == 0 || beside) {
+    if (strcmp(phase, "copies") == 0 || beside || scalar) {
         for (long n = 0; n < n_max; n++) {
             int i = n % BUFFERS;
             if (cudaMemcpy(dev, host[i], SMALL, cudaMemcpyHostToDevice) != 0) return 3;
@@ -93,11 +101,12 @@ int main(int argc, char **argv) {
         }
         calls = 2 * n_max;
     } else {
-        fprintf(stderr, "hook_cost: no phase %s (copies, allocs, large, beside)\n", phase);
+        fprintf(stderr, "hook_cost: no phase %s (copies, allocs, large, beside, scalar)\n", phase);
         return 2;
     }
     double t1 = now();
     if (tracked) mismatches += tracked[0] != 5 || tracked[(2 << 20) - 1] != 5;
+    if (pinned_scalar) mismatches += pinned_scalar[0] != 9;
     printf("{\"phase\": \"%s\", \"calls\": %ld, \"seconds\": %.6f, \"checks\": %ld, \"mismatches\": %ld}\n",
            phase, calls, t1 - t0, checks, mismatches);
     return mismatches != 0;

@@ -138,7 +138,20 @@ pub enum Why {
     /// Profile mode (the interposer's): what the program asked for, so that the history
     /// records the program as it is.
     Profile,
+    /// Auto and use modes: a pinned request (or registration) smaller than
+    /// [`SMALLEST_JUDGED_REQUEST`], kept as asked whatever the history says.
+    Small,
 }
+
+/// Auto and use modes keep a pinned request (or a registration) smaller than this as the
+/// program asked it, whatever the history says of it. Served pageable, it would spare a page
+/// of pinned memory, and until it is freed every copy and every question about host memory
+/// the process makes would be looked up against it under the interposer's lock: PyTorch's
+/// `.item()` reads a scalar through a pinned buffer of 1 to 8 bytes from its caching host
+/// allocator, kept for the rest of the run, and auto mode served it pageable in every
+/// PyTorch program (#40 item 1; docs/benchmarks.md, section 2). Copies this small gain little
+/// from pinned memory (CUDA stages pageable copies under 64 KiB cheaply).
+pub const SMALLEST_JUDGED_REQUEST: u64 = 64 << 10;
 
 impl Why {
     /// Whether a block left pageable for this reason is one the history found cold: known
@@ -170,6 +183,7 @@ impl Why {
             Why::PinNone => "pin-none",
             Why::Flags => "flags",
             Why::Profile => "profile",
+            Why::Small => "small",
         }
     }
 
@@ -191,7 +205,8 @@ pub struct Decision {
 
 /// Whether to pin one allocation of `size` bytes at birth, and why: the one place the
 /// allocator and the interposer decide it. `judged`: what the history says of it (none
-/// without a history); `group_hot`: auto mode's live verdict on its recycled group.
+/// without a history); `group_hot`: auto mode's live verdict on its recycled group. A pinned
+/// request under [`SMALLEST_JUDGED_REQUEST`] is kept as asked in auto and use modes.
 pub fn decide(
     mode: Mode,
     judged: Option<Judged>,
@@ -214,10 +229,12 @@ pub fn decide(
         Some(Judged::Recycled(Verdict::Cold | Verdict::HandOn)) => Some((false, Why::Recycled)),
         Some(Judged::Unknown) | None => None,
     };
+    let small_request = asked_pinned && size < SMALLEST_JUDGED_REQUEST;
     let (pin, why) = match mode {
         Mode::PinAll => (true, Why::PinAll),
         Mode::PinNone => (false, Why::PinNone),
         Mode::Profile => (asked_pinned, Why::Profile),
+        Mode::Use | Mode::Auto if small_request => (true, Why::Small),
         Mode::Use => from_history(judged).unwrap_or((asked_pinned, Why::Unknown)),
         Mode::Auto => {
             let (pin, why) = match from_history(judged) {
@@ -738,6 +755,54 @@ mod tests {
             }
         }
         h
+    }
+
+    /// A pinned request (or registration) under 64 KiB is kept as asked in auto and use
+    /// modes, whatever the history says (PyTorch's `.item()` buffers); at 64 KiB and above,
+    /// one nothing is known of is served pageable in auto mode, and a cold one in both; a
+    /// pageable allocation of any size is not pinned for its size; pin-none still pins nothing.
+    #[test]
+    fn a_small_pinned_request_is_kept_as_asked() {
+        let cold = Some(Judged::Known(Verdict::Cold));
+        let lazy = Request::Pinned { lazy: true };
+        let small = SMALLEST_JUDGED_REQUEST - 1;
+        for mode in [Mode::Auto, Mode::Use] {
+            for judged in [None, cold, Some(Judged::Unknown)] {
+                let decision = decide(mode, judged, false, lazy, 4);
+                assert_eq!(
+                    (decision.pin, decision.why),
+                    (true, Why::Small),
+                    "{mode:?} {judged:?}"
+                );
+                let decision = decide(mode, judged, false, lazy, small);
+                assert_eq!(
+                    (decision.pin, decision.why),
+                    (true, Why::Small),
+                    "{mode:?} {judged:?}"
+                );
+            }
+            let decision = decide(mode, cold, false, lazy, SMALLEST_JUDGED_REQUEST);
+            assert_eq!(
+                (decision.pin, decision.why),
+                (false, Why::Known),
+                "{mode:?}"
+            );
+            let decision = decide(mode, cold, false, Request::Pinned { lazy: false }, 4);
+            assert_eq!(
+                (decision.pin, decision.why),
+                (true, Why::Small),
+                "a registration"
+            );
+            let decision = decide(mode, cold, false, Request::Pageable, 4);
+            assert!(
+                !decision.pin,
+                "{mode:?}: malloc is never pinned for being small"
+            );
+        }
+        let decision = decide(Mode::Auto, None, false, lazy, SMALLEST_JUDGED_REQUEST);
+        assert_eq!((decision.pin, decision.why), (false, Why::Learning));
+        let decision = decide(Mode::PinNone, None, false, lazy, 4);
+        assert_eq!((decision.pin, decision.why), (false, Why::PinNone));
     }
 
     #[test]

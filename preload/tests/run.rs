@@ -798,6 +798,30 @@ fn a_trusted_block_not_copied_again_is_let_go() {
     assert_eq!(c["trusted_let_go"], 4, "{c}");
 }
 
+/// A pinned request of 4 bytes, as PyTorch's `.item()` reads a scalar through (#40 item 1):
+/// kept as asked on the first run and from its history (`small` in the decision log), where it
+/// was served pageable, after which every copy of the process was looked up against it under
+/// the lock (docs/online.md, "Pinned requests"); every copy's data right, the scalar's too.
+#[test]
+fn a_small_pinned_request_is_kept_as_asked() {
+    let setup = setup_program("scalar", "online");
+    let history = setup.dir.join("scalar.hotpin");
+    for name in ["first", "again"] {
+        let c = run_with_history(&setup, &history, name, &["scalar", "8"]);
+        assert_eq!(c["demoted"], 0, "{name}: {c}");
+        assert_eq!(c["kept_pinned"], 1, "{name}: {c}");
+        assert_eq!(c["kept_pinned_bytes"], 4, "{name}: {c}");
+        let log = report(&setup.dir.join(name));
+        let small = log["decisions"]
+            .as_array()
+            .expect("decisions")
+            .iter()
+            .filter(|d| d["size"] == 4 && d["action"] == "kept-pinned" && d["why"] == "small")
+            .count();
+        assert_eq!(small, 1, "{name}: {log}");
+    }
+}
+
 /// `module.to("cuda")` / `.to("cpu")` per layer (#43): each layer is copied to the device and
 /// freed, and brought back into a fresh block. On a first run the block a layer frees, pinned
 /// on its group's trust, serves the fresh block made next (`spare_hits`), so the run holds one

@@ -40,6 +40,10 @@
  *   pool [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as steady, but the two buffers are pinned
  *          requests (cudaHostAlloc, no flags), as a framework's pinned pool makes them: what
  *          auto mode keeps pinned from a history, and must lease from the node's arbiter.
+ *   scalar [MIB]: a pinned request of 4 bytes (cudaHostAlloc, no flags), kept to the end, as
+ *          PyTorch's `.item()` reads a scalar through one from its caching host allocator: at
+ *          every step (40) a malloc'd buffer of MIB MiB is copied there and back, and a scalar
+ *          brought back into the 4 bytes and checked.
  *   portable [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as pool, but the requests are portable
  *          (cudaHostAllocPortable), as CuPy's pinned memory pool makes them; cudaHostGetFlags
  *          must answer portable for each.
@@ -387,6 +391,17 @@ int main(int argc, char **argv) {
         }
         free(buffers[0]);
         free(buffers[1]);
+    } else if (strcmp(which, "scalar") == 0) {
+        char *scalar, *buffer = (char *)malloc(size);
+        CUDA_OK(cudaHostAlloc((void **)&scalar, 4, 0));
+        for (unsigned step = 0; step < 40; step++) {
+            round_trip(&t, buffer, size, step, 1, (int)(step % 2));
+            CUDA_OK(cudaMemcpyAsync(scalar, device, 4, cudaMemcpyDeviceToHost, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            tally_check(&t, step, count_wrong(scalar, 4, step, 1));
+        }
+        CUDA_OK(cudaFreeHost(scalar));
+        free(buffer);
     } else if (strcmp(which, "pool") == 0 || strcmp(which, "portable") == 0) {
         double length = argc > 3 ? atof(argv[3]) : 2000, period = argc > 4 ? atof(argv[4]) : 20;
         if (argc > 5) usleep((useconds_t)(atof(argv[5]) * 1000));
