@@ -37,7 +37,8 @@ const NEVER: u64 = u64::MAX;
 
 thread_local! {
     /// This thread's missed ranges: start, end, and the generation of the filter they were
-    /// missed in.
+    /// missed in. One table for every `Regions` of the thread: the process has one
+    /// (`TRACKED`); tests that make more use addresses of their own.
     static MISSED: [Cell<(usize, usize, u64)>; MISSES] =
         const { [const { Cell::new((0, 0, NEVER)) }; MISSES] };
 }
@@ -123,7 +124,8 @@ impl Regions {
     /// let go.
     pub fn missed(&self, start: usize, len: usize, generation: u64) {
         let end = start.saturating_add(len.max(1));
-        // try_with: nothing is remembered on a thread whose locals are being torn down.
+        // try_with: the table has no destructor, so this does not fail; were it ever to, the
+        // miss would only go unremembered.
         let _ = MISSED.try_with(|missed| {
             if let Some(entry) = missed.get(Self::way(start)) {
                 entry.set((start, end, generation));

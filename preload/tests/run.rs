@@ -799,9 +799,11 @@ fn a_trusted_block_not_copied_again_is_let_go() {
 }
 
 /// A pinned request of 4 bytes, as PyTorch's `.item()` reads a scalar through (#40 item 1):
-/// kept as asked on the first run and from its history (`small` in the decision log), where it
-/// was served pageable, after which every copy of the process was looked up against it under
-/// the lock (docs/online.md, "Pinned requests"); every copy's data right, the scalar's too.
+/// kept as asked (`small` in the decision log), where it was served pageable, after which
+/// every copy of the process was looked up against it under the lock (docs/online.md,
+/// "Pinned requests"); every copy's data right, the scalar's too. Run twice, the second time
+/// with the history of the first (which holds nothing of the request: kept requests are not
+/// tracked); a history that says it is cold is `policy`'s unit test's case.
 #[test]
 fn a_small_pinned_request_is_kept_as_asked() {
     let setup = setup_program("scalar", "online");
