@@ -798,6 +798,21 @@ fn a_trusted_block_not_copied_again_is_let_go() {
     assert_eq!(c["trusted_let_go"], 4, "{c}");
 }
 
+/// Small buffers that share a 2 MiB region with tracked blocks, copied again and again
+/// (#40 item 1): each is looked up under the learner's lock once, not at every copy (a
+/// thread remembers a range it found untracked until a block is tracked or let go,
+/// `regions.rs`); before, every one of the 3,200 copies was (`busy_entries` over 3,200).
+/// Every copy's data right.
+#[test]
+fn copies_of_untracked_memory_beside_tracked_blocks_are_looked_up_once() {
+    let setup = setup_program("beside", "online");
+    let history = setup.dir.join("beside.hotpin");
+    let c = run_with_history(&setup, &history, "beside", &["beside", "1"]);
+    let entries = c["busy_entries"].as_u64().expect("busy entries");
+    assert!(entries < 800, "3,200 copies: {c}");
+    assert_eq!(c["learned_pins"], 0, "nothing copied worth pinning: {c}");
+}
+
 /// A pinned request of 4 bytes, as PyTorch's `.item()` reads a scalar through (#40 item 1):
 /// kept as asked (`small` in the decision log), where it was served pageable, after which
 /// every copy of the process was looked up against it under the lock (docs/online.md,

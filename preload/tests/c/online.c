@@ -40,6 +40,11 @@
  *   pool [MIB] [MS] [PERIOD_MS] [WAIT_MS]: as steady, but the two buffers are pinned
  *          requests (cudaHostAlloc, no flags), as a framework's pinned pool makes them: what
  *          auto mode keeps pinned from a history, and must lease from the node's arbiter.
+ *   beside: two malloc'd blocks of 2 MiB (above the floor: tracked, never copied) with 16
+ *          buffers of 16 KiB and a result buffer of 16 KiB made between them, all from the
+ *          heap (mallopt: no mmap under 64 MiB), so that every small buffer shares a 2 MiB
+ *          region with a tracked block, as PyTorch's small CPU tensors share the heap with
+ *          larger ones; each small buffer copied there and back 100 times (3,200 copies).
  *   scalar [MIB]: a pinned request of 4 bytes (cudaHostAlloc, no flags), kept to the end, as
  *          PyTorch's `.item()` reads a scalar through one from its caching host allocator: at
  *          every step (40) a malloc'd buffer of MIB MiB is copied there and back, and a scalar
@@ -69,6 +74,7 @@
  * Prints one JSON line: checks, mismatches, details (on the stand-in, its count of
  * registration calls made beside a large copy call too: calls_beside_copies). */
 #include <dlfcn.h>
+#include <malloc.h>
 #include <signal.h>
 #include <pthread.h>
 #include <string.h>
@@ -391,6 +397,27 @@ int main(int argc, char **argv) {
         }
         free(buffers[0]);
         free(buffers[1]);
+    } else if (strcmp(which, "beside") == 0) {
+        enum { SMALL = 16 << 10, BUFFERS = 16 };
+        mallopt(M_MMAP_THRESHOLD, 64 << 20);
+        char *below = (char *)malloc(2 * MIB), *small[BUFFERS], *back = (char *)malloc(SMALL);
+        for (int i = 0; i < BUFFERS; i++) small[i] = (char *)malloc(SMALL);
+        char *above = (char *)malloc(2 * MIB);
+        memset(below, 1, 2 * MIB);
+        memset(above, 2, 2 * MIB);
+        for (unsigned step = 0; step < 100; step++) {
+            for (int i = 0; i < BUFFERS; i++) {
+                fill(small[i], SMALL, step, (unsigned)i);
+                CUDA_OK(cudaMemcpy(device, small[i], SMALL, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(back, device, SMALL, cudaMemcpyDeviceToHost));
+                tally_check(&t, step, count_wrong(back, SMALL, step, (unsigned)i));
+            }
+        }
+        tally_check(&t, 100, below[0] != 1 || above[2 * MIB - 1] != 2);
+        for (int i = 0; i < BUFFERS; i++) free(small[i]);
+        free(back);
+        free(below);
+        free(above);
     } else if (strcmp(which, "scalar") == 0) {
         char *scalar, *buffer = (char *)malloc(size);
         CUDA_OK(cudaHostAlloc((void **)&scalar, 4, 0));
