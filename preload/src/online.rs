@@ -460,11 +460,12 @@ impl Learner {
         if block.pin == Pin::Pageable
             && (first_copy || reweigh && self.online.repays(&block.heat, block.pin_range(base).1))
         {
-            let before = out.pin.len();
-            self.consider(base, now, out);
-            if first_copy && let Some(decided) = out.pin.get_mut(before) {
-                decided.counted = Counted::FirstCopy;
-            }
+            let counted = if first_copy {
+                Counted::FirstCopy
+            } else {
+                Counted::Plain
+            };
+            self.consider(base, now, out, counted, false);
         }
         if !self.trusting.is_empty() {
             self.let_idle_trust_go(now, out);
@@ -494,13 +495,10 @@ impl Learner {
                 && block.heat.stats.transfers == 0
             {
                 let now = self.now_ns();
-                let before = out.pin.len();
-                self.consider(base, now, out);
-                if let Some(decided) = out.pin.get_mut(before) {
-                    decided.counted = Counted::FirstCopy;
-                    if let Some(block) = self.blocks.get_mut(&base) {
-                        block.first_copy = FirstCopy::OnTrust;
-                    }
+                if self.consider(base, now, out, Counted::FirstCopy, false)
+                    && let Some(block) = self.blocks.get_mut(&base)
+                {
+                    block.first_copy = FirstCopy::OnTrust;
                 }
             }
             return;
@@ -519,7 +517,8 @@ impl Learner {
         {
             return;
         }
-        if let Some(now) = self.consider_now(base, out)
+        let now = self.now_ns();
+        if self.consider(base, now, out, Counted::Plain, false)
             && let Some(block) = self.blocks.get_mut(&base)
         {
             block.trusted_ns = Some(now);
@@ -559,19 +558,7 @@ impl Learner {
         // pinner thread, at any time: no pinned request of the program's is displaced for it
         // (its unregistration would synchronize the context, maybe during a capture).
         let now = self.now_ns();
-        let before = out.pin.len();
-        self.consider_with(at, now, out, true);
-        if let Some(decided) = out.pin.get_mut(before) {
-            decided.counted = Counted::Ahead;
-        }
-    }
-
-    /// [`Self::consider`]s the block at `at` now: the time, where that decided to pin it.
-    fn consider_now(&mut self, at: usize, out: &mut Decisions) -> Option<u64> {
-        let now = self.now_ns();
-        let before = out.pin.len();
-        self.consider(at, now, out);
-        (out.pin.len() > before).then_some(now)
+        self.consider(at, now, out, Counted::Ahead, true);
     }
 
     /// The block at `ptr` was served a pinned block from the cache though not judged worth
@@ -672,23 +659,27 @@ impl Learner {
         })
     }
 
-    /// Weighs a block that repays pinning against the budget.
-    fn consider(&mut self, base: usize, now: u64, out: &mut Decisions) {
-        self.consider_with(base, now, out, false);
-    }
-
-    /// [`Self::consider`]; `hidden_only`: displacing only blocks hidden from the program (not
-    /// its pinned requests, whose unregistration synchronizes the context).
-    fn consider_with(&mut self, base: usize, now: u64, out: &mut Decisions, hidden_only: bool) {
+    /// Weighs a block that repays pinning against the budget: true where that decided to pin
+    /// it (into `out`, to be counted as `counted` once registered). `hidden_only`: displacing
+    /// only blocks hidden from the program (not its pinned requests, whose unregistration
+    /// synchronizes the context).
+    fn consider(
+        &mut self,
+        base: usize,
+        now: u64,
+        out: &mut Decisions,
+        counted: Counted,
+        hidden_only: bool,
+    ) -> bool {
         let Some((density, (start, len))) = self.blocks.get(&base).map(|b| {
             let range = b.pin_range(base);
             (self.worth(b, range.1, now), range)
         }) else {
-            return;
+            return false;
         };
         let held = self.held(now, hidden_only);
         let Some(block) = self.blocks.get_mut(&base) else {
-            return;
+            return false;
         };
         let displaced = match self.budget.admit(len as u64, density, held) {
             Admission::Admitted => Vec::new(),
@@ -696,7 +687,7 @@ impl Learner {
             Admission::Refused => {
                 block.set_aside(now);
                 self.refusals += 1;
-                return;
+                return false;
             }
         };
         block.pin = Pin::Registering;
@@ -710,9 +701,10 @@ impl Learner {
             part,
             one_call: block.one_call,
             score: density,
-            counted: Counted::Plain,
+            counted,
         });
         self.let_go(displaced, now, out);
+        true
     }
 
     /// What the budget may let go to make room: the pinned blocks (or parts) the program was
