@@ -19,7 +19,8 @@ So, per workload, two groups of processes, each started at once:
    history's blocks registered at their first copy, not ahead), auto-history-ahead
    (HOTPIN_AHEAD=1, the default since 2026-11-29: kept to read the runs made before), budget
    (auto-first with `--budget` = the bytes the program pins by hand, its `hand_bytes`, read
-   from the reference's line).
+   from the reference's line), auto-first-costs (auto-first with HOTPIN_COSTS=$COSTS, a cost
+   file `hotpin calibrate` wrote on this machine: the built-in model is the H100's).
 Each process imports its libraries and starts CUDA, then waits at common.py's gate (it sleeps
 in the `open` of a FIFO until it is let go: a waiting process never wakes). Once every process of the group
 waits, each is let go in turn: it builds its model, runs its warm-up and its timed part, and
@@ -50,7 +51,8 @@ A WORKLOAD is NAME (the program NAME.py) or FILE:NAME (FILE.py run with the argu
 file of several programs, as bench/gpu/cannot_help/programs.py; its runs are named NAME).
 Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), START_TIMEOUT
 (seconds a run may take to reach its start gate, default 300), PYTHON,
-PROGRAM_DIR (where the workloads are, default this folder; check_gated.py's own)."""
+PROGRAM_DIR (where the workloads are, default this folder; check_gated.py's own), COSTS
+(the cost file of auto-first-costs)."""
 import json
 import os
 import shutil
@@ -66,8 +68,8 @@ PYTHON = os.environ.get("PYTHON", "python3")
 RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "120"))
 START_TIMEOUT = float(os.environ.get("START_TIMEOUT", "300"))
 POLL = 0.02
-KNOWN = ("plain", "by-hand", "auto-first", "auto-history", "auto-history-at-birth",
-         "auto-history-first-copy", "auto-history-ahead", "budget")
+KNOWN = ("plain", "by-hand", "auto-first", "auto-first-costs", "auto-history",
+         "auto-history-at-birth", "auto-history-first-copy", "auto-history-ahead", "budget")
 
 
 def say(text):
@@ -267,8 +269,8 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
             elif config == "by-hand":
                 runs.append(Run(out, p, config, r, [PYTHON, *program],
                                 dict(plain_env, BY_HAND="1")))
-            elif config == "auto-first" or config == "budget":
-                history = os.path.join(out, f"{p}.{'first' if config == 'auto-first' else 'budget'}.{r}.hotpin")
+            elif config in ("auto-first", "auto-first-costs", "budget"):
+                history = os.path.join(out, f"{p}.{config}.{r}.hotpin")
                 if os.path.exists(history):
                     os.remove(history)
                 options = ["--mode", "auto", "--history", history]
@@ -279,8 +281,13 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
                         continue
                     options += ["--budget", str(hand)]
                     extra = {"budget_bytes": hand}
+                run_env = plain_env
+                if config == "auto-first-costs":
+                    if not os.environ.get("COSTS"):
+                        raise SystemExit("auto-first-costs needs COSTS=FILE (hotpin calibrate -o FILE)")
+                    run_env = dict(plain_env, HOTPIN_COSTS=os.environ["COSTS"])
                 runs.append(Run(out, p, config, r, hotpin(bin_dir, options, report, program),
-                                plain_env, report, extra))
+                                run_env, report, extra))
             elif config in ("auto-history", "auto-history-at-birth", "auto-history-first-copy",
                             "auto-history-ahead"):
                 if not os.path.exists(learned) or os.path.getsize(learned) == 0:
