@@ -24,9 +24,13 @@
  *   HOTPIN_STANDIN_FAIL_PIN_EVERY=N   every Nth pinning call (host alloc or register) fails
  *                                     with CUDA_ERROR_OUT_OF_MEMORY
  *   HOTPIN_STANDIN_ASYNC_DELAY_US=N   an enqueued operation starts no earlier than N µs
- *                                     after it was enqueued, unless waited for (20000) */
+ *                                     after it was enqueued, unless waited for (20000)
+ *   HOTPIN_STANDIN_PAGEABLE_GBPS=G    a copy to or from pageable memory spends at least
+ *                                     bytes / G GB/s in the call (unset: as fast as memcpy),
+ *                                     as a slow host's pageable copies would */
 static int no_device;
 static long fail_pin_every;
+static double pageable_gbps;
 static uint64_t delay_ns = 20000 * 1000ull;
 static atomic_long pin_calls;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -37,6 +41,8 @@ static void read_config(void) {
     const char *nd = getenv("HOTPIN_STANDIN_NO_DEVICE");
     const char *every = getenv("HOTPIN_STANDIN_FAIL_PIN_EVERY");
     const char *delay = getenv("HOTPIN_STANDIN_ASYNC_DELAY_US");
+    const char *gbps = getenv("HOTPIN_STANDIN_PAGEABLE_GBPS");
+    pageable_gbps = gbps ? strtod(gbps, NULL) : 0;
     fail_pin_every = every ? strtol(every, NULL, 10) : 0;
     no_device = nd && nd[0] == '1';
     if (delay) {
@@ -844,6 +850,16 @@ static int crosses_registration(const void *p, size_t n) {
     return (uintptr_t)p - r.start + n > r.size;
 }
 
+/* With HOTPIN_STANDIN_PAGEABLE_GBPS: a call that copied n bytes of pageable memory, begun at
+ * `began`, returns no sooner than that bandwidth allows. */
+static void pace_pageable(uint64_t began, size_t n) {
+    if (pageable_gbps <= 0) return;
+    uint64_t until = began + (uint64_t)((double)n / pageable_gbps), now = now_ns();
+    if (now >= until) return;
+    struct timespec t = {(time_t)((until - now) / 1000000000ull), (long)((until - now) % 1000000000ull)};
+    while (nanosleep(&t, &t) != 0) {}
+}
+
 /* Synchronous copies run on the legacy stream: after it and every blocking stream is idle,
  * at call time. */
 static CUresult copy(void *dst, const void *src, size_t n) {
@@ -853,7 +869,9 @@ static CUresult copy(void *dst, const void *src, size_t n) {
     if (crosses_registration(dst, n) || crosses_registration(src, n)) return CUDA_ERROR_INVALID_VALUE;
     large_copy_enter(n);
     wait_streams(1);
+    uint64_t began = now_ns();
     if (n) memmove(dst, src, n);
+    if (host_side(dst) == SIDE_PAGEABLE || host_side(src) == SIDE_PAGEABLE) pace_pageable(began, n);
     large_copy_leave(n);
     return CUDA_SUCCESS;
 }
@@ -898,10 +916,18 @@ static CUresult copy_async_in_call(CUstream h, int ptsz, void *dst, const void *
     struct op *op = new_op(OP_COPY, 0);
     if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
     op->u.copy.dst = dst, op->u.copy.src = src, op->u.copy.n = n;
-    if (dst_side == SIDE_PAGEABLE) return submit_and_wait(s, op);
-    if (src_side == SIDE_PAGEABLE && !stage(op, src, n)) {
-        free_op(op);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t began = now_ns();
+    if (dst_side == SIDE_PAGEABLE) {
+        CUresult done = submit_and_wait(s, op);
+        pace_pageable(began, n);
+        return done;
+    }
+    if (src_side == SIDE_PAGEABLE) {
+        if (!stage(op, src, n)) {
+            free_op(op);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        pace_pageable(began, n);
     }
     return submit(s, op, NULL);
 }

@@ -27,6 +27,8 @@
  *    time (the caller may reuse it at once) and the staged copy enqueued; a pageable
  *    destination makes the copy synchronous (after the stream's earlier work). Synchronous
  *    copies wait for the legacy stream and every blocking stream, then copy at call time.
+ *    With HOTPIN_STANDIN_PAGEABLE_GBPS=G, a copy with a pageable side spends at least its
+ *    bytes / G GB/s in the call (a host whose pageable copies are slow).
  *  - Events (record, query, synchronize, stream wait), host functions (cuLaunchHostFunc,
  *    which tests use as kernels: device memory is host memory here), and linear stream
  *    capture into graphs: a pageable copy or a synchronisation on a capturing stream is

@@ -28,7 +28,10 @@
 //! Configuration, read from the environment of the process that loads it:
 //! `HOTPIN_STANDIN_NO_DEVICE=1` makes every call fail with "no device";
 //! `HOTPIN_STANDIN_FAIL_PIN_EVERY=N` makes every Nth pinning call fail with "out of memory";
-//! `HOTPIN_STANDIN_ASYNC_DELAY_US=N` sets the delay above (0: none).
+//! `HOTPIN_STANDIN_ASYNC_DELAY_US=N` sets the delay above (0: none);
+//! `HOTPIN_STANDIN_PAGEABLE_GBPS=G` makes a copy to or from pageable memory spend at least
+//! its bytes / G GB/s in the call, as a host with slow pageable copies would (unset: as fast
+//! as memcpy).
 
 use std::{
     fs, io,

@@ -125,6 +125,16 @@ impl CostModel {
         bytes as f64 / (bandwidth(curve, bytes) * 1e9)
     }
 
+    /// Seconds one copy of `bytes` of pinned memory takes (`to_device`: host to device).
+    pub fn pinned_copy_s(&self, bytes: u64, to_device: bool) -> f64 {
+        let curve = if to_device {
+            &self.h2d_pinned
+        } else {
+            &self.d2h_pinned
+        };
+        Self::copy_s(curve, bytes)
+    }
+
     /// Copy time saved over the recorded run had the memory been pinned, by direction at the
     /// copies' mean size.
     pub fn copy_saving(&self, stats: &TransferStats) -> f64 {

@@ -20,7 +20,9 @@
 //!   about 130 ms, registering and unregistering it about 60, a pinned copy 20), pinning
 //!   before the first copy repays even a block copied once. Once [`TRUSTED_AFTER`] blocks of
 //!   a group (same call site and Python line, same size) were each worth it on their first
-//!   copy, the group's next blocks are pinned before their first copy: layers streamed from
+//!   copy (by the cost model, or by that copy's own measured time, which the interposer takes
+//!   where the model says no: [`Online::measured_copy_repays`]), the group's next blocks are
+//!   pinned before their first copy: layers streamed from
 //!   CPU memory are pinned during the first forward, not after the second. A block pinned so
 //!   that is not copied again within [`TRUST_IDLE_NS`] is let go (a group of blocks each
 //!   copied once, as a model moved to the GPU at start).
@@ -125,6 +127,22 @@ impl Online {
     /// block repays even if it is never copied again.
     pub fn one_copy_repays(&self, bytes: u64, to_device: bool, len: usize) -> bool {
         self.model.copy_saving(&one_copy(bytes, to_device)) > self.pin_cost(len)
+    }
+
+    /// Whether one pageable copy of `bytes` measured at `seconds` (made while its stream had
+    /// nothing else queued) would have saved more, pinned, than pinning a block of `len` bytes
+    /// costs. The model's pageable bandwidth is one machine's (the H100's unless `hotpin
+    /// calibrate` wrote this machine's); the copy's own time is this machine's now (on the
+    /// H200 pageable copies of 4-16 MiB ran at 6-9 GB/s where the H100's model says 11.5-12,
+    /// docs/benchmarks.md section 1).
+    pub fn measured_copy_repays(
+        &self,
+        seconds: f64,
+        bytes: u64,
+        to_device: bool,
+        len: usize,
+    ) -> bool {
+        seconds - self.model.pinned_copy_s(bytes, to_device) > self.pin_cost(len)
     }
 
     /// Whether a pageable block of `len` bytes has lost to its copies what pinning it costs.
@@ -415,6 +433,22 @@ mod tests {
             !groups.claims(&policy, 2 * size, page),
             "too large to be reused for it"
         );
+    }
+
+    #[test]
+    fn a_measured_copy_slower_than_the_model_repays_where_the_model_says_no() {
+        let online = Online::new(CostModel::default());
+        let size = 4 * MIB as u64;
+        // The built-in model: one copy of 4 MiB does not repay its pin.
+        assert!(!online.one_copy_repays(size, true, 4 * MIB));
+        let model_s =
+            size as f64 / (crate::cost::bandwidth(&online.model.h2d_pageable, size) * 1e9);
+        // Measured at the model's own speed: the same answer.
+        assert!(!online.measured_copy_repays(model_s, size, true, 4 * MIB));
+        // At 6 GB/s (the H200's pageable copies of this size in a program): it repays.
+        assert!(online.measured_copy_repays(size as f64 / 6e9, size, true, 4 * MIB));
+        // A slice of a large block still does not repay pinning all of it.
+        assert!(!online.measured_copy_repays(size as f64 / 6e9, size, true, 256 * MIB));
     }
 
     #[test]

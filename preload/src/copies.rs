@@ -74,19 +74,21 @@ fn guarded(
     if !state::LEARNING.load(Ordering::Acquire) {
         return keeping_promises(ranges, stream, layer, |_| call(&[], false)).0;
     }
-    trusting(ranges);
+    let timed = trusting(ranges);
     let (in_call, cuts) = cleared(ranges, false, in_pieces.then_some(stream));
     let epoch = state::EPOCH.load(Ordering::Acquire);
     state::COPIES_IN_CALL.fetch_add(1, Ordering::AcqRel);
     // Inside CUDA until it returns (and is waited for, if it must be); a copy cut in pieces
     // takes a turn for each piece instead.
     let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
+    let clock = Clock::start(timed && cuts.is_empty(), stream);
     let (mut rc, settled) = keeping_promises(ranges, stream, layer, |settling| {
         let rc = call(&cuts, settling);
         // Queued: the pinner thread need not wait for it any longer.
         drop(in_call);
         rc
     });
+    let measured = clock.read();
     drop(copying);
     state::COPIES_IN_CALL.fetch_sub(1, Ordering::AcqRel);
     if rc == 0 && !settled && state::EPOCH.load(Ordering::Acquire) != epoch {
@@ -99,9 +101,32 @@ fn guarded(
         }
     }
     if rc == 0 {
-        count(ranges);
+        count(ranges, measured);
     }
     rc
+}
+
+/// The time a copy takes, where it is worth timing (`Learner::before_first_copy`) and its
+/// stream has nothing queued before it: an asynchronous copy of pageable memory returns once
+/// its source is staged (to the device) or its data is there (from it), and a synchronous
+/// one once complete, so the call's time is the copy's, not the wait for work queued before
+/// it. Not timed: a copy cut in pieces, or one on a stream with work queued (the legacy
+/// stream's query answers for its own work, not for the other streams a synchronous copy
+/// also waits for).
+struct Clock(Option<std::time::Instant>);
+
+impl Clock {
+    fn start(timed: bool, stream: Stream) -> Self {
+        Self(
+            (timed && Busy::enter().is_some_and(|_busy| cuda::idle(stream)))
+                .then(std::time::Instant::now),
+        )
+    }
+
+    /// Seconds since the start, where timed.
+    fn read(&self) -> Option<f64> {
+        self.0.map(|at| at.elapsed().as_secs_f64())
+    }
 }
 
 /// Auto mode, before a copy of `ranges` is made: lets go the registrations it would cross
@@ -149,14 +174,16 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
 
 /// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
 /// is pinned first where its group is trusted (`learning::before_copy`). A copy smaller than the
-/// floor copies no block whole: nothing looked up.
-fn trusting(ranges: &[Range]) {
+/// floor copies no block whole: nothing looked up. Returns whether the copy is worth timing.
+fn trusting(ranges: &[Range]) -> bool {
+    let mut timed = false;
     if host_bytes(ranges) >= FLOOR.load(Ordering::Relaxed)
         && tracked(ranges)
         && let Some(_busy) = Busy::enter()
     {
-        judged(|| learning::before_copy(ranges));
+        judged(|| timed = learning::before_copy(ranges));
     }
+    timed
 }
 
 /// Whether `ranges` may touch a block auto mode tracks: one that touches none teaches it
@@ -167,31 +194,39 @@ fn tracked(ranges: &[Range]) -> bool {
         .any(|&(start, len, _)| start != 0 && TRACKED.may_touch(start, len))
 }
 
-/// Auto mode: counts a completed copy of `ranges`.
-fn count(ranges: &[Range]) {
+/// Auto mode: counts a completed copy of `ranges`, which took `measured` seconds where it
+/// was timed ([`Clock`]).
+fn count(ranges: &[Range], measured: Option<f64>) {
     if !questions::announced(ranges)
         && tracked(ranges)
         && let Some(_busy) = Busy::enter()
     {
-        judged(|| learning::copied(ranges));
+        judged(|| learning::copied(ranges, measured));
     }
 }
 
 /// A synchronous copy (complete when it returns, pinned or not): only counted, in auto mode
 /// (and cut, or what it crosses let go, as [`guarded`] does).
-fn counted(ranges: &[Range], in_pieces: bool, call: impl FnOnce(&[usize], bool) -> c_int) -> c_int {
+fn counted(
+    ranges: &[Range],
+    stream: Stream,
+    in_pieces: bool,
+    call: impl FnOnce(&[usize], bool) -> c_int,
+) -> c_int {
     if state::forked() || guard::in_copy() || !state::LEARNING.load(Ordering::Acquire) {
         return call(&[], false);
     }
-    trusting(ranges);
+    let timed = trusting(ranges);
     let cut_on = in_pieces.then_some(std::ptr::null_mut());
     let (in_call, cuts) = cleared(ranges, false, cut_on);
     let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
+    let clock = Clock::start(timed && cuts.is_empty(), stream);
     let rc = inside(|| call(&cuts, false));
+    let measured = clock.read();
     drop(copying);
     drop(in_call);
     if rc == 0 {
-        count(ranges);
+        count(ranges, measured);
     }
     rc
 }
@@ -351,7 +386,7 @@ macro_rules! copy {
         guarded($ranges, $stream, $layer, $in_pieces, $call)
     };
     (@call counted, $stream:expr, $layer:expr, $ranges:expr, $in_pieces:expr, $call:expr) => {
-        counted($ranges, $in_pieces, $call)
+        counted($ranges, $stream, $in_pieces, $call)
     };
     (@layer runtime) => { Layer::Runtime };
     (@layer driver) => { Layer::Driver };
@@ -390,35 +425,35 @@ type Kind = c_int;
 
 // Synchronous copies: complete when they return, pinned or not; counted in auto mode.
 copy!(CU_HTOD_SYNC = driver cuMemcpyHtoD_v2(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_byte_add(o), l));
-copy!(CU_HTOD_SYNC_PTDS = driver cuMemcpyHtoD_v2_ptds(dst: Dev, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_byte_add(o), l));
+copy!(CU_HTOD_SYNC_PTDS = driver cuMemcpyHtoD_v2_ptds(dst: Dev, src: *const c_void, n: usize), STREAM_PER_THREAD as Stream, counted, [(src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_byte_add(o), l));
 copy!(CU_DTOH_SYNC = driver cuMemcpyDtoH_v2(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_add(o as Dev), l));
-copy!(CU_DTOH_SYNC_PTDS = driver cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_add(o as Dev), l));
+copy!(CU_DTOH_SYNC_PTDS = driver cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: Dev, n: usize), STREAM_PER_THREAD as Stream, counted, [(dst as usize, n, WRITE)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_add(o as Dev), l));
 copy!(CU_COPY_SYNC = driver cuMemcpy(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_add(o as Dev), l));
-copy!(CU_COPY_SYNC_PTDS = driver cuMemcpy_ptds(dst: Dev, src: Dev, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_add(o as Dev), l));
+copy!(CU_COPY_SYNC_PTDS = driver cuMemcpy_ptds(dst: Dev, src: Dev, n: usize), STREAM_PER_THREAD as Stream, counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_add(o as Dev), src.wrapping_add(o as Dev), l));
 copy!(CU_2D_SYNC = driver cuMemcpy2D_v2(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
-copy!(CU_2D_SYNC_PTDS = driver cuMemcpy2D_v2_ptds(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
+copy!(CU_2D_SYNC_PTDS = driver cuMemcpy2D_v2_ptds(c: *const Memcpy2D), STREAM_PER_THREAD as Stream, counted, Memcpy2D::ranges(c));
 copy!(CU_2D_UNALIGNED = driver cuMemcpy2DUnaligned_v2(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
-copy!(CU_2D_UNALIGNED_PTDS = driver cuMemcpy2DUnaligned_v2_ptds(c: *const Memcpy2D), std::ptr::null_mut(), counted, Memcpy2D::ranges(c));
+copy!(CU_2D_UNALIGNED_PTDS = driver cuMemcpy2DUnaligned_v2_ptds(c: *const Memcpy2D), STREAM_PER_THREAD as Stream, counted, Memcpy2D::ranges(c));
 copy!(CU_3D_SYNC = driver cuMemcpy3D_v2(c: *const Memcpy3D), std::ptr::null_mut(), counted, Memcpy3D::ranges(c));
-copy!(CU_3D_SYNC_PTDS = driver cuMemcpy3D_v2_ptds(c: *const Memcpy3D), std::ptr::null_mut(), counted, Memcpy3D::ranges(c));
+copy!(CU_3D_SYNC_PTDS = driver cuMemcpy3D_v2_ptds(c: *const Memcpy3D), STREAM_PER_THREAD as Stream, counted, Memcpy3D::ranges(c));
 copy!(CU_HTOA_SYNC = driver cuMemcpyHtoA_v2(a: *mut c_void, o: usize, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| a, o + at, src.wrapping_byte_add(at), l));
-copy!(CU_HTOA_SYNC_PTDS = driver cuMemcpyHtoA_v2_ptds(a: *mut c_void, o: usize, src: *const c_void, n: usize), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| a, o + at, src.wrapping_byte_add(at), l));
+copy!(CU_HTOA_SYNC_PTDS = driver cuMemcpyHtoA_v2_ptds(a: *mut c_void, o: usize, src: *const c_void, n: usize), STREAM_PER_THREAD as Stream, counted, [(src as usize, n, READ)], pieces(|at, l| a, o + at, src.wrapping_byte_add(at), l));
 copy!(CU_ATOH_SYNC = driver cuMemcpyAtoH_v2(dst: *mut c_void, a: *mut c_void, o: usize, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), a, o + at, l));
-copy!(CU_ATOH_SYNC_PTDS = driver cuMemcpyAtoH_v2_ptds(dst: *mut c_void, a: *mut c_void, o: usize, n: usize), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), a, o + at, l));
+copy!(CU_ATOH_SYNC_PTDS = driver cuMemcpyAtoH_v2_ptds(dst: *mut c_void, a: *mut c_void, o: usize, n: usize), STREAM_PER_THREAD as Stream, counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), a, o + at, l));
 copy!(RT_COPY_SYNC = runtime cudaMemcpy(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k));
-copy!(RT_COPY_SYNC_PTDS = runtime cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k));
+copy!(RT_COPY_SYNC_PTDS = runtime cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, n: usize, k: Kind), STREAM_PER_THREAD as Stream, counted, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k));
 copy!(RT_2D_SYNC = runtime cudaMemcpy2D(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
-copy!(RT_2D_SYNC_PTDS = runtime cudaMemcpy2D_ptds(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_2D_SYNC_PTDS = runtime cudaMemcpy2D_ptds(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), STREAM_PER_THREAD as Stream, counted, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);
 copy!(RT_3D_SYNC = runtime cudaMemcpy3D(p: *const Memcpy3DParms), std::ptr::null_mut(), counted, Memcpy3DParms::ranges(p));
-copy!(RT_3D_SYNC_PTDS = runtime cudaMemcpy3D_ptds(p: *const Memcpy3DParms), std::ptr::null_mut(), counted, Memcpy3DParms::ranges(p));
+copy!(RT_3D_SYNC_PTDS = runtime cudaMemcpy3D_ptds(p: *const Memcpy3DParms), STREAM_PER_THREAD as Stream, counted, Memcpy3DParms::ranges(p));
 copy!(RT_TO_ARRAY_SYNC = runtime cudaMemcpy2DToArray(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(src as usize, sp, w, h, READ)]);
-copy!(RT_TO_ARRAY_SYNC_PTDS = runtime cudaMemcpy2DToArray_ptds(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(src as usize, sp, w, h, READ)]);
+copy!(RT_TO_ARRAY_SYNC_PTDS = runtime cudaMemcpy2DToArray_ptds(a: *mut c_void, x: usize, y: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind), STREAM_PER_THREAD as Stream, counted, [pitched(src as usize, sp, w, h, READ)]);
 copy!(RT_FROM_ARRAY_SYNC = runtime cudaMemcpy2DFromArray(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE)]);
-copy!(RT_FROM_ARRAY_SYNC_PTDS = runtime cudaMemcpy2DFromArray_ptds(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind), std::ptr::null_mut(), counted, [pitched(dst as usize, dp, w, h, WRITE)]);
+copy!(RT_FROM_ARRAY_SYNC_PTDS = runtime cudaMemcpy2DFromArray_ptds(dst: *mut c_void, dp: usize, a: *const c_void, x: usize, y: usize, w: usize, h: usize, k: Kind), STREAM_PER_THREAD as Stream, counted, [pitched(dst as usize, dp, w, h, WRITE)]);
 copy!(RT_TO_SYMBOL_SYNC = runtime cudaMemcpyToSymbol(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| sym, src.wrapping_byte_add(at), l, o + at, k));
-copy!(RT_TO_SYMBOL_SYNC_PTDS = runtime cudaMemcpyToSymbol_ptds(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(src as usize, n, READ)], pieces(|at, l| sym, src.wrapping_byte_add(at), l, o + at, k));
+copy!(RT_TO_SYMBOL_SYNC_PTDS = runtime cudaMemcpyToSymbol_ptds(sym: *const c_void, src: *const c_void, n: usize, o: usize, k: Kind), STREAM_PER_THREAD as Stream, counted, [(src as usize, n, READ)], pieces(|at, l| sym, src.wrapping_byte_add(at), l, o + at, k));
 copy!(RT_FROM_SYMBOL_SYNC = runtime cudaMemcpyFromSymbol(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), sym, l, o + at, k));
-copy!(RT_FROM_SYMBOL_SYNC_PTDS = runtime cudaMemcpyFromSymbol_ptds(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind), std::ptr::null_mut(), counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), sym, l, o + at, k));
+copy!(RT_FROM_SYMBOL_SYNC_PTDS = runtime cudaMemcpyFromSymbol_ptds(dst: *mut c_void, sym: *const c_void, n: usize, o: usize, k: Kind), STREAM_PER_THREAD as Stream, counted, [(dst as usize, n, WRITE)], pieces(|at, l| dst.wrapping_byte_add(at), sym, l, o + at, k));
 copy!(RT_COPY = runtime cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), s, guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k, s));
 copy!(RT_COPY_PTSZ = runtime cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, n: usize, k: Kind, s: Stream), per_thread(s), guarded, [(dst as usize, n, WRITE), (src as usize, n, READ)], pieces(|o, l| dst.wrapping_byte_add(o), src.wrapping_byte_add(o), l, k, s));
 copy!(RT_2D = runtime cudaMemcpy2DAsync(dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, k: Kind, s: Stream), s, guarded, [pitched(dst as usize, dp, w, h, WRITE), pitched(src as usize, sp, w, h, READ)]);

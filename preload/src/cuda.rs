@@ -388,6 +388,19 @@ pub fn synchronize(stream: Stream) -> c_int {
     }
 }
 
+type StreamQuery = unsafe extern "C" fn(Stream) -> c_int;
+static CU_STREAM_QUERY: Real = Real::driver(c"cuStreamQuery");
+
+/// Whether everything queued on `stream` so far is done (false where it cannot be told).
+pub fn idle(stream: Stream) -> bool {
+    // SAFETY: CU_STREAM_QUERY is cuStreamQuery, of this type.
+    match unsafe { function::<StreamQuery>(&CU_STREAM_QUERY) } {
+        // SAFETY: a stream the program is about to queue a copy on.
+        Some(query) => unsafe { query(stream) == 0 },
+        None => false,
+    }
+}
+
 /// Whether `stream` is being captured into a graph.
 pub fn capturing(stream: Stream) -> bool {
     // SAFETY: CU_STREAM_IS_CAPTURING is cuStreamIsCapturing, of this type.

@@ -20,11 +20,11 @@ use crate::{
 /// dense ones under the budget). A range that touched no tracked block is remembered as
 /// such on this thread (`Regions::missed`), so that its next copies skip the lock while no
 /// block is tracked or let go.
-pub fn copied(ranges: &[(usize, usize, bool)]) {
+pub fn copied(ranges: &[(usize, usize, bool)], measured: Option<f64>) {
     // Read before the lookup: a block tracked after it makes the miss stale.
     let generation = TRACKED.generation();
     let decisions = learn_from(ranges, |learner, start, len, reads, decisions| {
-        if !learner.copied(start, len, reads, decisions) {
+        if !learner.copied(start, len, reads, measured, decisions) {
             TRACKED.missed(start, len, generation);
         }
     });
@@ -33,8 +33,15 @@ pub fn copied(ranges: &[(usize, usize, bool)]) {
 
 /// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
 /// is pinned first, on this thread, where its group is trusted (`Learner::before_first_copy`).
-pub fn before_copy(ranges: &[(usize, usize, bool)]) {
-    carry_out(learn_from(ranges, Learner::before_first_copy), true);
+/// Returns whether the copy is worth timing (the first copy of a block whose group's trust
+/// its measured time may earn).
+pub fn before_copy(ranges: &[(usize, usize, bool)]) -> bool {
+    let mut timed = false;
+    let decisions = learn_from(ranges, |learner, start, len, reads, decisions| {
+        timed |= learner.before_first_copy(start, len, reads, decisions);
+    });
+    carry_out(decisions, true);
+    timed
 }
 
 /// What the learner's `look` at each of `ranges` (address, length, read by the copy)

@@ -426,9 +426,17 @@ impl Learner {
     }
 
     /// The copy of `[start, start + len)` (`reads`: to the device) completed: the heat of
-    /// the block it touched counted, and what that decides. False where it touched no block
-    /// tracked (nothing counted).
-    pub fn copied(&mut self, start: usize, len: usize, reads: bool, out: &mut Decisions) -> bool {
+    /// the block it touched counted, and what that decides. `measured`: the seconds the copy
+    /// took, where it was timed (its stream idle before it; `before_first_copy` says which
+    /// copies are). False where it touched no block tracked (nothing counted).
+    pub fn copied(
+        &mut self,
+        start: usize,
+        len: usize,
+        reads: bool,
+        measured: Option<f64>,
+        out: &mut Decisions,
+    ) -> bool {
         let now = self.now_ns();
         let end = start.saturating_add(len.max(1));
         let Some((&base, block)) = self.blocks.range_mut(..end).next_back() else {
@@ -441,7 +449,13 @@ impl Learner {
         let bytes = (block_end.min(end) - base.max(start)) as u64;
         block.touched(base, start, end);
         let one = block.heat.copy(&self.online, bytes, reads, now);
-        if block.heat.stats.transfers == 1 && self.online.one_copy_repays(bytes, reads, block.size)
+        if block.heat.stats.transfers == 1
+            && (self.online.one_copy_repays(bytes, reads, block.size)
+                || block.pin == Pin::Pageable
+                    && measured.is_some_and(|seconds| {
+                        self.online
+                            .measured_copy_repays(seconds, bytes, reads, block.size)
+                    }))
         {
             self.groups
                 .first_copy_repaid(&block.group, block.size as u64);
@@ -476,17 +490,20 @@ impl Learner {
     /// Before the copy of `[start, start + len)` (`reads`: to the device) is made: the block
     /// it copies whole for the first time is pinned first (decided into `out`, for the
     /// caller to register before it lets the copy go), where its group is trusted (or the
-    /// history found it handing its pin on) and this copy alone repays the pin
-    /// (`hotpin_policy::online`, "Trusted groups").
+    /// history found it handing its pin on, and this copy alone repays the pin by the cost
+    /// model) (`hotpin_policy::online`, "Trusted groups"). Returns whether the copy is worth
+    /// timing: the first copy of a pageable block whose group is not trusted, where the cost
+    /// model says that one copy does not repay the pin. Its measured time may say otherwise
+    /// ([`Learner::copied`]): the model is one machine's.
     pub fn before_first_copy(
         &mut self,
         start: usize,
         len: usize,
         reads: bool,
         out: &mut Decisions,
-    ) {
+    ) -> bool {
         let Some((&base, block)) = self.blocks.range(..=start).next_back() else {
-            return;
+            return false;
         };
         if block.first_copy == FirstCopy::Whole {
             // The history pins the whole block: any first copy of it pins it, before it.
@@ -501,21 +518,28 @@ impl Learner {
                     block.first_copy = FirstCopy::OnTrust;
                 }
             }
-            return;
+            return false;
         }
-        // Copied whole: a slice would pin what it does not copy.
-        if start != base
-            || len < block.size
+        if start >= base + block.size
             || block.pin != Pin::Pageable
             || block.heat.stats.transfers != 0
             || block.first_copy == FirstCopy::Cold
-            || !(block.first_copy == FirstCopy::HandsOn
-                || self.groups.trusted(&block.group, block.size as u64))
-            || !self
-                .online
-                .one_copy_repays(block.size as u64, reads, block.size)
         {
-            return;
+            return false;
+        }
+        let size = block.size;
+        // A trusted group earned it with first copies of blocks of this size that each
+        // repaid the pin, by the model or by their measured time.
+        let trusted = self.groups.trusted(&block.group, size as u64);
+        let modelled = self.online.one_copy_repays(size as u64, reads, size);
+        if !trusted && block.first_copy != FirstCopy::HandsOn {
+            return !self
+                .online
+                .one_copy_repays(len.min(base + size - start) as u64, reads, size);
+        }
+        // Copied whole: a slice would pin what it does not copy.
+        if start != base || len < size || !(trusted || modelled) {
+            return false;
         }
         let now = self.now_ns();
         if self.consider(base, now, out, Counted::Plain, false)
@@ -529,6 +553,7 @@ impl Learner {
                 self.trusted_pins += 1;
             }
         }
+        false
     }
 
     /// From a history (`HOTPIN_AHEAD`), on the pinner thread shortly after the block of

@@ -198,7 +198,7 @@ fn shown_to_framework(ptr: usize) -> usize {
             Shown::Staged(start, size) => {
                 QUESTIONS_STAGED.fetch_add(1, Ordering::Relaxed);
                 ANNOUNCED.set((start, size));
-                learning::copied(&[(start, size, true)]);
+                learning::copied(&[(start, size, true)], None);
                 // Pinned whole by that count, on this thread: shown at once, so the framework
                 // copies it directly from now, and its staging buffers are let go.
                 if matches!(shown(ptr), Shown::Truth) {

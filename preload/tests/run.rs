@@ -788,6 +788,37 @@ fn a_trusted_group_is_pinned_before_its_first_copy() {
     assert_eq!(c["register_failures"], 0, "{c}");
 }
 
+/// Layers of 4 MiB (accelerate's smaller weights) on a host whose pageable copies run at 1.5
+/// GB/s (the stand-in paced so, `HOTPIN_STANDIN_PAGEABLE_GBPS`). The built-in cost model (the
+/// H100's, 11.5 GB/s at this size) says one copy of 4 MiB does not repay registering it, so
+/// no group was ever trusted and each layer waited for its second copy (#43's accelerate
+/// first run on the H200, whose pageable copies of these sizes ran at 6-9 GB/s). The first
+/// copy of each block is now timed where its stream is idle, and its measured time earns
+/// the group's trust: the other four are pinned before their first copy.
+#[test]
+fn a_first_copy_measured_slow_earns_its_group_trust() {
+    let setup = setup_program("auto-measured", "online");
+    let prefix = setup.dir.join("measured-report");
+    let args: Vec<&Path> = ["layers", "4", "6", "4"].iter().map(Path::new).collect();
+    let paced = Path::new("1.5");
+    let output = hotpin_run_env(
+        &setup,
+        &[
+            "--budget",
+            "1G",
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &args,
+        &[("HOTPIN_STANDIN_PAGEABLE_GBPS", paced)],
+    );
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    assert_eq!(c["trusted_pins"], 4, "{c}");
+    assert_eq!(c["trusted_let_go"], 0, "{c}");
+    assert_eq!(c["register_failures"], 0, "{c}");
+}
+
 /// The same group copied once and then left idle (a model moved to the GPU at the start):
 /// the blocks pinned on the group's trust are let go once not copied again for a second, so
 /// the first run holds pinned no more than what it still copies.
