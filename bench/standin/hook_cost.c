@@ -12,7 +12,10 @@
  *           buffers share its 2 MiB region: untracked memory next to tracked memory, as
  *           PyTorch's small CPU tensors are;
  *   scalar N: as copies, after a pinned request of 4 bytes (cudaHostAlloc, kept to the end),
- *           as PyTorch's `.item()` makes through its caching host allocator.
+ *           as PyTorch's `.item()` makes through its caching host allocator;
+ *   async N: as copies, but each copy is cudaMemcpyAsync on the legacy stream and then
+ *           cudaStreamSynchronize, as PyTorch's `.cuda()` and `.cpu()` of a pageable tensor
+ *           make it.
  * Prints one JSON line: the phase, its calls (to the CUDA runtime or the allocator), seconds,
  * checks, mismatches.
  * Usage: hook_cost PHASE N */
@@ -29,6 +32,8 @@ cudaError_t cudaMalloc(void **ptr, size_t size);
 cudaError_t cudaFree(void *ptr);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, void *stream);
+cudaError_t cudaStreamSynchronize(void *stream);
 
 static double now(void) {
     struct timespec ts;
@@ -77,6 +82,15 @@ int main(int argc, char **argv) {
             mismatches += back[0] != (unsigned char)(i + 1) || back[SMALL - 1] != (unsigned char)(i + 1);
         }
         calls = 2 * n_max;
+    } else if (strcmp(phase, "async") == 0) {
+        for (long n = 0; n < n_max; n++) {
+            int i = n % BUFFERS;
+            if (cudaMemcpyAsync(dev, host[i], SMALL, cudaMemcpyHostToDevice, 0) != 0 || cudaStreamSynchronize(0) != 0) return 3;
+            if (cudaMemcpyAsync(back, dev, SMALL, cudaMemcpyDeviceToHost, 0) != 0 || cudaStreamSynchronize(0) != 0) return 3;
+            checks++;
+            mismatches += back[0] != (unsigned char)(i + 1) || back[SMALL - 1] != (unsigned char)(i + 1);
+        }
+        calls = 2 * n_max;
     } else if (strcmp(phase, "allocs") == 0) {
         uint64_t sum = 0, expected = 0;
         for (long n = 0; n < n_max; n++) {
@@ -101,7 +115,7 @@ int main(int argc, char **argv) {
         }
         calls = 2 * n_max;
     } else {
-        fprintf(stderr, "hook_cost: no phase %s (copies, allocs, large, beside, scalar)\n", phase);
+        fprintf(stderr, "hook_cost: no phase %s (copies, async, allocs, large, beside, scalar)\n", phase);
         return 2;
     }
     double t1 = now();

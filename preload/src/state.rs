@@ -45,6 +45,12 @@ pub static FLOOR: AtomicUsize = AtomicUsize::new(usize::MAX);
 pub static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Whether any block is registered by us: frees look nothing up until one is.
 pub static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// How many blocks we registered behind the program's back now (`State::registered`'s
+/// length, kept by [`State::note_registered`] and [`State::forget_registered`] under the
+/// lock, before the registration's `EPOCH`): while none is, a copy has no promise of
+/// pageable memory to keep for them and looks nothing up. Not [`ACTIVE`], which auto mode
+/// sets at its start so that frees are looked up.
+pub static HIDDEN: AtomicUsize = AtomicUsize::new(0);
 /// Whether any block the program believes pinned is pageable (a demoted request or a
 /// registration not carried out): until one is, copies and questions about pointers look
 /// nothing up for it.
@@ -609,6 +615,8 @@ impl State {
     pub(crate) fn note_registered(&mut self, start: usize, len: usize) {
         if let Some(old) = self.registered.insert(start, len) {
             self.registered_bytes -= old as u64;
+        } else {
+            HIDDEN.fetch_add(1, Ordering::AcqRel);
         }
         self.registered_bytes += len as u64;
     }
@@ -621,6 +629,7 @@ impl State {
     /// `allocations::free_demoted`, `State::take_cache`, `learning::give_back`).
     pub(crate) fn forget_registered(&mut self, start: usize) -> Option<usize> {
         let size = self.registered.remove(&start)?;
+        HIDDEN.fetch_sub(1, Ordering::AcqRel);
         self.registered_bytes -= size as u64;
         if self.learner.is_none() {
             self.own_budget.release(size as u64);

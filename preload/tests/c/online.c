@@ -44,7 +44,9 @@
  *          buffers of 16 KiB and a result buffer of 16 KiB made between them, all from the
  *          heap (mallopt: no mmap under 64 MiB), so that every small buffer shares a 2 MiB
  *          region with a tracked block, as PyTorch's small CPU tensors share the heap with
- *          larger ones; each small buffer copied there and back 100 times (3,200 copies).
+ *          larger ones; each small buffer copied there and back 100 times (3,200 copies);
+ *          with a third argument `async`, each copy is cudaMemcpyAsync and a stream sync, as
+ *          PyTorch makes them.
  *   scalar [MIB]: a pinned request of 4 bytes (cudaHostAlloc, no flags), kept to the end, as
  *          PyTorch's `.item()` reads a scalar through one from its caching host allocator: at
  *          every step (40) a malloc'd buffer of MIB MiB is copied there and back, and a scalar
@@ -405,11 +407,19 @@ int main(int argc, char **argv) {
         char *above = (char *)malloc(2 * MIB);
         memset(below, 1, 2 * MIB);
         memset(above, 2, 2 * MIB);
+        int async = argc > 3 && strcmp(argv[3], "async") == 0;
         for (unsigned step = 0; step < 100; step++) {
             for (int i = 0; i < BUFFERS; i++) {
                 fill(small[i], SMALL, step, (unsigned)i);
-                CUDA_OK(cudaMemcpy(device, small[i], SMALL, cudaMemcpyHostToDevice));
-                CUDA_OK(cudaMemcpy(back, device, SMALL, cudaMemcpyDeviceToHost));
+                if (async) {
+                    CUDA_OK(cudaMemcpyAsync(device, small[i], SMALL, cudaMemcpyHostToDevice, stream));
+                    CUDA_OK(cudaStreamSynchronize(stream));
+                    CUDA_OK(cudaMemcpyAsync(back, device, SMALL, cudaMemcpyDeviceToHost, stream));
+                    CUDA_OK(cudaStreamSynchronize(stream));
+                } else {
+                    CUDA_OK(cudaMemcpy(device, small[i], SMALL, cudaMemcpyHostToDevice));
+                    CUDA_OK(cudaMemcpy(back, device, SMALL, cudaMemcpyDeviceToHost));
+                }
                 tally_check(&t, step, count_wrong(back, SMALL, step, (unsigned)i));
             }
         }
