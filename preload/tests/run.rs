@@ -797,23 +797,13 @@ fn a_trusted_group_is_pinned_before_its_first_copy() {
 /// the group's trust: the other four are pinned before their first copy.
 #[test]
 fn a_first_copy_measured_slow_earns_its_group_trust() {
-    let setup = setup_program("auto-measured", "online");
-    let prefix = setup.dir.join("measured-report");
-    let args: Vec<&Path> = ["layers", "4", "6", "4"].iter().map(Path::new).collect();
     let paced = Path::new("1.5");
-    let output = hotpin_run_env(
-        &setup,
-        &[
-            "--budget",
-            "1G",
-            "--report",
-            prefix.to_str().expect("UTF-8"),
-        ],
-        &args,
+    let c = online_with_budget_env(
+        "measured",
+        "1G",
+        &["layers", "4", "6", "4"],
         &[("HOTPIN_STANDIN_PAGEABLE_GBPS", paced)],
     );
-    assert_computed_right(&output);
-    let c = counters(&prefix);
     assert_eq!(c["trusted_pins"], 4, "{c}");
     assert_eq!(c["trusted_let_go"], 0, "{c}");
     assert_eq!(c["register_failures"], 0, "{c}");
@@ -1403,10 +1393,15 @@ fn with_ahead_a_history_registers_its_blocks_off_the_program_thread_before_their
 /// `hotpin run --budget BUDGET -- online ARGS` (auto mode) on the stand-in, in a folder named
 /// for `name`: the program's data checked; hotpin's counters.
 fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {
+    online_with_budget_env(name, budget, args, &[])
+}
+
+/// [`online_with_budget`] with more environment variables.
+fn online_with_budget_env(name: &str, budget: &str, args: &[&str], env: &[(&str, &Path)]) -> Value {
     let setup = setup_program(&format!("auto-{name}"), "online");
     let prefix = setup.dir.join(format!("{name}-report"));
     let args: Vec<&Path> = args.iter().map(Path::new).collect();
-    let output = hotpin_run_with(
+    let output = hotpin_run_env(
         &setup,
         &[
             "--budget",
@@ -1415,6 +1410,7 @@ fn online_with_budget(name: &str, budget: &str, args: &[&str]) -> Value {
             prefix.to_str().expect("UTF-8"),
         ],
         &args,
+        env,
     );
     assert_computed_right(&output);
     counters(&prefix)
