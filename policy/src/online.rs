@@ -255,8 +255,10 @@ struct Group {
     /// A block was made after one was freed: the group makes blocks again and again (a
     /// step's result), not a set made once (a model's layers).
     reborn: bool,
-    /// Blocks whose first copy alone was worth pinning them before it.
+    /// Blocks whose first copy alone was worth pinning them before it, and blocks whose
+    /// first copy (of a pageable block) was not.
     first_copies_repaid: u64,
+    first_copies_not_repaid: u64,
     /// What every copy of any of its blocks saved, decayed as a block's [`Heat`] is.
     decayed_saving_s: f64,
     updated_ns: u64,
@@ -347,11 +349,21 @@ impl<K: std::hash::Hash + Eq + Clone> Groups<K> {
         self.group_mut(site, size).first_copies_repaid += 1;
     }
 
+    /// One of its pageable blocks was copied for the first time and timed, and that copy
+    /// alone was not worth pinning it before (by the model nor by its measured time).
+    pub fn first_copy_not_repaid(&mut self, site: &K, size: u64) {
+        self.group_mut(site, size).first_copies_not_repaid += 1;
+    }
+
     /// Whether the group's blocks are pinned before their first copy: [`TRUSTED_AFTER`] of
-    /// them were each worth it on their own first copy.
+    /// them were each worth it on their own first copy, and more were than were not (a first
+    /// copy's measured time can read slow where it waited on other work: two such must not
+    /// trust a group whose other first copies say no).
     pub fn trusted(&self, site: &K, size: u64) -> bool {
-        self.group(site, size)
-            .is_some_and(|group| group.first_copies_repaid >= TRUSTED_AFTER)
+        self.group(site, size).is_some_and(|group| {
+            group.first_copies_repaid >= TRUSTED_AFTER
+                && group.first_copies_repaid > group.first_copies_not_repaid
+        })
     }
 
     /// Whether the next block of this group is to be pinned at birth: its retired blocks
@@ -433,6 +445,20 @@ mod tests {
             !groups.claims(&policy, 2 * size, page),
             "too large to be reused for it"
         );
+    }
+
+    #[test]
+    fn a_group_whose_first_copies_mostly_did_not_repay_is_not_trusted() {
+        let mut groups: Groups<&str> = Groups::new();
+        for _ in 0..3 {
+            groups.first_copy_not_repaid(&"layers", 4 << 20);
+        }
+        groups.first_copy_repaid(&"layers", 4 << 20);
+        groups.first_copy_repaid(&"layers", 4 << 20);
+        assert!(!groups.trusted(&"layers", 4 << 20), "two of five");
+        groups.first_copy_repaid(&"layers", 4 << 20);
+        groups.first_copy_repaid(&"layers", 4 << 20);
+        assert!(groups.trusted(&"layers", 4 << 20), "four of seven");
     }
 
     #[test]

@@ -86,9 +86,9 @@ fn guarded(
     // Inside CUDA until it returns (and is waited for, if it must be); a copy cut in pieces
     // takes a turn for each piece instead.
     let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
-    let clock = Clock::start(timed && cuts.is_empty(), stream);
+    let mut clock = Clock::new(timed.filter(|_| cuts.is_empty()), stream);
     let (mut rc, settled) = keeping_promises(ranges, stream, layer, |settling| {
-        let rc = call(&cuts, settling);
+        let rc = clock.time(|| call(&cuts, settling));
         // Queued: the pinner thread need not wait for it any longer.
         drop(in_call);
         rc
@@ -111,26 +111,47 @@ fn guarded(
     rc
 }
 
-/// The time a copy takes, where it is worth timing (`Learner::before_first_copy`) and its
-/// stream has nothing queued before it: an asynchronous copy of pageable memory returns once
-/// its source is staged (to the device) or its data is there (from it), and a synchronous
-/// one once complete, so the call's time is the copy's, not the wait for work queued before
-/// it. Not timed: a copy cut in pieces, or one on a stream with work queued (the legacy
-/// stream's query answers for its own work, not for the other streams a synchronous copy
-/// also waits for).
-struct Clock(Option<std::time::Instant>);
+/// The time a copy takes, where it is the first copy of a block worth timing
+/// (`Learner::before_first_copy`) and its stream is not being captured and has nothing
+/// queued before it: an asynchronous copy of pageable memory returns once its source is
+/// staged (to the device) or its data is there (from it), and a synchronous one once
+/// complete, so the call's time is the copy's, not the wait for work queued before it. Only
+/// the CUDA call is timed, not hotpin's lookups around it. Not timed: a copy cut in pieces, a
+/// copy on a stream being captured (a query there would end the capture), or one on a stream
+/// with work queued (the legacy stream's query answers for its own work, not for the other
+/// blocking streams a copy on it also waits for).
+struct Clock {
+    block: Option<usize>,
+    seconds: Option<f64>,
+}
 
 impl Clock {
-    fn start(timed: bool, stream: Stream) -> Self {
-        Self(
-            (timed && Busy::enter().is_some_and(|_busy| cuda::idle(stream)))
-                .then(std::time::Instant::now),
-        )
+    fn new(block: Option<usize>, stream: Stream) -> Self {
+        let quiet = || {
+            Busy::enter().is_some_and(|_busy| {
+                cuda::with_relaxed_capture(|| cuda::not_capturing(stream) && cuda::idle(stream))
+            })
+        };
+        Self {
+            block: block.filter(|_| quiet()),
+            seconds: None,
+        }
     }
 
-    /// Seconds since the start, where timed.
-    fn read(&self) -> Option<f64> {
-        self.0.map(|at| at.elapsed().as_secs_f64())
+    /// Makes the copy `call`, timed where the clock runs.
+    fn time(&mut self, call: impl FnOnce() -> c_int) -> c_int {
+        if self.block.is_none() {
+            return call();
+        }
+        let began = std::time::Instant::now();
+        let rc = call();
+        self.seconds = Some(began.elapsed().as_secs_f64());
+        rc
+    }
+
+    /// The block timed and the seconds its copy took, where it was.
+    fn read(&self) -> Option<(usize, f64)> {
+        self.block.zip(self.seconds)
     }
 }
 
@@ -179,9 +200,10 @@ fn cleared(ranges: &[Range], all: bool, cut_on: Option<Stream>) -> (chunks::InCa
 
 /// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
 /// is pinned first where its group is trusted (`learning::before_copy`). A copy smaller than the
-/// floor copies no block whole: nothing looked up. Returns whether the copy is worth timing.
-fn trusting(ranges: &[Range]) -> bool {
-    let mut timed = false;
+/// floor copies no block whole: nothing looked up. Returns the block whose first copy this
+/// is worth timing, if any.
+fn trusting(ranges: &[Range]) -> Option<usize> {
+    let mut timed = None;
     if host_bytes(ranges) >= FLOOR.load(Ordering::Relaxed)
         && tracked(ranges)
         && let Some(_busy) = Busy::enter()
@@ -214,9 +236,9 @@ fn tracked(ranges: &[Range]) -> bool {
         .any(|&(start, len, _)| start != 0 && TRACKED.may_touch(start, len))
 }
 
-/// Auto mode: counts a completed copy of `ranges`, which took `measured` seconds where it
-/// was timed ([`Clock`]).
-fn count(ranges: &[Range], measured: Option<f64>) {
+/// Auto mode: counts a completed copy of `ranges`; `measured`: the block whose first copy it
+/// was and the seconds it took, where it was timed ([`Clock`]).
+fn count(ranges: &[Range], measured: Option<(usize, f64)>) {
     if !questions::announced(ranges)
         && tracked(ranges)
         && let Some(_busy) = Busy::enter()
@@ -244,8 +266,8 @@ fn counted(
     let cut_on = in_pieces.then_some(std::ptr::null_mut());
     let (in_call, cuts) = cleared(ranges, false, cut_on);
     let copying = cuts.is_empty().then(|| turns::copying(host_bytes(ranges)));
-    let clock = Clock::start(timed && cuts.is_empty(), stream);
-    let rc = inside(|| call(&cuts, false));
+    let mut clock = Clock::new(timed.filter(|_| cuts.is_empty()), stream);
+    let rc = inside(|| clock.time(|| call(&cuts, false)));
     let measured = clock.read();
     drop(copying);
     drop(in_call);

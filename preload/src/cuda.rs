@@ -367,6 +367,8 @@ pub const STREAM_PER_THREAD: usize = 2;
 pub const ERROR_CAPTURE_UNSUPPORTED: c_int = 900;
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
 const CAPTURE_ACTIVE: c_int = 1;
+/// `CU_STREAM_CAPTURE_STATUS_NONE`.
+const CAPTURE_NONE: c_int = 0;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: c_int = 2;
 
@@ -391,7 +393,10 @@ pub fn synchronize(stream: Stream) -> c_int {
 type StreamQuery = unsafe extern "C" fn(Stream) -> c_int;
 static CU_STREAM_QUERY: Real = Real::driver(c"cuStreamQuery");
 
-/// Whether everything queued on `stream` so far is done (false where it cannot be told).
+/// Whether everything queued on `stream` so far is done (false where it cannot be told). Not
+/// to be asked of a stream being captured (the query would end the capture: see
+/// `not_capturing`), and from a thread whose capture mode is relaxed
+/// (`with_relaxed_capture`), so that another thread's capture in global mode is not ended.
 pub fn idle(stream: Stream) -> bool {
     // SAFETY: CU_STREAM_QUERY is cuStreamQuery, of this type.
     match unsafe { function::<StreamQuery>(&CU_STREAM_QUERY) } {
@@ -399,6 +404,20 @@ pub fn idle(stream: Stream) -> bool {
         Some(query) => unsafe { query(stream) == 0 },
         None => false,
     }
+}
+
+/// Whether `stream` is known not to be captured into a graph: its capture status read, and
+/// none. False where it cannot be read (the legacy stream answers with an error while another
+/// thread captures in global mode).
+pub fn not_capturing(stream: Stream) -> bool {
+    // SAFETY: CU_STREAM_IS_CAPTURING is cuStreamIsCapturing, of this type.
+    let Some(is_capturing) = (unsafe { function::<StreamIsCapturing>(&CU_STREAM_IS_CAPTURING) })
+    else {
+        return false;
+    };
+    let mut status = CAPTURE_ACTIVE;
+    // SAFETY: a stream the program passed to a copy, and an out-pointer to a local.
+    unsafe { is_capturing(stream, &mut status) == 0 && status == CAPTURE_NONE }
 }
 
 /// Whether `stream` is being captured into a graph.

@@ -20,7 +20,7 @@ use crate::{
 /// dense ones under the budget). A range that touched no tracked block is remembered as
 /// such on this thread (`Regions::missed`), so that its next copies skip the lock while no
 /// block is tracked or let go.
-pub fn copied(ranges: &[(usize, usize, bool)], measured: Option<f64>) {
+pub fn copied(ranges: &[(usize, usize, bool)], measured: Option<(usize, f64)>) {
     // Read before the lookup: a block tracked after it makes the miss stale.
     let generation = TRACKED.generation();
     let decisions = learn_from(ranges, |learner, start, len, reads, decisions| {
@@ -33,12 +33,13 @@ pub fn copied(ranges: &[(usize, usize, bool)], measured: Option<f64>) {
 
 /// Auto mode, before a copy of `ranges` is made: a block it copies whole for the first time
 /// is pinned first, on this thread, where its group is trusted (`Learner::before_first_copy`).
-/// Returns whether the copy is worth timing (the first copy of a block whose group's trust
-/// its measured time may earn).
-pub fn before_copy(ranges: &[(usize, usize, bool)]) -> bool {
-    let mut timed = false;
+/// Returns the block whose first copy this is worth timing, if any (one whose group's trust
+/// its measured time may earn; the first such of the copy's ranges).
+pub fn before_copy(ranges: &[(usize, usize, bool)]) -> Option<usize> {
+    let mut timed = None;
     let decisions = learn_from(ranges, |learner, start, len, reads, decisions| {
-        timed |= learner.before_first_copy(start, len, reads, decisions);
+        let block = learner.before_first_copy(start, len, reads, decisions);
+        timed = timed.or(block);
     });
     carry_out(decisions, true);
     timed

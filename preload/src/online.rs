@@ -426,15 +426,16 @@ impl Learner {
     }
 
     /// The copy of `[start, start + len)` (`reads`: to the device) completed: the heat of
-    /// the block it touched counted, and what that decides. `measured`: the seconds the copy
-    /// took, where it was timed (its stream idle before it; `before_first_copy` says which
-    /// copies are). False where it touched no block tracked (nothing counted).
+    /// the block it touched counted, and what that decides. `measured`: the block whose first
+    /// copy was timed (`before_first_copy` says which) and the seconds the copy took, where it
+    /// was (its stream idle before it). False where it touched no block tracked (nothing
+    /// counted).
     pub fn copied(
         &mut self,
         start: usize,
         len: usize,
         reads: bool,
-        measured: Option<f64>,
+        measured: Option<(usize, f64)>,
         out: &mut Decisions,
     ) -> bool {
         let now = self.now_ns();
@@ -449,16 +450,25 @@ impl Learner {
         let bytes = (block_end.min(end) - base.max(start)) as u64;
         block.touched(base, start, end);
         let one = block.heat.copy(&self.online, bytes, reads, now);
-        if block.heat.stats.transfers == 1
-            && (self.online.one_copy_repays(bytes, reads, block.size)
+        if block.heat.stats.transfers == 1 {
+            let repaid = self.online.one_copy_repays(bytes, reads, block.size)
                 || block.pin == Pin::Pageable
-                    && measured.is_some_and(|seconds| {
-                        self.online
-                            .measured_copy_repays(seconds, bytes, reads, block.size)
-                    }))
-        {
-            self.groups
-                .first_copy_repaid(&block.group, block.size as u64);
+                    && measured.is_some_and(|(timed, seconds)| {
+                        timed == base
+                            && self
+                                .online
+                                .measured_copy_repays(seconds, bytes, reads, block.size)
+                    });
+            if repaid {
+                self.groups
+                    .first_copy_repaid(&block.group, block.size as u64);
+            } else if measured.is_some_and(|(timed, _)| timed == base) {
+                // Timed, and its time says no as the model does: counted against the group's
+                // trust, which a copy that waited on other work and read slow may have given.
+                // A copy not timed (its stream busy) says nothing either way.
+                self.groups
+                    .first_copy_not_repaid(&block.group, block.size as u64);
+            }
         }
         let saving = self.online.model.copy_saving(&one);
         self.groups
@@ -491,20 +501,18 @@ impl Learner {
     /// it copies whole for the first time is pinned first (decided into `out`, for the
     /// caller to register before it lets the copy go), where its group is trusted (or the
     /// history found it handing its pin on, and this copy alone repays the pin by the cost
-    /// model) (`hotpin_policy::online`, "Trusted groups"). Returns whether the copy is worth
-    /// timing: the first copy of a pageable block whose group is not trusted, where the cost
-    /// model says that one copy does not repay the pin. Its measured time may say otherwise
-    /// ([`Learner::copied`]): the model is one machine's.
+    /// model) (`hotpin_policy::online`, "Trusted groups"). Returns the block whose first copy
+    /// this is worth timing, if any: a pageable block whose group is not trusted, where the
+    /// cost model says that one copy does not repay the pin. Its measured time may say
+    /// otherwise ([`Learner::copied`]): the model is one machine's.
     pub fn before_first_copy(
         &mut self,
         start: usize,
         len: usize,
         reads: bool,
         out: &mut Decisions,
-    ) -> bool {
-        let Some((&base, block)) = self.blocks.range(..=start).next_back() else {
-            return false;
-        };
+    ) -> Option<usize> {
+        let (&base, block) = self.blocks.range(..=start).next_back()?;
         if block.first_copy == FirstCopy::Whole {
             // The history pins the whole block: any first copy of it pins it, before it.
             if start < base + block.size
@@ -518,14 +526,14 @@ impl Learner {
                     block.first_copy = FirstCopy::OnTrust;
                 }
             }
-            return false;
+            return None;
         }
         if start >= base + block.size
             || block.pin != Pin::Pageable
             || block.heat.stats.transfers != 0
             || block.first_copy == FirstCopy::Cold
         {
-            return false;
+            return None;
         }
         let size = block.size;
         // A trusted group earned it with first copies of blocks of this size that each
@@ -533,13 +541,12 @@ impl Learner {
         let trusted = self.groups.trusted(&block.group, size as u64);
         let modelled = self.online.one_copy_repays(size as u64, reads, size);
         if !trusted && block.first_copy != FirstCopy::HandsOn {
-            return !self
-                .online
-                .one_copy_repays(len.min(base + size - start) as u64, reads, size);
+            let bytes = len.min(base + size - start) as u64;
+            return (!self.online.one_copy_repays(bytes, reads, size)).then_some(base);
         }
         // Copied whole: a slice would pin what it does not copy.
         if start != base || len < size || !(trusted || modelled) {
-            return false;
+            return None;
         }
         let now = self.now_ns();
         if self.consider(base, now, out, Counted::Plain, false)
@@ -553,7 +560,7 @@ impl Learner {
                 self.trusted_pins += 1;
             }
         }
-        false
+        None
     }
 
     /// From a history (`HOTPIN_AHEAD`), on the pinner thread shortly after the block of

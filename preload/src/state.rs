@@ -629,6 +629,13 @@ impl State {
     /// `allocations::free_demoted`, `State::take_cache`, `learning::give_back`).
     pub(crate) fn forget_registered(&mut self, start: usize) -> Option<usize> {
         let size = self.registered.remove(&start)?;
+        // A registration of the program's that was skipped because this one covered it
+        // leaves a block the program believes pinned and that is now pageable: copies look
+        // for it from now on (`believed_pinned_block`), before no hidden block is left to
+        // make them look.
+        if overlapping(&self.skipped, |(size, _)| *size, start, size).is_some() {
+            BELIEVED_PINNED.store(true, Ordering::Release);
+        }
         HIDDEN.fetch_sub(1, Ordering::AcqRel);
         self.registered_bytes -= size as u64;
         if self.learner.is_none() {
