@@ -410,8 +410,17 @@ pub(crate) fn put_off(block: &BlockRef) {
 /// `longest_thread_unpin_ns`); else on the pinner thread (`off_thread_unpins`).
 pub(crate) fn unpin_block(block: BlockRef, program_thread: bool) {
     let began = std::time::Instant::now();
-    if block.asked_pinned {
+    // The program's asynchronous copies of memory it believes pinned (asked pinned, or
+    // registered by it under our registration) are not waited for: they may still run, and
+    // memory is not unregistered under a copy in flight.
+    let believed_pinned = block.asked_pinned
+        || lock()
+            .as_ref()
+            .is_some_and(|state| state.program_registered_within(block.start, block.len));
+    if believed_pinned {
         cuda::context_synchronize();
+    }
+    if block.asked_pinned {
         if !block.part
             && let Some(demoted) = lock()
                 .as_mut()

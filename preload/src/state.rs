@@ -633,7 +633,7 @@ impl State {
         // leaves a block the program believes pinned and that is now pageable: copies look
         // for it from now on (`believed_pinned_block`), before no hidden block is left to
         // make them look.
-        if overlapping(&self.skipped, |(size, _)| *size, start, size).is_some() {
+        if self.program_registered_within(start, size) {
             BELIEVED_PINNED.store(true, Ordering::Release);
         }
         HIDDEN.fetch_sub(1, Ordering::AcqRel);
@@ -642,6 +642,13 @@ impl State {
             self.own_budget.release(size as u64);
         }
         Some(size)
+    }
+
+    /// Whether the program registered part of `[start, start + len)` itself, a registration
+    /// skipped because one of ours covered it: it believes that memory pinned, and its
+    /// asynchronous copies of it are not waited for.
+    pub(crate) fn program_registered_within(&self, start: usize, len: usize) -> bool {
+        overlapping(&self.skipped, |(size, _)| *size, start, len).is_some()
     }
 
     /// Notes the pinned bytes now (hotpin's and the program's kept requests) in the peaks.
