@@ -871,7 +871,8 @@ static CUresult copy(void *dst, const void *src, size_t n) {
     wait_streams(1);
     uint64_t began = now_ns();
     if (n) memmove(dst, src, n);
-    if (host_side(dst) == SIDE_PAGEABLE || host_side(src) == SIDE_PAGEABLE) pace_pageable(began, n);
+    if (pageable_gbps > 0 && (host_side(dst) == SIDE_PAGEABLE || host_side(src) == SIDE_PAGEABLE))
+        pace_pageable(began, n);
     large_copy_leave(n);
     return CUDA_SUCCESS;
 }

@@ -406,30 +406,25 @@ pub fn idle(stream: Stream) -> bool {
     }
 }
 
+/// `stream`'s capture status (`CU_STREAM_CAPTURE_STATUS_*`), where it can be read.
+fn capture_status(stream: Stream) -> Option<c_int> {
+    // SAFETY: CU_STREAM_IS_CAPTURING is cuStreamIsCapturing, of this type.
+    let is_capturing = unsafe { function::<StreamIsCapturing>(&CU_STREAM_IS_CAPTURING) }?;
+    let mut status = 0;
+    // SAFETY: a stream the program passed to a copy, and an out-pointer to a local.
+    (unsafe { is_capturing(stream, &mut status) } == 0).then_some(status)
+}
+
 /// Whether `stream` is known not to be captured into a graph: its capture status read, and
 /// none. False where it cannot be read (the legacy stream answers with an error while another
 /// thread captures in global mode).
 pub fn not_capturing(stream: Stream) -> bool {
-    // SAFETY: CU_STREAM_IS_CAPTURING is cuStreamIsCapturing, of this type.
-    let Some(is_capturing) = (unsafe { function::<StreamIsCapturing>(&CU_STREAM_IS_CAPTURING) })
-    else {
-        return false;
-    };
-    let mut status = CAPTURE_ACTIVE;
-    // SAFETY: a stream the program passed to a copy, and an out-pointer to a local.
-    unsafe { is_capturing(stream, &mut status) == 0 && status == CAPTURE_NONE }
+    capture_status(stream) == Some(CAPTURE_NONE)
 }
 
 /// Whether `stream` is being captured into a graph.
 pub fn capturing(stream: Stream) -> bool {
-    // SAFETY: CU_STREAM_IS_CAPTURING is cuStreamIsCapturing, of this type.
-    let Some(is_capturing) = (unsafe { function::<StreamIsCapturing>(&CU_STREAM_IS_CAPTURING) })
-    else {
-        return false;
-    };
-    let mut status = 0;
-    // SAFETY: a stream the program passed to a copy, and an out-pointer to a local.
-    unsafe { is_capturing(stream, &mut status) == 0 && status == CAPTURE_ACTIVE }
+    capture_status(stream) == Some(CAPTURE_ACTIVE)
 }
 
 /// Runs `call` with this thread's stream capture mode relaxed, so that a registration made

@@ -451,18 +451,18 @@ impl Learner {
         block.touched(base, start, end);
         let one = block.heat.copy(&self.online, bytes, reads, now);
         if block.heat.stats.transfers == 1 {
+            // The seconds this copy took, where it was this block's that was timed.
+            let took = measured.and_then(|(timed, seconds)| (timed == base).then_some(seconds));
             let repaid = self.online.one_copy_repays(bytes, reads, block.size)
                 || block.pin == Pin::Pageable
-                    && measured.is_some_and(|(timed, seconds)| {
-                        timed == base
-                            && self
-                                .online
-                                .measured_copy_repays(seconds, bytes, reads, block.size)
+                    && took.is_some_and(|seconds| {
+                        self.online
+                            .measured_copy_repays(seconds, bytes, reads, block.size)
                     });
             if repaid {
                 self.groups
                     .first_copy_repaid(&block.group, block.size as u64);
-            } else if measured.is_some_and(|(timed, _)| timed == base) {
+            } else if took.is_some() {
                 // Timed, and its time says no as the model does: counted against the group's
                 // trust, which a copy that waited on other work and read slow may have given.
                 // A copy not timed (its stream busy) says nothing either way.
@@ -539,13 +539,15 @@ impl Learner {
         // A trusted group earned it with first copies of blocks of this size that each
         // repaid the pin, by the model or by their measured time.
         let trusted = self.groups.trusted(&block.group, size as u64);
-        let modelled = self.online.one_copy_repays(size as u64, reads, size);
         if !trusted && block.first_copy != FirstCopy::HandsOn {
             let bytes = len.min(base + size - start) as u64;
             return (!self.online.one_copy_repays(bytes, reads, size)).then_some(base);
         }
         // Copied whole: a slice would pin what it does not copy.
-        if start != base || len < size || !(trusted || modelled) {
+        if start != base
+            || len < size
+            || !(trusted || self.online.one_copy_repays(size as u64, reads, size))
+        {
             return None;
         }
         let now = self.now_ns();

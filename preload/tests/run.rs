@@ -826,9 +826,15 @@ fn a_trusted_block_not_copied_again_is_let_go() {
 /// Every copy's data right.
 #[test]
 fn copies_of_untracked_memory_beside_tracked_blocks_are_looked_up_once() {
-    let setup = setup_program("beside", "online");
-    let history = setup.dir.join("beside.hotpin");
-    let c = run_with_history(&setup, &history, "beside", &["beside", "1"]);
+    copies_beside_tracked_blocks_look_little_up("beside", &["beside", "1"]);
+}
+
+/// online.c's `beside` (3,200 copies of small buffers between two tracked blocks, none worth
+/// pinning) run as `args` say: hotpin's work entered far fewer times than once a copy.
+fn copies_beside_tracked_blocks_look_little_up(name: &str, args: &[&str]) {
+    let setup = setup_program(name, "online");
+    let history = setup.dir.join(format!("{name}.hotpin"));
+    let c = run_with_history(&setup, &history, name, args);
     let entries = c["busy_entries"].as_u64().expect("busy entries");
     assert!(entries < 800, "3,200 copies: {c}");
     assert_eq!(c["learned_pins"], 0, "nothing copied worth pinning: {c}");
@@ -842,12 +848,7 @@ fn copies_of_untracked_memory_beside_tracked_blocks_are_looked_up_once() {
 /// only while one is (`state::HIDDEN`). Every copy's data right.
 #[test]
 fn async_copies_of_untracked_memory_look_nothing_up_while_nothing_is_registered() {
-    let setup = setup_program("beside-async", "online");
-    let history = setup.dir.join("beside-async.hotpin");
-    let c = run_with_history(&setup, &history, "beside-async", &["beside", "1", "async"]);
-    let entries = c["busy_entries"].as_u64().expect("busy entries");
-    assert!(entries < 800, "3,200 copies: {c}");
-    assert_eq!(c["learned_pins"], 0, "nothing copied worth pinning: {c}");
+    copies_beside_tracked_blocks_look_little_up("beside-async", &["beside", "1", "async"]);
 }
 
 /// A pinned request of 4 bytes, as PyTorch's `.item()` reads a scalar through (#40 item 1):
