@@ -11,7 +11,8 @@ defaults (common.py's `start()`, which asks for deterministic algorithms, is not
 cuBLAS workspace setting its import makes is the one thing they share with the workloads).
 Usage: programs.py NAME, NAME one of: loader_pageable loader_pinned loader_inline compute
 small_copies small_allocs forks device_only. The loaders add where their time went: until the
-first batch (the workers' start), waiting for later batches, in `.cuda()`, in the model."""
+first batch (the workers' start), waiting for later batches, in `.cuda()`, in the model; forks
+adds its pools' starts (the forks), maps and ends (terminate and join), summed over the ten."""
 import os, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workloads"))
@@ -117,14 +118,24 @@ def forks():
     import multiprocessing as mp
     x = torch.ones(1024, device="cuda")  # CUDA in the parent before the forks
     every = []
+    clock = time.perf_counter
+    starts, maps, ends = [], [], []  # each pool's start (4 forks), map and end (terminate, join)
     for _ in range(10):
+        t = clock()
         with mp.get_context("fork").Pool(4) as pool:
+            started = clock()
             got = pool.map(work, range(16))
+            mapped = clock()
+        starts.append(started - t)
+        maps.append(mapped - started)
+        ends.append(clock() - mapped)
         every += got
         checks += 1
         mismatches += int(got != [work(i) for i in range(16)])
     mismatches += int(x.sum().item() != 1024)
     result = torch.tensor(every, dtype=torch.int64)
+    parts.update(pool_start=round(sum(starts), 4), pool_map=round(sum(maps), 4),
+                 pool_end=round(sum(ends), 4))
 
 
 def device_only():

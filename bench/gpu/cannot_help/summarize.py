@@ -5,7 +5,9 @@ in even ones since run.sh reverses the order; just before it in sets made before
 median of those ratios, less moved by the machine's drift between rounds), whether every run checked out, and the
 time the program's threads spent inside hotpin (the reports' busy_ns: median ms, and its
 share of the work's seconds), and the paired ratio of the CPU seconds of each run's whole
-process tree (cpu_s, where recorded)."""
+process tree (cpu_s, where recorded); then each configuration's paired ratio with its 90%
+interval, and where the program says where its seconds went (the loaders, forks), the medians
+of those parts by configuration."""
 import collections, json, random, statistics, sys
 
 runs = collections.defaultdict(list)
@@ -13,6 +15,9 @@ by_round = collections.defaultdict(dict)
 cpu_round = collections.defaultdict(dict)
 busy = collections.defaultdict(list)
 bad = collections.Counter()
+# Where a program's seconds went, as it says (programs.py): the loaders' and forks' parts.
+PARTS = ("first_batch", "waiting", "copying", "model", "pool_start", "pool_map", "pool_end")
+parts = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(sys.argv[1]):
     d = json.loads(line)
     if d.get("config") in ("learn", "auto-learn", "reference"):
@@ -21,6 +26,9 @@ for line in open(sys.argv[1]):
         bad[(d["program"], d["config"])] += 1
         continue
     runs[(d["program"], d["config"])].append(d["seconds"])
+    for k in PARTS:
+        if isinstance(d.get(k), (int, float)):
+            parts[(d["program"], d["config"])][k].append(d[k])
     by_round[(d["program"], d["round"])][d["config"]] = d["seconds"]
     if "cpu_s" in d:
         cpu_round[(d["program"], d["round"])][d["config"]] = d["cpu_s"]
@@ -67,10 +75,24 @@ print()
 print(f"| program | config | rounds | paired x, median (90% interval) | within {TARGET}x? |")
 print("| --- | --- | --- | --- | --- |")
 for p in dict.fromkeys(k[0] for k in by_round):
-    for c in ("auto-first", "auto-history"):
+    # hotpin's two, then any other configuration the set ran (gated.py's interposer-alone,
+    # pin-none: where a cost lies).
+    others = sorted({c for (q, _), v in by_round.items() if q == p for c in v}
+                    - {"plain", "auto-first", "auto-history"})
+    for c in ("auto-first", "auto-history", *others):
         r = [v[c] / v["plain"] for (q, _), v in by_round.items() if q == p and c in v and "plain" in v]
         if len(r) < 2:
             continue
         low, high = interval(r)
         verdict = "met" if high <= TARGET else "missed" if low > TARGET else "not shown"
         print(f"| {p} | {c} | {len(r)} | {statistics.median(r):.3f} ({low:.3f}-{high:.3f}) | {verdict} |")
+
+# Where the seconds went, by configuration (medians of the program's own parts), for the
+# programs that say.
+if parts:
+    print()
+    print("| program | config | " + " | ".join(PARTS) + " |")
+    print("| --- | --- |" + " --- |" * len(PARTS))
+    for (p, c), got in parts.items():
+        cells = [f"{statistics.median(got[k]):.4f}" if got.get(k) else "-" for k in PARTS]
+        print(f"| {p} | {c} | " + " | ".join(cells) + " |")

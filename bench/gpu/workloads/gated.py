@@ -20,7 +20,10 @@ So, per workload, two groups of processes, each started at once:
    (HOTPIN_AHEAD=1, the default since 2026-11-29: kept to read the runs made before), budget
    (auto-first with `--budget` = the bytes the program pins by hand, its `hand_bytes`, read
    from the reference's line), auto-first-costs (auto-first with HOTPIN_COSTS=$COSTS, a cost
-   file `hotpin calibrate` wrote on this machine: the built-in model is the H100's).
+   file `hotpin calibrate` wrote on this machine: the built-in model is the H100's),
+   interposer-alone (the program with LD_PRELOAD=BIN/libhotpin_preload.so and no `hotpin run`:
+   the interposer loaded, no mode), pin-none (`hotpin run --mode pin-none`): these two tell
+   where a cost of hotpin's lies.
 Each process imports its libraries and starts CUDA, then waits at common.py's gate (it sleeps
 in the `open` of a FIFO until it is let go: a waiting process never wakes). Once every process of the group
 waits, each is let go in turn: it builds its model, runs its warm-up and its timed part, and
@@ -69,7 +72,8 @@ RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "120"))
 START_TIMEOUT = float(os.environ.get("START_TIMEOUT", "300"))
 POLL = 0.02
 KNOWN = ("plain", "by-hand", "auto-first", "auto-first-costs", "auto-history",
-         "auto-history-at-birth", "auto-history-first-copy", "auto-history-ahead", "budget")
+         "auto-history-at-birth", "auto-history-first-copy", "auto-history-ahead", "budget",
+         "interposer-alone", "pin-none")
 
 
 def say(text):
@@ -269,6 +273,14 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
             elif config == "by-hand":
                 runs.append(Run(out, p, config, r, [PYTHON, *program],
                                 dict(plain_env, BY_HAND="1")))
+            elif config == "interposer-alone":
+                runs.append(Run(out, p, config, r, [PYTHON, *program],
+                                dict(plain_env, LD_PRELOAD=os.path.join(
+                                    os.path.abspath(bin_dir), "libhotpin_preload.so"))))
+            elif config == "pin-none":
+                runs.append(Run(out, p, config, r,
+                                hotpin(bin_dir, ["--mode", "pin-none"], report, program),
+                                plain_env, report))
             elif config in ("auto-first", "auto-first-costs", "budget"):
                 history = os.path.join(out, f"{p}.{config}.{r}.hotpin")
                 if os.path.exists(history):
