@@ -6,20 +6,24 @@
 # per-run medians) and its paired ratio to as written.
 # Usage: BIN=dir bash bench/standin/forks.sh ROUNDS [THREADS MIB FORKS]
 set -u
-BIN=$(cd "${BIN:-target/release}" && pwd); ROUNDS=${1:-10}
+BIN=$(cd "${BIN:-target/release}" && pwd) || exit; ROUNDS=${1:-10}
+for f in hotpin libhotpin_preload.so; do
+  [ -e "$BIN/$f" ] || { echo "forks.sh: no $f in $BIN (cargo build --release -p preload)" >&2; exit 1; }
+done
 ARGS=("${2:-16}" "${3:-256}" "${4:-200}")
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cc -O2 -pthread -o "$T/forks" "$(dirname "$0")/forks.c" || exit
 CONFIGS=(plain interposer-alone pin-none auto)
 for r in $(seq 1 "$ROUNDS"); do
-  order=("${CONFIGS[@]}"); [ $((r % 2)) = 0 ] && order=(auto pin-none interposer-alone plain)
+  order=("${CONFIGS[@]}")
+  [ $((r % 2)) = 0 ] && for ((i = ${#CONFIGS[@]} - 1, k = 0; i >= 0; i--, k++)); do order[k]=${CONFIGS[i]}; done
   for c in "${order[@]}"; do
     case $c in
       plain) o=$("$T/forks" "${ARGS[@]}") ;;
       interposer-alone) o=$(LD_PRELOAD="$BIN/libhotpin_preload.so" "$T/forks" "${ARGS[@]}") ;;
       pin-none) o=$("$BIN/hotpin" run --mode pin-none -- "$T/forks" "${ARGS[@]}") ;;
       auto) rm -f "$T/h.hotpin"; o=$("$BIN/hotpin" run --history "$T/h.hotpin" -- "$T/forks" "${ARGS[@]}") ;;
-    esac
+    esac || { echo "forks.sh: $c round $r failed (exit $?)" >&2; exit 1; }
     echo "$c $r $o"
   done
 done >"$T/runs.txt"
