@@ -1,6 +1,7 @@
 """CI's check of gated.py (`cargo xtask test` runs it; no GPU, no PyTorch): the six workloads'
 one-call harness must let no run's timed part overlap another's, run them in the interleaved
-order (reversed in even rounds), hold every check until the group's timed parts are done (the reference's first), give
+order (reversed in even rounds), hold every check until the group's timed parts are done (the reference's first),
+start a group of rounds only once the group before it was checked (GROUP_ROUNDS=1 here), give
 `hotpin run` the budget of the bytes the program pins by hand, check every result against the
 reference, and record a run that fails, hangs in its timed part or never reaches its start
 gate, without holding up the others or leaving a process behind.
@@ -122,7 +123,8 @@ def main():
         with open(os.path.join(programs, "several.py"), "w") as f:
             f.write(f"import sys\nNAME = sys.argv[1]\nHAND = {HAND}\n" + WORKLOAD)
         env = dict(os.environ, PROGRAM_DIR=programs, WINDOWS=windows, RUN_TIMEOUT=str(TIMEOUT),
-                   START_TIMEOUT=str(TIMEOUT), PYTHONPATH=os.pathsep.join([tmp, HERE]))
+                   START_TIMEOUT=str(TIMEOUT), PYTHONPATH=os.pathsep.join([tmp, HERE]),
+                   GROUP_ROUNDS="1")
         began = time.time()
         done = subprocess.run(
             [sys.executable, os.path.join(HERE, "gated.py"), bin_dir, out, str(ROUNDS),
@@ -174,15 +176,22 @@ def main():
         for (b0, e0, k0), (b1, e1, k1) in zip(spans, spans[1:]):
             if b1 < e0:
                 failures.append(f"the timed parts of {k0} and {k1} overlap: {b0}-{e0}, {b1}-{e1}")
-        # The checks of a group wait for its last timed part; the reference's ends first.
+        # The checks of a group wait for its last timed part; the reference's ends first. With
+        # GROUP_ROUNDS=1 each round is a group, whose timed parts begin after the round
+        # before it was checked (its processes, and their GPU memory, gone).
         for program in ("timed", "misbehaves"):
-            groups = [[k for k in seen if k[0] == program and k[2] == 0],
-                      [k for k in seen if k[0] == program and k[2] > 0]]
+            groups = [[k for k in seen if k[0] == program and k[2] == r]
+                      for r in range(ROUNDS + 1)]
             for group in groups:
                 last_timed = max(seen[k]["timed"][1] for k in group)
                 for k in group:
                     if seen[k]["check"][0] < last_timed:
                         failures.append(f"{k}: checked before its group's timed parts ended")
+            for before, after in zip(groups, groups[1:]):
+                last_check = max(seen[k]["check"][1] for k in before)
+                for k in after:
+                    if seen[k]["timed"][0] < last_check:
+                        failures.append(f"{k}: timed before the group before it was checked")
             ref, learn = (program, "reference", 0), (program, "auto-learn", 0)
             if ref in seen and learn in seen and seen[learn]["check"][0] < seen[ref]["check"][1]:
                 failures.append(f"{program}: the learning run checked before the reference saved")

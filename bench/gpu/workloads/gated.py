@@ -9,7 +9,8 @@ So, per workload, two groups of processes, each started at once:
 1. the program as written, the reference (it saves what it computed: every later run is
    checked bit for bit against it, common.py), and hotpin's learning run (the history the
    runs "from history" start from);
-2. ROUNDS rounds of CONFIGS, in that order within odd rounds and the reverse within even ones
+2. ROUNDS rounds of CONFIGS (GROUP_ROUNDS rounds a group where it is set: below), in that
+   order within odd rounds and the reverse within even ones
    (a run's place in its round, where the machine drifts, counts against no configuration
    more than another; before 2026-11-29's thirty-first session every round kept the order):
    plain (as written), by-hand
@@ -53,7 +54,10 @@ Usage: python3 gated.py BIN OUT ROUNDS CONFIGS WORKLOAD...   (run.sh calls it)
 A WORKLOAD is NAME (the program NAME.py) or FILE:NAME (FILE.py run with the argument NAME: one
 file of several programs, as bench/gpu/cannot_help/programs.py; its runs are named NAME).
 Environment: RUN_TIMEOUT (seconds a run may take once let go, default 120), START_TIMEOUT
-(seconds a run may take to reach its start gate, default 300), PYTHON,
+(seconds a run may take to reach its start gate, default 300), GROUP_ROUNDS (rounds started
+at once as one group, default all: every process of a group holds its GPU memory until the
+group's checks, and on an 80 GB card more than 12 rounds of 3 of cannot_help's loaders ran
+it out of memory, docs/benchmarks.md section 2), PYTHON,
 PROGRAM_DIR (where the workloads are, default this folder; check_gated.py's own), COSTS
 (the cost file of auto-first-costs)."""
 import json
@@ -70,6 +74,11 @@ PROGRAMS = os.path.abspath(os.environ.get("PROGRAM_DIR", HERE))
 PYTHON = os.environ.get("PYTHON", "python3")
 RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "120"))
 START_TIMEOUT = float(os.environ.get("START_TIMEOUT", "300"))
+# Rounds a group of processes started at once holds (every round by default).
+_group = os.environ.get("GROUP_ROUNDS", "")
+if _group and not (_group.isdigit() and int(_group) > 0):
+    sys.exit(f"gated.py: GROUP_ROUNDS={_group!r}: a number of rounds, 1 or more")
+GROUP_ROUNDS = int(_group) if _group else 1 << 30
 POLL = 0.02
 KNOWN = ("plain", "by-hand", "auto-first", "auto-first-costs", "auto-history",
          "auto-history-at-birth", "auto-history-first-copy", "auto-history-ahead", "budget",
@@ -319,7 +328,10 @@ def workload(bin_dir, out, rounds, configs, p, jsonl, env):
                                        program), run_env, report))
             else:
                 say(f"gated.py: unknown configuration {config}, skipped")
-    run_group(runs, jsonl)
+    # GROUP_ROUNDS rounds a group: every process of a group holds its GPU memory until the
+    # group's checks, so a program that keeps its batches there fits only so many at once.
+    for first in range(1, rounds + 1, GROUP_ROUNDS):
+        run_group([run for run in runs if first <= run.rnd < first + GROUP_ROUNDS], jsonl)
 
 
 def main():
