@@ -1038,12 +1038,24 @@ fn a_file_that_is_not_a_history_is_never_written_over() {
 /// hotpin's handler: it asks for SIGTERM's action and is told the default.
 #[test]
 fn sigterm_and_sigint_keep_what_auto_mode_learned() {
-    use std::os::unix::process::ExitStatusExt as _;
+    use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
     let setup = setup_program("signals", "online");
     let ended_by = |name: &str, program: &mut Command, signal: i32| {
         let history = setup.dir.join(format!("{name}.hotpin"));
         let prefix = setup.dir.join(format!("{name}-report"));
-        let child = Command::new(env!("CARGO_BIN_EXE_hotpin"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hotpin"));
+        // The program must start with the signal's default action, whatever the suite's own
+        // launcher left it: a shell without job control starts a job in the background with
+        // SIGINT ignored, and hotpin keeps an ignored signal ignored, as the program would
+        // have it; the Python program then never ended and the test waited for ever.
+        // SAFETY: signal is async-signal-safe, and nothing else runs in the forked child.
+        unsafe {
+            command.pre_exec(move || {
+                libc::signal(signal, libc::SIG_DFL);
+                Ok(())
+            })
+        };
+        let child = command
             .args(["run", "--lease-socket", "off", "--history"])
             .arg(&history)
             .arg("--report")
