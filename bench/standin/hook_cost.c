@@ -15,7 +15,9 @@
  *           as PyTorch's `.item()` makes through its caching host allocator;
  *   async N: as copies, but each copy is cudaMemcpyAsync on the legacy stream and then
  *           cudaStreamSynchronize, as PyTorch's `.cuda()` and `.cpu()` of a pageable tensor
- *           make it.
+ *           make it;
+ *   async_scalar N: as async, after a pinned request of 4 bytes (as scalar): the copies
+ *           PyTorch makes after its first `.item()`.
  * Prints one JSON line: the phase, its calls (to the CUDA runtime or the allocator), seconds,
  * checks, mismatches.
  * Usage: hook_cost PHASE N */
@@ -50,8 +52,9 @@ int main(int argc, char **argv) {
     long checks = 0, mismatches = 0, calls = 0;
     unsigned char *host[BUFFERS], *back, *dev, *large = NULL, *tracked = NULL;
     int beside = strcmp(phase, "beside") == 0, scalar = strcmp(phase, "scalar") == 0;
+    int async = strcmp(phase, "async") == 0 || strcmp(phase, "async_scalar") == 0;
     unsigned char *pinned_scalar = NULL;
-    if (scalar) {
+    if (scalar || strcmp(phase, "async_scalar") == 0) {
         if (cudaHostAlloc((void **)&pinned_scalar, 4, 0) != 0) return 5;
         pinned_scalar[0] = 9;
     }
@@ -82,7 +85,7 @@ int main(int argc, char **argv) {
             mismatches += back[0] != (unsigned char)(i + 1) || back[SMALL - 1] != (unsigned char)(i + 1);
         }
         calls = 2 * n_max;
-    } else if (strcmp(phase, "async") == 0) {
+    } else if (async) {
         for (long n = 0; n < n_max; n++) {
             int i = n % BUFFERS;
             if (cudaMemcpyAsync(dev, host[i], SMALL, cudaMemcpyHostToDevice, 0) != 0 || cudaStreamSynchronize(0) != 0) return 3;
@@ -115,7 +118,7 @@ int main(int argc, char **argv) {
         }
         calls = 2 * n_max;
     } else {
-        fprintf(stderr, "hook_cost: no phase %s (copies, async, allocs, large, beside, scalar)\n", phase);
+        fprintf(stderr, "hook_cost: no phase %s (copies, async, async_scalar, allocs, large, beside, scalar)\n", phase);
         return 2;
     }
     double t1 = now();

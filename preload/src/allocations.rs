@@ -553,6 +553,7 @@ pub fn let_staging_go() {
         let Some(state) = guard.as_mut() else { return };
         let starts: Vec<usize> = state
             .demoted
+            .map()
             .iter()
             .filter(|(_, demoted)| demoted.staging)
             .map(|(&start, _)| start)

@@ -31,7 +31,7 @@ use std::{
 };
 
 use crate::{
-    allocations, chunks,
+    allocations, believed, chunks,
     copy_ranges::{Dev, Memcpy2D, Memcpy3D, Memcpy3DParms, READ, Range, WRITE, batch, pitched},
     counters::{CAPTURES_REFUSED, COPIES_CUT, COPIES_WAITED},
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
@@ -42,10 +42,15 @@ use crate::{
     turns,
 };
 
-/// Whether any block hotpin changed exists at all: registered behind the program's back, or
-/// believed pinned and left pageable (nothing to look up otherwise).
-fn anything_changed() -> bool {
-    HIDDEN.load(Ordering::Acquire) > 0 || BELIEVED_PINNED.load(Ordering::Acquire)
+/// Whether a block hotpin changed may be touched by a copy of `ranges`: any block registered
+/// behind the program's back, or one believed pinned and left pageable in a region of theirs
+/// (`believed`: nothing to look up otherwise).
+fn changed(ranges: &[Range]) -> bool {
+    HIDDEN.load(Ordering::Acquire) > 0
+        || (BELIEVED_PINNED.load(Ordering::Acquire)
+            && ranges
+                .iter()
+                .any(|&(start, len, _)| start != 0 && believed::may_touch(start, len)))
 }
 
 /// Makes the program's copy `call`, marking this thread as inside it, so that the driver
@@ -222,10 +227,7 @@ fn trusting(ranges: &[Range]) -> Option<usize> {
 /// 30 ns more with hotpin's hooks in place doing nothing (`--mode pin-none`), docs/benchmarks.md
 /// section 4.
 fn passes_as_it_is(ranges: &[Range]) -> bool {
-    !anything_changed()
-        && !state::PARTS.load(Ordering::Acquire)
-        && !chunks::any()
-        && !tracked(ranges)
+    !changed(ranges) && !state::PARTS.load(Ordering::Acquire) && !chunks::any() && !tracked(ranges)
 }
 
 /// Whether `ranges` may touch a block auto mode tracks: one that touches none teaches it
@@ -286,14 +288,26 @@ fn keeping_promises(
     layer: Layer,
     call: impl FnOnce(bool) -> c_int,
 ) -> (c_int, bool) {
-    if !anything_changed() {
+    if !changed(ranges) {
         return (inside(|| call(false)), false);
     }
     let Some(busy) = Busy::enter() else {
         return (call(false), false);
     };
     let mut touched = Touched::default();
-    judged(|| touched = state::touched(ranges));
+    let generation = believed::generation();
+    let mut looked = false;
+    judged(|| {
+        touched = state::touched(ranges);
+        looked = true;
+    });
+    if looked && !touched.believed_pinned {
+        // None of these ranges needs looking up for such blocks again on this thread until
+        // one comes, goes or changes.
+        for &(start, len, _) in ranges.iter().filter(|range| range.0 != 0) {
+            believed::missed(start, len, generation);
+        }
+    }
     if !touched.hidden && !touched.believed_pinned {
         drop(busy);
         return (inside(|| call(false)), false);

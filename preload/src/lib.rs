@@ -63,6 +63,7 @@ macro_rules! stub {
 }
 
 mod allocations;
+mod believed;
 mod chunks;
 mod copies;
 mod copy_ranges;

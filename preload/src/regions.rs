@@ -21,6 +21,7 @@
 use std::{
     cell::Cell,
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
+    thread::LocalKey,
 };
 
 /// log2 of a region's bytes.
@@ -35,12 +36,15 @@ const MISSES: usize = 1 << MISS_BITS;
 /// A generation no filter has (the table's empty entries).
 const NEVER: u64 = u64::MAX;
 
+/// A thread's missed ranges of one filter: start, end, and the filter's generation then.
+pub type Missed = [Cell<(usize, usize, u64)>; MISSES];
+
 thread_local! {
-    /// This thread's missed ranges: start, end, and the generation of the filter they were
-    /// missed in. One table for every `Regions` of the thread: the process has one
-    /// (`TRACKED`); tests that make more use addresses of their own.
-    static MISSED: [Cell<(usize, usize, u64)>; MISSES] =
-        const { [const { Cell::new((0, 0, NEVER)) }; MISSES] };
+    /// This thread's missed ranges of `TRACKED` (and of the tests' filters, which use
+    /// addresses of their own).
+    static MISSED: Missed = const { [const { Cell::new((0, 0, NEVER)) }; MISSES] };
+    /// This thread's missed ranges of `believed::BELIEVED`.
+    pub static BELIEVED_MISSED: Missed = const { [const { Cell::new((0, 0, NEVER)) }; MISSES] };
 }
 
 /// The tracked blocks, counted per region.
@@ -51,6 +55,9 @@ pub struct Regions {
     wide: AtomicU32,
     /// One more at every block tracked or let go.
     generation: AtomicU64,
+    /// This thread's missed ranges for this filter: a table of its own, whose entries hold
+    /// this filter's generations.
+    table: &'static LocalKey<Missed>,
 }
 
 /// Auto mode's tracked blocks (`online::Learner`, the one learner of the process).
@@ -58,11 +65,23 @@ pub static TRACKED: Regions = Regions::new();
 
 impl Regions {
     const fn new() -> Self {
+        Self::with_table(&MISSED)
+    }
+
+    /// A filter whose threads remember their missed ranges in `table` (one table a filter).
+    pub const fn with_table(table: &'static LocalKey<Missed>) -> Self {
         Self {
             slots: [const { AtomicU32::new(0) }; SLOTS],
             wide: AtomicU32::new(0),
             generation: AtomicU64::new(0),
+            table,
         }
+    }
+
+    /// Something the lookups behind the filter answer changed other than a block counted or
+    /// let go: every range a thread remembers as missed is to be looked up again.
+    pub fn forget_misses(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     fn slot(&self, region: usize) -> &AtomicU32 {
@@ -126,7 +145,7 @@ impl Regions {
         let end = start.saturating_add(len.max(1));
         // try_with: the table has no destructor, so this does not fail; were it ever to, the
         // miss would only go unremembered.
-        let _ = MISSED.try_with(|missed| {
+        let _ = self.table.try_with(|missed| {
             if let Some(entry) = missed.get(Self::way(start)) {
                 entry.set((start, end, generation));
             }
@@ -138,7 +157,7 @@ impl Regions {
     fn known_missed(&self, start: usize, len: usize) -> bool {
         let end = start.saturating_add(len.max(1));
         let now = self.generation.load(Ordering::Acquire);
-        MISSED
+        self.table
             .try_with(|missed| {
                 missed.get(Self::way(start)).is_some_and(|entry| {
                     let (from, to, generation) = entry.get();

@@ -30,6 +30,7 @@ use hotpin_policy::{
 };
 
 use crate::{
+    believed::Believed,
     chunks,
     counters::{self, Counters, Decision, MAX_LOGGED},
     guard::{Busy, overlapping},
@@ -88,10 +89,10 @@ pub(crate) struct State {
     registered_bytes: u64,
     /// Pinned requests served from libc: address -> size, and whether it was pinned on
     /// demand since (a question or a capture that needs it pinned).
-    pub(crate) demoted: BTreeMap<usize, Demoted>,
+    pub(crate) demoted: Believed<Demoted>,
     /// Program registrations not carried out (or of blocks registered by us already):
     /// address -> (size, the program's registration flags).
-    pub(crate) skipped: BTreeMap<usize, (usize, u32)>,
+    pub(crate) skipped: Believed<(usize, u32)>,
     /// Blocks the program freed, kept registered (and in `registered`) for reuse.
     pub(crate) cache: Shelf,
     /// Auto mode: pageable blocks the program freed of a group that was to be pinned but
@@ -465,8 +466,8 @@ impl State {
             ordinals: Default::default(),
             registered: BTreeMap::new(),
             registered_bytes: 0,
-            demoted: BTreeMap::new(),
-            skipped: BTreeMap::new(),
+            demoted: Believed::new(|d: &Demoted| d.size),
+            skipped: Believed::new(|&(size, _)| size),
             cache: Shelf::default(),
             warm: Shelf::default(),
             cache_limit: match mode {
@@ -635,6 +636,7 @@ impl State {
         // make them look.
         if self.program_registered_within(start, size) {
             BELIEVED_PINNED.store(true, Ordering::Release);
+            crate::believed::changed();
         }
         HIDDEN.fetch_sub(1, Ordering::AcqRel);
         self.registered_bytes -= size as u64;
@@ -648,7 +650,7 @@ impl State {
     /// skipped because one of ours covered it: it believes that memory pinned, and its
     /// asynchronous copies of it are not waited for.
     pub(crate) fn program_registered_within(&self, start: usize, len: usize) -> bool {
-        overlapping(&self.skipped, |(size, _)| *size, start, len).is_some()
+        overlapping(self.skipped.map(), |(size, _)| *size, start, len).is_some()
     }
 
     /// Notes the pinned bytes now (hotpin's and the program's kept requests) in the peaks.
@@ -847,12 +849,13 @@ impl State {
         start: usize,
         len: usize,
     ) -> Option<(usize, usize, u32)> {
-        if let Some((block, demoted)) = overlapping(&self.demoted, |d: &Demoted| d.size, start, len)
+        if let Some((block, demoted)) =
+            overlapping(self.demoted.map(), |d: &Demoted| d.size, start, len)
             && !demoted.pinned_on_demand
         {
             return Some((block, demoted.size, demoted.flags));
         }
-        overlapping(&self.skipped, |(size, _)| *size, start, len)
+        overlapping(self.skipped.map(), |(size, _)| *size, start, len)
             .filter(|(block, _)| !self.registered.contains_key(block))
             .map(|(block, &(size, flags))| (block, size, flags))
     }
@@ -860,7 +863,7 @@ impl State {
     /// The flags of the pinned request served pageable that `ptr` lies in (pinned on demand
     /// or not), if any.
     pub(crate) fn in_demoted(&self, ptr: usize) -> Option<u32> {
-        overlapping(&self.demoted, |d: &Demoted| d.size, ptr, 1).map(|(_, d)| d.flags)
+        overlapping(self.demoted.map(), |d: &Demoted| d.size, ptr, 1).map(|(_, d)| d.flags)
     }
 }
 

@@ -877,6 +877,31 @@ fn a_small_pinned_request_is_kept_as_asked() {
     }
 }
 
+/// The same program under `--mode pin-none`, which demotes the 4-byte request (#40 item 1):
+/// from then on every asynchronous copy of the process was looked up under the lock for
+/// blocks believed pinned (`busy_entries` 104 on the stand-in; 180 ns a copy on the H100 in
+/// PyTorch's small copies). Now only a copy that may touch one (`believed`): the scalar's 40
+/// reads into the demoted block and the program's judged calls (64), not the 20 asynchronous
+/// round trips' 40 copies of its 8 MiB buffer; every copy's data right.
+#[test]
+fn after_a_demoted_request_only_copies_that_may_touch_it_are_looked_up() {
+    let setup = setup_program("scalar-none", "online");
+    let prefix = setup.dir.join("none");
+    let output = hotpin_run_with(
+        &setup,
+        &["--mode", "pin-none", "--report", prefix.to_str().unwrap()],
+        &[Path::new("scalar"), Path::new("8")],
+    );
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    assert_eq!(c["demoted"], 1, "{c}");
+    let entries = c["busy_entries"].as_u64().expect("busy entries");
+    assert!(
+        (40..80).contains(&entries),
+        "the 40 scalar reads looked up, the 20 asynchronous round trips' 40 copies not: {c}"
+    );
+}
+
 /// `module.to("cuda")` / `.to("cpu")` per layer (#43): each layer is copied to the device and
 /// freed, and brought back into a fresh block. On a first run the block a layer frees, pinned
 /// on its group's trust, serves the fresh block made next (`spare_hits`), so the run holds one
