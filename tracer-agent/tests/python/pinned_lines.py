@@ -4,7 +4,8 @@ not CUDA), then copied both ways. Its last line of stdout is its ground truth: e
 allocation's size, file, line and function with its caller's line and function, and its
 copies and bytes by direction.
 Usage: python3 pinned_lines.py LIBCUDART [GATE]  (with GATE: prints READY after its set-up,
-then waits until the file GATE exists, at most 60 s)"""
+then waits until the file GATE exists, at most 60 s). With LINGER_S=SECONDS in the
+environment it lives that much longer after printing its truth."""
 import ctypes
 import json
 import os
@@ -83,7 +84,8 @@ def main():
     check(cudart.cudaFreeHost(ctypes.c_void_p(batch)))
     check(cudart.cudaFreeHost(ctypes.c_void_p(result)))
     check(cudart.cudaFree(device))
-    print(json.dumps(truth))
+    print(json.dumps(truth), flush=True)
+    time.sleep(float(os.environ.get("LINGER_S", "0")))
 
 
 main()
