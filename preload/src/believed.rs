@@ -117,8 +117,14 @@ impl<V> Drop for Believed<V> {
 mod tests {
     use super::*;
 
+    /// The tests share the process's one filter: one at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_block_is_counted_from_its_insert_to_its_removal_and_a_replaced_one_no_longer() {
+        let _one = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Addresses of this test's own, far from any other test's blocks.
         let (a, b) = (0x6e00_0000_0000usize, 0x6f00_0000_0000usize);
         let mut map: Believed<usize> = Believed::new(|size| *size);
@@ -140,6 +146,9 @@ mod tests {
 
     #[test]
     fn a_miss_is_remembered_until_an_entry_comes_goes_or_changes() {
+        let _one = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let a = 0x6d00_0000_0000usize;
         // A range beside the block, in its 2 MiB region.
         let beside = a + (64 << 10);

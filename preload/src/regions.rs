@@ -30,7 +30,7 @@ const SHIFT: u32 = 21;
 const SLOT_BITS: u32 = 16;
 const SLOTS: usize = 1 << SLOT_BITS;
 /// log2 of the ranges a thread remembers as missed: one per entry of a small table, hashed
-/// by the range's first page (6 KiB a thread).
+/// by the range's first page (6 KiB a thread for each filter).
 const MISS_BITS: u32 = 8;
 const MISSES: usize = 1 << MISS_BITS;
 /// A generation no filter has (the table's empty entries).
@@ -47,13 +47,13 @@ thread_local! {
     pub static BELIEVED_MISSED: Missed = const { [const { Cell::new((0, 0, NEVER)) }; MISSES] };
 }
 
-/// The tracked blocks, counted per region.
+/// Blocks counted per region: one filter (`TRACKED`'s, or `believed::BELIEVED`'s).
 pub struct Regions {
     slots: [AtomicU32; SLOTS],
     /// Blocks covering at least as many regions as there are slots (128 GiB): they make
     /// every range a maybe.
     wide: AtomicU32,
-    /// One more at every block tracked or let go.
+    /// One more at every block tracked or let go, and at every `forget_misses`.
     generation: AtomicU64,
     /// This thread's missed ranges for this filter: a table of its own, whose entries hold
     /// this filter's generations.
@@ -122,7 +122,7 @@ impl Regions {
 
     /// Whether `[start, start + len)` may touch a tracked block: false only where none does
     /// (no tracked block shares a region with it, or this thread found none there since the
-    /// last block was tracked or let go).
+    /// last block was tracked or let go, or `forget_misses`).
     pub fn may_touch(&self, start: usize, len: usize) -> bool {
         if self.wide.load(Ordering::Acquire) == 0
             && let Some(mut regions) = Self::span(start, len)
@@ -153,7 +153,7 @@ impl Regions {
     }
 
     /// Whether this thread found no tracked block in a range holding `[start, start + len)`,
-    /// and no block was tracked or let go since.
+    /// and no block was tracked or let go since, nor `forget_misses` called.
     fn known_missed(&self, start: usize, len: usize) -> bool {
         let end = start.saturating_add(len.max(1));
         let now = self.generation.load(Ordering::Acquire);
