@@ -52,9 +52,10 @@ int main(int argc, char **argv) {
     long checks = 0, mismatches = 0, calls = 0;
     unsigned char *host[BUFFERS], *back, *dev, *large = NULL, *tracked = NULL;
     int beside = strcmp(phase, "beside") == 0, scalar = strcmp(phase, "scalar") == 0;
-    int async = strcmp(phase, "async") == 0 || strcmp(phase, "async_scalar") == 0;
+    int async_scalar = strcmp(phase, "async_scalar") == 0;
+    int async = strcmp(phase, "async") == 0 || async_scalar;
     unsigned char *pinned_scalar = NULL;
-    if (scalar || strcmp(phase, "async_scalar") == 0) {
+    if (scalar || async_scalar) {
         if (cudaHostAlloc((void **)&pinned_scalar, 4, 0) != 0) return 5;
         pinned_scalar[0] = 9;
     }

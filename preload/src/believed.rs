@@ -4,16 +4,17 @@
 //! under the state's lock (#40 item 1).
 //!
 //! Why: once one such block exists, every copy of the process looked for them under the lock.
-//! PyTorch's first `.item()` makes a pinned request of 4 bytes; under `--mode pin-none` (or
-//! from a history that found it cold) it is demoted, and each of small_copies' 19,200 later
-//! copies of 16 KiB took the lock: 20,046 entries, about 180 ns a copy on the H100
-//! (docs/benchmarks.md section 2, "small_copies, localized").
+//! PyTorch's first `.item()` makes a pinned request of 4 bytes; under `--mode pin-none` it is
+//! demoted (auto and use modes keep a request under 64 KiB, and demote a larger cold one), and
+//! each of small_copies' 19,200 later copies of 16 KiB took the lock: 20,046 entries, about
+//! 180 ns a copy on the H100 (docs/benchmarks.md section 2, "small_copies, localized").
 //!
 //! A block is counted before the program can copy it (the map's insert comes before the
 //! pointer or the registration's status is handed back) and until it leaves the map, so a
 //! copy of one is never skipped; a copy may still be looked up for nothing (regions share
 //! slots), and then its range is remembered as missed by its thread until an entry comes,
-//! goes or changes (`copies::keeping_promises`).
+//! goes or changes (`copies::keeping_promises`; a change without an entry coming or going,
+//! such as hotpin's registration under a skipped one ending, calls `BELIEVED.forget_misses`).
 
 use std::collections::BTreeMap;
 
@@ -24,29 +25,6 @@ use crate::regions::{BELIEVED_MISSED, Regions};
 /// demoted request lies in the heap beside the program's small tensors, in their 2 MiB
 /// region.
 pub static BELIEVED: Regions = Regions::with_table(&BELIEVED_MISSED);
-
-/// Whether `[start, start + len)` may touch a block the program believes pinned.
-pub fn may_touch(start: usize, len: usize) -> bool {
-    BELIEVED.may_touch(start, len)
-}
-
-/// The filter's generation: read before a lookup whose miss is to be remembered ([`missed`]).
-pub fn generation() -> u64 {
-    BELIEVED.generation()
-}
-
-/// This thread's lookup of `[start, start + len)`, made after the filter was at `generation`,
-/// found no block the program believes pinned and hotpin left pageable.
-pub fn missed(start: usize, len: usize, generation: u64) {
-    BELIEVED.missed(start, len, generation);
-}
-
-/// Whether a block is believed pinned and pageable changed without an entry coming or going
-/// (a demoted request pinned on demand or no longer, hotpin's registration under a skipped one
-/// ended): remembered misses are looked up again.
-pub fn changed() {
-    BELIEVED.forget_misses();
-}
 
 /// A map of blocks by start whose every entry is counted in [`BELIEVED`] while it is in it;
 /// `size` reads an entry's length.
@@ -90,7 +68,7 @@ impl<V> Believed<V> {
     /// The entry at `start`, to change what it holds (not its size, which the count holds):
     /// what a lookup answers may change, so remembered misses are forgotten.
     pub fn get_mut(&mut self, start: &usize) -> Option<&mut V> {
-        changed();
+        BELIEVED.forget_misses();
         self.map.get_mut(start)
     }
 
@@ -128,20 +106,23 @@ mod tests {
         // Addresses of this test's own, far from any other test's blocks.
         let (a, b) = (0x6e00_0000_0000usize, 0x6f00_0000_0000usize);
         let mut map: Believed<usize> = Believed::new(|size| *size);
-        assert!(!may_touch(a, 16));
+        assert!(!BELIEVED.may_touch(a, 16));
         map.insert(a, 4096);
-        assert!(may_touch(a, 16), "an inserted block is counted");
-        assert!(may_touch(a + 100, 1));
+        assert!(BELIEVED.may_touch(a, 16), "an inserted block is counted");
+        assert!(BELIEVED.may_touch(a + 100, 1));
         // Replaced by a block of another size at the same start: the old one's count goes.
         map.insert(a, 64 << 20);
-        assert!(may_touch(a + (32 << 20), 1));
+        assert!(BELIEVED.may_touch(a + (32 << 20), 1));
         map.insert(b, 4);
         assert_eq!(map.remove(&a), Some(64 << 20));
-        assert!(!may_touch(a, 16), "a removed block is not counted");
-        assert!(!may_touch(a + (32 << 20), 1));
-        assert!(may_touch(b, 4));
+        assert!(!BELIEVED.may_touch(a, 16), "a removed block is not counted");
+        assert!(!BELIEVED.may_touch(a + (32 << 20), 1));
+        assert!(BELIEVED.may_touch(b, 4));
         drop(map);
-        assert!(!may_touch(b, 4), "a dropped map leaves nothing counted");
+        assert!(
+            !BELIEVED.may_touch(b, 4),
+            "a dropped map leaves nothing counted"
+        );
     }
 
     #[test]
@@ -155,24 +136,27 @@ mod tests {
         let mut map: Believed<usize> = Believed::new(|size| *size);
         map.insert(a, 4);
         assert!(
-            may_touch(beside, 16 << 10),
+            BELIEVED.may_touch(beside, 16 << 10),
             "in the block's region: a maybe"
         );
-        missed(beside, 16 << 10, generation());
+        BELIEVED.missed(beside, 16 << 10, BELIEVED.generation());
         assert!(
-            !may_touch(beside, 16 << 10),
+            !BELIEVED.may_touch(beside, 16 << 10),
             "looked up and found none: skipped"
         );
-        assert!(may_touch(a, 4), "the block itself is never skipped");
+        assert!(
+            BELIEVED.may_touch(a, 4),
+            "the block itself is never skipped"
+        );
         let _ = map.get_mut(&a);
         assert!(
-            may_touch(beside, 16 << 10),
+            BELIEVED.may_touch(beside, 16 << 10),
             "an entry changed: looked up again"
         );
-        missed(beside, 16 << 10, generation());
+        BELIEVED.missed(beside, 16 << 10, BELIEVED.generation());
         map.insert(a + 4096, 4);
         assert!(
-            may_touch(beside, 16 << 10),
+            BELIEVED.may_touch(beside, 16 << 10),
             "an entry came: looked up again"
         );
     }

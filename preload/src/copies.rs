@@ -31,13 +31,15 @@ use std::{
 };
 
 use crate::{
-    allocations, believed, chunks,
+    allocations,
+    believed::BELIEVED,
+    chunks,
     copy_ranges::{Dev, Memcpy2D, Memcpy3D, Memcpy3DParms, READ, Range, WRITE, batch, pitched},
     counters::{CAPTURES_REFUSED, COPIES_CUT, COPIES_WAITED},
     cuda::{self, Layer, Real, STREAM_PER_THREAD, Stream},
     guard::{self, Busy, judged},
     learning, questions,
-    regions::TRACKED,
+    regions::{Regions, TRACKED},
     state::{self, ACTIVE, BELIEVED_PINNED, FLOOR, HIDDEN, Touched},
     turns,
 };
@@ -47,10 +49,14 @@ use crate::{
 /// (`believed`: nothing to look up otherwise).
 fn changed(ranges: &[Range]) -> bool {
     HIDDEN.load(Ordering::Acquire) > 0
-        || (BELIEVED_PINNED.load(Ordering::Acquire)
-            && ranges
-                .iter()
-                .any(|&(start, len, _)| start != 0 && believed::may_touch(start, len)))
+        || (BELIEVED_PINNED.load(Ordering::Acquire) && touches(&BELIEVED, ranges))
+}
+
+/// Whether `ranges` (their host sides: a range at 0 is none) may touch a block `filter` counts.
+fn touches(filter: &Regions, ranges: &[Range]) -> bool {
+    ranges
+        .iter()
+        .any(|&(start, len, _)| start != 0 && filter.may_touch(start, len))
 }
 
 /// Makes the program's copy `call`, marking this thread as inside it, so that the driver
@@ -233,9 +239,7 @@ fn passes_as_it_is(ranges: &[Range]) -> bool {
 /// Whether `ranges` may touch a block auto mode tracks: one that touches none teaches it
 /// nothing, and is not looked up under the lock (`regions`).
 fn tracked(ranges: &[Range]) -> bool {
-    ranges
-        .iter()
-        .any(|&(start, len, _)| start != 0 && TRACKED.may_touch(start, len))
+    touches(&TRACKED, ranges)
 }
 
 /// Auto mode: counts a completed copy of `ranges`; `measured`: the block whose first copy it
@@ -295,7 +299,7 @@ fn keeping_promises(
         return (call(false), false);
     };
     let mut touched = Touched::default();
-    let generation = believed::generation();
+    let generation = BELIEVED.generation();
     let mut looked = false;
     judged(|| {
         touched = state::touched(ranges);
@@ -305,7 +309,7 @@ fn keeping_promises(
         // None of these ranges needs looking up for such blocks again on this thread until
         // one comes, goes or changes.
         for &(start, len, _) in ranges.iter().filter(|range| range.0 != 0) {
-            believed::missed(start, len, generation);
+            BELIEVED.missed(start, len, generation);
         }
     }
     if !touched.hidden && !touched.believed_pinned {

@@ -636,7 +636,7 @@ impl State {
         // make them look.
         if self.program_registered_within(start, size) {
             BELIEVED_PINNED.store(true, Ordering::Release);
-            crate::believed::changed();
+            crate::believed::BELIEVED.forget_misses();
         }
         HIDDEN.fetch_sub(1, Ordering::AcqRel);
         self.registered_bytes -= size as u64;
