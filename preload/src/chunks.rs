@@ -291,6 +291,7 @@ pub fn all() -> Vec<(usize, GridState)> {
 /// the H100 a registration call made while a piece of a registered chunk was in flight took
 /// up to 30-50 ms. Not without turns: waiting for each piece keeps the copy counted in its
 /// generation through the transfer, which the pinner's `grace` then waits for.
+#[inline(always)]
 pub fn in_pieces(
     len: usize,
     cuts: &[usize],
@@ -298,14 +299,29 @@ pub fn in_pieces(
     copy: impl Fn(usize, usize) -> c_int,
     settle: impl Fn(),
 ) -> c_int {
-    let cut_up = !cuts.is_empty();
+    if cuts.is_empty() {
+        // Uncut (nearly every copy): the call as it was made, inlined in the wrapper.
+        return copy(0, len);
+    }
+    cut_up(len, cuts, settle_each, copy, settle)
+}
+
+/// [`in_pieces`] of a copy with cuts.
+#[inline(never)]
+fn cut_up(
+    len: usize,
+    cuts: &[usize],
+    settle_each: bool,
+    copy: impl Fn(usize, usize) -> c_int,
+    settle: impl Fn(),
+) -> c_int {
     let mut at = 0;
     for &cut in cuts.iter().chain([&len]) {
         if cut > at {
             let rc = {
-                let _copying = cut_up.then(|| crate::turns::copying(cut - at));
+                let _copying = crate::turns::copying(cut - at);
                 let rc = copy(at, cut - at);
-                if rc == 0 && settle_each && cut_up && crate::turns::on() {
+                if rc == 0 && settle_each && crate::turns::on() {
                     settle();
                 }
                 rc
@@ -319,7 +335,7 @@ pub fn in_pieces(
             at = cut;
         }
     }
-    if len == 0 { copy(0, 0) } else { 0 }
+    0
 }
 
 /// What registering a block in chunks did: CUDA's status (0: every chunk is registered; else

@@ -12,6 +12,34 @@ pub type Range = (usize, usize, bool);
 pub(crate) const READ: bool = true;
 pub(crate) const WRITE: bool = false;
 
+/// `cudaMemcpyKind` (driver_types.h): the values that name a side device memory.
+const HOST_TO_DEVICE: c_int = 1;
+const DEVICE_TO_HOST: c_int = 2;
+const DEVICE_TO_DEVICE: c_int = 3;
+
+/// A runtime copy's source `range`, unless its `kind` names the source device memory: then
+/// none (at 0; its length kept, as a copy made in pieces takes its length from its first
+/// range). CUDA's reference makes pointers that do not match the kind undefined behaviour
+/// ("Calling cudaMemcpyAsync() with dst and src pointers that do not match the direction of
+/// the copy results in an undefined behavior"), so a program that names a side device memory
+/// promises it is: no block of hotpin's to look up there (#40 item 1, the copy path).
+/// `cudaMemcpyHostToHost`, `cudaMemcpyDefault` and any other value keep it.
+pub(crate) fn source(kind: c_int, range: Range) -> Range {
+    match kind {
+        DEVICE_TO_HOST | DEVICE_TO_DEVICE => (0, range.1, range.2),
+        _ => range,
+    }
+}
+
+/// A runtime copy's destination `range`, unless its `kind` names it device memory (as
+/// [`source`]).
+pub(crate) fn destination(kind: c_int, range: Range) -> Range {
+    match kind {
+        HOST_TO_DEVICE | DEVICE_TO_DEVICE => (0, range.1, range.2),
+        _ => range,
+    }
+}
+
 /// A device address, as the driver takes it.
 pub type Dev = u64;
 
@@ -273,6 +301,31 @@ impl Memcpy3DParms {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_side_the_kind_names_device_memory_is_none_and_keeps_its_length() {
+        let (dst, src) = (
+            (0x7f00_0000_0000, 4096, WRITE),
+            (0x5555_0000_0000, 4096, READ),
+        );
+        let none = |range: Range| (0, range.1, range.2);
+        // cudaMemcpyHostToHost, HostToDevice, DeviceToHost, DeviceToDevice, Default, and a
+        // value CUDA refuses.
+        for (kind, want) in [
+            (0, [dst, src]),
+            (1, [none(dst), src]),
+            (2, [dst, none(src)]),
+            (3, [none(dst), none(src)]),
+            (4, [dst, src]),
+            (7, [dst, src]),
+        ] {
+            assert_eq!(
+                [destination(kind, dst), source(kind, src)],
+                want,
+                "kind {kind}"
+            );
+        }
+    }
 
     #[test]
     fn a_described_side_spans_its_first_byte_to_the_end_of_its_last_row() {

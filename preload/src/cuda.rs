@@ -61,12 +61,19 @@ impl Real {
         self.get()
     }
 
-    /// The function's address, or None while no CUDA runtime is loaded.
+    /// The function's address, or None while no CUDA runtime is loaded. Inlined: once known,
+    /// one load in the wrapper that calls it (every copy of the program's calls this).
+    #[inline(always)]
     fn get(&self) -> Option<usize> {
         let known = self.address.load(Ordering::Acquire);
         if known != 0 {
             return Some(known);
         }
+        self.look_up()
+    }
+
+    #[inline(never)]
+    fn look_up(&self) -> Option<usize> {
         let found = resolve(self.name, self.files)?;
         self.address.store(found, Ordering::Release);
         Some(found)
@@ -163,6 +170,7 @@ fn resolve(name: &CStr, files: &[&CStr]) -> Option<usize> {
 ///
 /// # Safety
 /// `F` must be the C type of the function `real` names.
+#[inline(always)]
 pub unsafe fn function<F: Copy>(real: &Real) -> Option<F> {
     let address = real.get()?;
     debug_assert_eq!(size_of::<F>(), size_of::<usize>());

@@ -84,6 +84,7 @@ impl Regions {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    #[inline(always)]
     fn slot(&self, region: usize) -> &AtomicU32 {
         let hashed = (region as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOT_BITS);
         // Always a slot (the hash has SLOT_BITS bits); else every range would be a maybe.
@@ -123,7 +124,23 @@ impl Regions {
     /// Whether `[start, start + len)` may touch a tracked block: false only where none does
     /// (no tracked block shares a region with it, or this thread found none there since the
     /// last block was tracked or let go, or `forget_misses`).
+    #[inline(always)]
     pub fn may_touch(&self, start: usize, len: usize) -> bool {
+        // Inlined where it is asked: a range within one region whose slot counts nothing
+        // (nearly every copy of a program hotpin cannot help) costs two loads.
+        let region = start >> SHIFT;
+        if region == start.saturating_add(len.max(1) - 1) >> SHIFT
+            && self.wide.load(Ordering::Acquire) == 0
+            && self.slot(region).load(Ordering::Acquire) == 0
+        {
+            return false;
+        }
+        self.may_touch_looked_up(start, len)
+    }
+
+    /// [`Regions::may_touch`] past its first test.
+    #[inline(never)]
+    fn may_touch_looked_up(&self, start: usize, len: usize) -> bool {
         if self.wide.load(Ordering::Acquire) == 0
             && let Some(mut regions) = Self::span(start, len)
             && !regions.any(|r| self.slot(r).load(Ordering::Acquire) != 0)
