@@ -92,6 +92,7 @@ impl Regions {
     }
 
     /// The regions `[start, start + len)` covers, or None where they are as many as the slots.
+    #[inline(always)]
     fn span(start: usize, len: usize) -> Option<std::ops::RangeInclusive<usize>> {
         let first = start >> SHIFT;
         let last = start.saturating_add(len.max(1) - 1) >> SHIFT;
@@ -128,10 +129,10 @@ impl Regions {
     pub fn may_touch(&self, start: usize, len: usize) -> bool {
         // Inlined where it is asked: a range within one region whose slot counts nothing
         // (nearly every copy of a program hotpin cannot help) costs two loads.
-        let region = start >> SHIFT;
-        if region == start.saturating_add(len.max(1) - 1) >> SHIFT
+        if let Some(regions) = Self::span(start, len)
+            && regions.start() == regions.end()
             && self.wide.load(Ordering::Acquire) == 0
-            && self.slot(region).load(Ordering::Acquire) == 0
+            && self.slot(*regions.start()).load(Ordering::Acquire) == 0
         {
             return false;
         }
