@@ -666,7 +666,9 @@ pub fn skip_unregister(ptr: *mut c_void) -> bool {
 /// pageable, because the program is about to use it as only pinned memory can be used
 /// (captured into a CUDA graph, mapped, asked about). A demoted block stays hotpin's to free;
 /// a registration that had been skipped becomes the program's own again (its
-/// `cudaHostUnregister` goes to CUDA).
+/// `cudaHostUnregister` goes to CUDA), unless the learner tracks the block: then the
+/// registration is the learner's, under the program's skipped one, as before the budget let
+/// it go.
 /// `room`: room is made under the budget first
 /// ([`crate::online::Learner::room_on_demand`]); not during a
 /// stream capture (no block is let go while one may be captured) nor inside a copy (whose
@@ -729,11 +731,22 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             };
             let staging = state.demoted.get(&block).is_some_and(|d| d.staging);
             undo.armed = false;
-            if let Some(learner) = state.learner.as_mut() {
-                // Kept pinned for the program's use (a mapped pointer, a captured copy):
-                // not let go for the budget or a reclaim. A staging buffer is let go as the
-                // framework's are (`let_staging_go`, which waits for the device first).
-                learner.pinned_on_demand(block, registered, claimed, !staging);
+            // Kept pinned for the program's use (a mapped pointer, a captured copy): not let
+            // go for the budget or a reclaim. A staging buffer is let go as the framework's
+            // are (`let_staging_go`, which waits for the device first).
+            let held = state
+                .learner
+                .as_mut()
+                .is_some_and(|l| l.pinned_on_demand(block, registered, claimed, !staging));
+            if held && !demoted {
+                // A skipped registration of a block the learner tracks: the learner holds
+                // this registration now, and undoes it when the block is freed, so it is
+                // ours with the program's on top again, as it was before the budget let it
+                // go: the program's cudaHostUnregister is not passed to CUDA (which would
+                // leave our unregistration at the free to fail, 713, as the program's last
+                // error, and the block's bytes in the budget after it was unpinned).
+                state.note_registered(block, size);
+                state.skipped.insert(block, (size, flags));
             }
             if registered {
                 state.counters.pinned_on_demand += 1;

@@ -66,10 +66,15 @@ impl<V> Believed<V> {
     }
 
     /// The entry at `start`, to change what it holds (not its size, which the count holds):
-    /// what a lookup answers may change, so remembered misses are forgotten.
+    /// what a lookup answers may change, so remembered misses are forgotten. Only where there
+    /// is one: the pinner asks for a demoted entry at every block it pins, and forgetting
+    /// every thread's misses there made their next copies look up again for nothing.
     pub fn get_mut(&mut self, start: &usize) -> Option<&mut V> {
-        BELIEVED.forget_misses();
-        self.map.get_mut(start)
+        let entry = self.map.get_mut(start);
+        if entry.is_some() {
+            BELIEVED.forget_misses();
+        }
+        entry
     }
 
     pub fn contains_key(&self, start: &usize) -> bool {
@@ -147,6 +152,11 @@ mod tests {
         assert!(
             BELIEVED.may_touch(a, 4),
             "the block itself is never skipped"
+        );
+        assert!(map.get_mut(&(a + 8)).is_none());
+        assert!(
+            !BELIEVED.may_touch(beside, 16 << 10),
+            "an entry asked for where there is none: nothing changed, still skipped"
         );
         let _ = map.get_mut(&a);
         assert!(

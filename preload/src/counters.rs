@@ -47,6 +47,9 @@ pub struct Counters {
     pub skipped_registers: u64,
     /// Registrations of ours CUDA refused (the block stays pageable).
     pub register_failures: u64,
+    /// Unregistrations of ours CUDA refused (a block not registered, or the runtime torn
+    /// down): none is expected while the program runs.
+    pub unregister_failures: u64,
     /// Judged allocations left pageable.
     pub pageable: u64,
     /// The most bytes registered by us at once (the cache included).
@@ -191,6 +194,8 @@ pub(crate) static QUESTIONS_STAGED: AtomicU64 = AtomicU64::new(0);
 /// The longest single unregistration call of ours, on any thread (the report's
 /// `longest_unregister_ns`).
 pub(crate) static LONGEST_UNREGISTER_NS: AtomicU64 = AtomicU64::new(0);
+/// Unregistrations of ours CUDA refused (the report's `unregister_failures`).
+pub(crate) static UNREGISTER_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// Python stacks read, and the time it took (the report's `python_stacks`,
 /// `python_stack_ns`).
@@ -230,6 +235,7 @@ pub(crate) fn write_report(
         busy_ns: crate::guard::BUSY_NS.load(Ordering::Relaxed),
         busy_entries: crate::guard::BUSY_ENTRIES.load(Ordering::Relaxed),
         longest_unregister_ns: LONGEST_UNREGISTER_NS.load(Ordering::Relaxed),
+        unregister_failures: UNREGISTER_FAILURES.load(Ordering::Relaxed),
         longest_copy_held_ns: crate::turns::LONGEST_HELD_NS.load(Ordering::Relaxed),
         longest_turn_wait_ns: crate::turns::LONGEST_TURN_WAIT_NS.load(Ordering::Relaxed),
         calls_beside_copies: crate::turns::CALLS_BESIDE_COPIES.load(Ordering::Relaxed),

@@ -297,8 +297,14 @@ pub fn context_synchronize() {
 pub fn unregister(ptr: *mut c_void) -> Option<c_int> {
     // SAFETY: HOST_UNREGISTER is cudaHostUnregister, of this type.
     if let Some(unregister) = unsafe { function::<HostUnregister>(&HOST_UNREGISTER) } {
+        // A refusal of ours is not left as the program's last error (as in `register_with`).
+        let clear_before = last_error(false) == Some(0);
         // SAFETY: a block registered by `register` and not yet freed.
-        return Some(unsafe { unregister(ptr) });
+        let rc = unsafe { unregister(ptr) };
+        if rc != 0 && clear_before {
+            last_error(true);
+        }
+        return Some(rc);
     }
     // SAFETY: CU_HOST_UNREGISTER is cuMemHostUnregister, of this type.
     let unregister = unsafe { function::<HostUnregister>(&CU_HOST_UNREGISTER) }?;

@@ -837,9 +837,11 @@ impl Learner {
     /// budget nor given back to the node's arbiter; else refused, `Failed`). `claimed`: marked
     /// `Registering` for it by [`Self::claim_on_demand`]; unclaimed (a skipped registration),
     /// only a pageable block is the caller's, not one the learner is registering itself.
-    pub fn pinned_on_demand(&mut self, ptr: usize, ok: bool, claimed: bool, keep: bool) {
+    /// Whether the learner holds the block pinned now, by this registration (and so undoes it
+    /// when the block is freed).
+    pub fn pinned_on_demand(&mut self, ptr: usize, ok: bool, claimed: bool, keep: bool) -> bool {
         let Some(block) = self.blocks.get_mut(&ptr) else {
-            return;
+            return false;
         };
         let ours = if claimed {
             block.pin == Pin::Registering
@@ -847,7 +849,7 @@ impl Learner {
             matches!(block.pin, Pin::Pageable | Pin::Failed)
         };
         if !ours {
-            return;
+            return false;
         }
         let reserved = std::mem::take(&mut block.reserved);
         if ok {
@@ -863,6 +865,7 @@ impl Learner {
             // CUDA refused it: as a refused registration of the learner's, not tried again.
             block.pin = Pin::Failed;
         }
+        ok
     }
 
     /// A framework is to be told that the block registered at `start` (`len` bytes) is pinned:

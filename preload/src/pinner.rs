@@ -15,7 +15,7 @@ use std::{
 
 use crate::{
     chunks,
-    counters::LONGEST_UNREGISTER_NS,
+    counters::{LONGEST_UNREGISTER_NS, UNREGISTER_FAILURES},
     cuda,
     guard::{Busy, judged},
     online::BlockRef,
@@ -34,6 +34,9 @@ pub(crate) fn unregister(start: usize) {
         let began = std::time::Instant::now();
         let rc = cuda::unregister(ptr);
         LONGEST_UNREGISTER_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if rc.is_some_and(|rc| rc != 0) {
+            UNREGISTER_FAILURES.fetch_add(1, Ordering::Relaxed);
+        }
         rc
     };
     // A block CUDA did not unregister (at exit the runtime may be torn down already) stays

@@ -775,6 +775,36 @@ fn auto_mode_follows_a_shifting_hot_set_within_its_budget() {
     );
 }
 
+/// A registration of the program's skipped under hotpin's, whose block the budget then lets
+/// go (#40 item 1's per-thread filter of such blocks): the program still believes it pinned,
+/// so once hotpin's last registration is gone its captured copy must still be pinned on
+/// demand. Its thread had looked that block up while hotpin's registration covered it and
+/// remembered the miss; the eviction must make it look again (`State::forget_registered`
+/// calls `forget_misses`), or the copy passes as pageable and the stand-in refuses the
+/// capture (900). The registration made for the capture is the learner's under the
+/// program's again: the program's cudaHostUnregister is not passed on, and hotpin's own at
+/// the free succeeds (before, both were made: the second failed, 713, and was left as the
+/// program's last error).
+#[test]
+fn a_skipped_registration_the_budget_let_go_is_pinned_for_its_capture() {
+    let no_cache = [("HOTPIN_CACHE", Path::new("0"))];
+    let c = online_with_budget_env("believed", "8M", &["believed"], &no_cache);
+    // Neither kept as the program's own nor skipped for the budget: it fell under ours.
+    assert_eq!(c["skipped_registers"], 0, "{c}");
+    assert_eq!(c["kept_pinned"], 0, "{c}");
+    assert!(
+        c["evictions"].as_u64() >= Some(1),
+        "the first let go for the second: {c}"
+    );
+    assert_eq!(c["pinned_on_demand"], 1, "the first, for its capture: {c}");
+    assert_eq!(c["captures_refused"], 0, "{c}");
+    assert_eq!(c["register_failures"], 0, "{c}");
+    assert_eq!(
+        c["unregister_failures"], 0,
+        "unregistered once, by hotpin: {c}"
+    );
+}
+
 /// A first run of layers streamed from CPU memory (#40 item 3): six buffers of one call site
 /// and size, each copied whole every step. Once two of them were each worth pinning on their
 /// first copy alone, the other four are pinned before their first copy, not after their

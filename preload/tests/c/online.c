@@ -72,6 +72,14 @@
  *          device by one 2D copy (rows of MIB/8 MiB) instead: asynchronous for the first,
  *          synchronous for the second. A third buffer is copied there and back every step,
  *          never by a 2D copy, then freed.
+ *   believed [MIB]: two malloc'd buffers of MIB MiB, copied to the device whole and checked
+ *          by reading back their first and last 64 KiB (below the floor: never pinned), under
+ *          a budget that holds one. The first is copied 10 times, then registered by the
+ *          program (cudaHostRegister) and copied once more; the second is copied 40 times
+ *          (it displaces the first from the budget) and freed. Then a stream capture of a
+ *          copy of the first (memory the program registered, so the capture must succeed),
+ *          the graph replayed after new data is written into it, and the first
+ *          unregistered.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details (on the stand-in, its count of
  * registration calls made beside a large copy call too: calls_beside_copies). */
@@ -110,6 +118,35 @@ static void round_trip(struct tally *t, char *host, size_t size, unsigned step, 
         CUDA_OK(cudaMemcpy(result, device, size, cudaMemcpyDeviceToHost));
     }
     tally_check(t, step, count_wrong(result, size, step, tag));
+}
+
+/* `believed`: the device's copy of the first and last 64 KiB of `size` bytes filled at
+ * `step` with `tag`, read back into static buffers (below the floor): how many words are
+ * wrong. */
+static char edge_back[2][64 * 1024];
+static size_t edges_wrong(size_t size, unsigned step, unsigned tag) {
+    size_t edge = sizeof edge_back[0], wrong;
+    CUDA_OK(cudaMemcpy(edge_back[0], device, edge, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(edge_back[1], (char *)device + size - edge, edge,
+                       cudaMemcpyDeviceToHost));
+    wrong = count_wrong(edge_back[0], edge, step, tag);
+    for (size_t w = 0; w < edge / 8; w++)
+        wrong += ((uint64_t *)edge_back[1])[w] != pattern_word((size - edge) / 8 + w, step, tag);
+    return wrong;
+}
+
+/* `believed`: `host` filled and copied whole to the device (async then synchronised, or
+ * not), its edges checked. */
+static void edges_trip(struct tally *t, char *host, size_t size, unsigned step, unsigned tag,
+                       int async) {
+    fill(host, size, step, tag);
+    if (async) {
+        CUDA_OK(cudaMemcpyAsync(device, host, size, cudaMemcpyHostToDevice, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+    } else {
+        CUDA_OK(cudaMemcpy(device, host, size, cudaMemcpyHostToDevice));
+    }
+    tally_check(t, step, edges_wrong(size, step, tag));
 }
 
 /* `shared`: one thread's copies of the shared buffer. */
@@ -219,6 +256,34 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < 4; i++) free(buffers[i]);
         free(cold);
+    } else if (strcmp(which, "believed") == 0) {
+        char *first = (char *)malloc(size), *second = (char *)malloc(size);
+        for (unsigned step = 0; step < 10; step++)
+            edges_trip(&t, first, size, step, 1, (int)(step % 2));
+        CUDA_OK(cudaHostRegister(first, size, 0));
+        edges_trip(&t, first, size, 10, 1, 1);
+        for (unsigned step = 11; step < 51; step++)
+            edges_trip(&t, second, size, step, 2, (int)(step % 2));
+        free(second);
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        int copy_rc = (int)cudaMemcpyAsync(device, first, size, cudaMemcpyHostToDevice, stream);
+        int end_rc = (int)cudaStreamEndCapture(stream, &graph);
+        tally_check(&t, 51, copy_rc != 0 || end_rc != 0 || graph == NULL);
+        if (copy_rc != 0) detail("capture_copy_rc", "%d", copy_rc);
+        if (end_rc != 0) detail("capture_end_rc", "%d", end_rc);
+        if (end_rc == 0 && graph) {
+            CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+            fill(first, size, 52, 1);
+            CUDA_OK(cudaGraphLaunch(exec, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            tally_check(&t, 52, edges_wrong(size, 52, 1));
+            CUDA_OK(cudaGraphExecDestroy(exec));
+            CUDA_OK(cudaGraphDestroy(graph));
+        }
+        CUDA_OK(cudaHostUnregister(first));
+        free(first);
     } else if (strcmp(which, "fresh") == 0) {
         int temps = argc > 3 && strcmp(argv[3], "temp") == 0;
         char *hot = (char *)malloc(size), *last = NULL, *temp = NULL;
