@@ -17,7 +17,9 @@
  *           cudaStreamSynchronize, as PyTorch's `.cuda()` and `.cpu()` of a pageable tensor
  *           make it;
  *   async_scalar N: as async, after a pinned request of 4 bytes (as scalar): the copies
- *           PyTorch makes after its first `.item()`.
+ *           PyTorch makes after its first `.item()`;
+ *   questions N: N cudaPointerGetAttributes of the 64 buffers in turn (each must answer
+ *           unregistered host memory), as `tensor.is_pinned()` asks.
  * Prints one JSON line: the phase, its calls (to the CUDA runtime or the allocator), seconds,
  * checks, mismatches.
  * Usage: hook_cost PHASE N */
@@ -36,6 +38,13 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
 cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, void *stream);
 cudaError_t cudaStreamSynchronize(void *stream);
+struct cudaPointerAttributes {
+    int type; /* cudaMemoryTypeUnregistered = 0 */
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+};
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr);
 
 static double now(void) {
     struct timespec ts;
@@ -95,6 +104,15 @@ int main(int argc, char **argv) {
             mismatches += back[0] != (unsigned char)(i + 1) || back[SMALL - 1] != (unsigned char)(i + 1);
         }
         calls = 2 * n_max;
+    } else if (strcmp(phase, "questions") == 0) {
+        for (long n = 0; n < n_max; n++) {
+            struct cudaPointerAttributes a;
+            memset(&a, 0xff, sizeof a);
+            if (cudaPointerGetAttributes(&a, host[n % BUFFERS]) != 0) return 3;
+            checks++;
+            mismatches += a.type != 0;
+        }
+        calls = n_max;
     } else if (strcmp(phase, "allocs") == 0) {
         uint64_t sum = 0, expected = 0;
         for (long n = 0; n < n_max; n++) {

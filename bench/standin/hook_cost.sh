@@ -26,7 +26,7 @@ d['busy_ns'] = sum(x['counters']['busy_ns'] for x in reports) if reports else No
 d.update(config='$c', round=$r)
 print(json.dumps(d))" >>"$J"
 }
-for p in copies async async_scalar allocs large beside scalar; do
+for p in copies async async_scalar allocs large beside scalar questions; do
   "$BIN/hotpin" run --history "$OUT/$p.learned.hotpin" -- "$OUT/hook_cost" "$p" "$N" >/dev/null
 done
 auto_runs() { # phase round label bin: auto mode's first run, then from the learned history
@@ -38,7 +38,7 @@ auto_runs() { # phase round label bin: auto mode's first run, then from the lear
   one "$p" "$c-history" "$r" "$bin/hotpin" run --history "$OUT/history.hotpin" --report "$OUT/r/$p.$c-history.$r" --
 }
 for r in $(seq 1 "$ROUNDS"); do
-  for p in copies async async_scalar allocs large beside scalar; do
+  for p in copies async async_scalar allocs large beside scalar questions; do
     one "$p" plain "$r" env
     one "$p" pin-none "$r" "$BIN/hotpin" run --mode pin-none --report "$OUT/r/$p.pin-none.$r" --
     auto_runs "$p" "$r" auto "$BIN"
@@ -48,7 +48,7 @@ done
 python3 - "$J" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-phases = {"copies": "16 KiB copies, untracked", "async": "16 KiB async copies and a stream sync, untracked", "allocs": "2 MiB malloc and free", "large": "16 KiB copies of a tracked 64 MiB block", "beside": "16 KiB copies, untracked, beside a tracked block", "scalar": "16 KiB copies, untracked, after a pinned request of 4 bytes", "async_scalar": "16 KiB async copies and a stream sync, untracked, after a pinned request of 4 bytes"}
+phases = {"copies": "16 KiB copies, untracked", "async": "16 KiB async copies and a stream sync, untracked", "allocs": "2 MiB malloc and free", "large": "16 KiB copies of a tracked 64 MiB block", "beside": "16 KiB copies, untracked, beside a tracked block", "scalar": "16 KiB copies, untracked, after a pinned request of 4 bytes", "async_scalar": "16 KiB async copies and a stream sync, untracked, after a pinned request of 4 bytes", "questions": "cudaPointerGetAttributes of 16 KiB buffers, untracked"}
 configs = [c for c in ["plain", "pin-none", "auto-first", "auto-history", "base-first", "base-history"] if any(r["config"] == c for r in rows)]
 print("ns a call, median (range) of the program's own timing; `inside` is the report's busy_ns a call")
 print("| phase | " + " | ".join(configs) + " | inside hotpin: " + " / ".join(configs[1:]) + " | wrong |")

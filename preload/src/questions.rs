@@ -30,7 +30,7 @@ use crate::{
     cuda::{self, Real},
     guard::{Busy, judged},
     learning,
-    state::{self, ACTIVE, BELIEVED_PINNED, LEARNING},
+    state::{self, ACTIVE, BELIEVED_PINNED, HIDDEN, LEARNING},
 };
 
 /// Pageable memory of ours that is never registered: what CUDA is asked about in place of a
@@ -45,9 +45,11 @@ pub(crate) fn reference() -> usize {
 
 /// The address CUDA is to be asked about in place of `ptr`: our reference for memory hotpin
 /// registered behind the program's back, else `ptr` itself (pinned first if the program
-/// believes it pinned).
+/// believes it pinned). While no block is hidden and none believed pinned, nothing is looked
+/// up: auto mode sets [`ACTIVE`] at its start, and every question of a program it cannot help
+/// took the state's lock for nothing.
 fn ask_about(ptr: usize) -> usize {
-    let changed = ACTIVE.load(Ordering::Acquire) || BELIEVED_PINNED.load(Ordering::Acquire);
+    let changed = HIDDEN.load(Ordering::Acquire) > 0 || BELIEVED_PINNED.load(Ordering::Acquire);
     if !changed || ptr == 0 || state::forked() {
         return ptr;
     }
@@ -259,8 +261,15 @@ fn caller_of(caller: usize) -> Caller {
     if caller == 0 || !anything {
         return Caller::Program;
     }
-    let mut seen = CALLERS.get();
-    if let Some(&(_, who)) = seen.iter().find(|(address, _)| *address == caller) {
+    // Read in place (a copy of the whole table each question was half of this function's
+    // cost on the stand-in).
+    let known = CALLERS.with(|seen| {
+        seen.as_array_of_cells()
+            .iter()
+            .map(std::cell::Cell::get)
+            .find(|&(address, _)| address == caller)
+    });
+    if let Some((_, who)) = known {
         return who;
     }
     let mut info = libc::Dl_info {
@@ -277,6 +286,7 @@ fn caller_of(caller: usize) -> Caller {
     } else {
         Caller::Program
     };
+    let mut seen = CALLERS.get();
     seen.rotate_right(1);
     seen[0] = (caller, who);
     CALLERS.set(seen);

@@ -46,7 +46,9 @@
  *          region with a tracked block, as PyTorch's small CPU tensors share the heap with
  *          larger ones; each small buffer copied there and back 100 times (3,200 copies);
  *          with a third argument `async`, each copy is cudaMemcpyAsync and a stream sync, as
- *          PyTorch makes them.
+ *          PyTorch makes them; with `questions`, each buffer is also asked about
+ *          (cudaPointerGetAttributes, as `tensor.is_pinned()` asks) before it is copied, and
+ *          must be answered unregistered memory (1,600 questions).
  *   scalar [MIB]: a pinned request of 4 bytes (cudaHostAlloc, no flags), kept to the end, as
  *          PyTorch's `.item()` reads a scalar through one from its caching host allocator: at
  *          every step (40) a malloc'd buffer of MIB MiB is copied there and back, and a scalar
@@ -473,9 +475,16 @@ int main(int argc, char **argv) {
         memset(below, 1, 2 * MIB);
         memset(above, 2, 2 * MIB);
         int async = argc > 3 && strcmp(argv[3], "async") == 0;
+        int questions = argc > 3 && strcmp(argv[3], "questions") == 0;
         for (unsigned step = 0; step < 100; step++) {
             for (int i = 0; i < BUFFERS; i++) {
                 fill(small[i], SMALL, step, (unsigned)i);
+                if (questions) {
+                    struct cudaPointerAttributes a;
+                    memset(&a, 0xff, sizeof a);
+                    CUDA_OK(cudaPointerGetAttributes(&a, small[i]));
+                    tally_check(&t, step, a.type != cudaMemoryTypeUnregistered);
+                }
                 if (async) {
                     CUDA_OK(cudaMemcpyAsync(device, small[i], SMALL, cudaMemcpyHostToDevice, stream));
                     CUDA_OK(cudaStreamSynchronize(stream));
