@@ -734,17 +734,32 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             // Kept pinned for the program's use (a mapped pointer, a captured copy): not let
             // go for the budget or a reclaim. A staging buffer is let go as the framework's
             // are (`let_staging_go`, which waits for the device first).
-            let held = state
-                .learner
-                .as_mut()
-                .is_some_and(|l| l.pinned_on_demand(block, registered, claimed, !staging));
+            // A skipped registration of a whole block the learner tracks, with no flags a
+            // registration of ours must not keep: the learner holds it, and undoes it when
+            // the block is freed, so it is ours with the program's on top again, as before
+            // the budget let it go. The program's cudaHostUnregister is then not passed to
+            // CUDA (which left our unregistration at the free to fail, 713, as the program's
+            // last error, and the block's bytes in the budget after it was unpinned). Any
+            // other is the program's own, never the learner's to pin or let go.
+            let holdable = demoted
+                || flags & (cuda::HOST_REGISTER_IO_MEMORY | cuda::HOST_REGISTER_READ_ONLY) == 0
+                    && state
+                        .learner
+                        .as_ref()
+                        .is_some_and(|l| l.tracks_whole(block, size));
+            let held = match state.learner.as_mut() {
+                Some(learner) if holdable => {
+                    learner.pinned_on_demand(block, registered, claimed, !staging)
+                }
+                Some(learner) => {
+                    if registered {
+                        learner.registered_by_program(block);
+                    }
+                    false
+                }
+                None => false,
+            };
             if held && !demoted {
-                // A skipped registration of a block the learner tracks: the learner holds
-                // this registration now, and undoes it when the block is freed, so it is
-                // ours with the program's on top again, as it was before the budget let it
-                // go: the program's cudaHostUnregister is not passed to CUDA (which would
-                // leave our unregistration at the free to fail, 713, as the program's last
-                // error, and the block's bytes in the budget after it was unpinned).
                 state.note_registered(block, size);
                 state.skipped.insert(block, (size, flags));
             }

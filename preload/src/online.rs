@@ -868,6 +868,23 @@ impl Learner {
         ok
     }
 
+    /// Whether the block at `ptr` is tracked, `len` bytes long: a registration of that whole
+    /// block may be held as the learner's.
+    pub fn tracks_whole(&self, ptr: usize, len: usize) -> bool {
+        self.blocks.get(&ptr).is_some_and(|block| block.size == len)
+    }
+
+    /// The program registered the pageable block at `ptr` itself (a skipped registration
+    /// carried out on demand that the learner cannot hold: part of the block, or flags of
+    /// its own): never the learner's to register or let go, as a refused one.
+    pub fn registered_by_program(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr)
+            && block.pin == Pin::Pageable
+        {
+            block.pin = Pin::Failed;
+        }
+    }
+
     /// A framework is to be told that the block registered at `start` (`len` bytes) is pinned:
     /// whether it may be, because the block is pinned whole (not a part, not being let go);
     /// if so it is exposed from now on.

@@ -805,6 +805,21 @@ fn a_skipped_registration_the_budget_let_go_is_pinned_for_its_capture() {
     );
 }
 
+/// As above, but the program registers (and captures) only the first half of the buffer
+/// hotpin had pinned whole: the half is pinned on demand for the capture, and registered
+/// and unregistered once each. (The learner holds only whole blocks, so this registration
+/// is left the program's own; a test that tells that from holding it would need the block
+/// copied on after the program lets it go, and is not written.)
+#[test]
+fn a_skipped_registration_of_part_of_a_block_is_the_programs_once_pinned_for_its_capture() {
+    let no_cache = [("HOTPIN_CACHE", Path::new("0"))];
+    let c = online_with_budget_env("believed-half", "8M", &["believed", "8", "half"], &no_cache);
+    assert!(c["evictions"].as_u64() >= Some(1), "{c}");
+    assert_eq!(c["pinned_on_demand"], 1, "{c}");
+    assert_eq!(c["captures_refused"], 0, "{c}");
+    assert_eq!(c["unregister_failures"], 0, "{c}");
+}
+
 /// A first run of layers streamed from CPU memory (#40 item 3): six buffers of one call site
 /// and size, each copied whole every step. Once two of them were each worth pinning on their
 /// first copy alone, the other four are pinned before their first copy, not after their
