@@ -657,9 +657,13 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
 /// `cudaHostUnregister(ptr)`: true if the registration was not carried out by CUDA (so
 /// there is nothing for CUDA to undo).
 pub fn skip_unregister(ptr: *mut c_void) -> bool {
-    lock()
-        .as_mut()
-        .is_some_and(|state| state.skipped.remove(&(ptr as usize)).is_some())
+    lock().as_mut().is_some_and(|state| {
+        let skipped = state.skipped.remove(&(ptr as usize)).is_some();
+        if skipped && let Some(learner) = state.learner.as_mut() {
+            learner.program_let_go(ptr as usize);
+        }
+        skipped
+    })
 }
 
 /// Registers every block in `ranges` that the program believes pinned and hotpin left
@@ -762,6 +766,9 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             if held && !demoted {
                 state.note_registered(block, size);
                 state.skipped.insert(block, (size, flags));
+                if let Some(learner) = state.learner.as_mut() {
+                    learner.hold_for_program(block);
+                }
             }
             if registered {
                 state.counters.pinned_on_demand += 1;

@@ -106,6 +106,11 @@ pub struct Block {
     /// Registered whole, and a framework was told so (`hotpin_policy::callers`): it may go on
     /// using it as pinned memory, so it is never let go while the program holds it.
     pub exposed: bool,
+    /// A framework was told it is pinned ([`Learner::expose`]).
+    shown: bool,
+    /// Held registered for a registration of the program's on top of it, pinned on demand
+    /// ([`Learner::hold_for_program`]): exposed until the program lets its registration go.
+    program_hold: bool,
     /// Claimed to be registered on demand, its bytes reserved in the budget already
     /// ([`Learner::room_on_demand`]): taken once, not again when the registration ends.
     reserved: bool,
@@ -365,6 +370,8 @@ impl Learner {
                 first_copy: FirstCopy::OnTrust,
                 on_spec: false,
                 exposed: false,
+                shown: false,
+                program_hold: false,
                 reserved: false,
             },
         );
@@ -894,9 +901,31 @@ impl Learner {
                 if block.pin == Pin::Pinned && block.part.is_none() && block.size == len =>
             {
                 block.exposed = true;
+                block.shown = true;
                 true
             }
             _ => false,
+        }
+    }
+
+    /// The block at `ptr`, pinned on demand under a registration of the program's
+    /// ([`Self::pinned_on_demand`]), is held for the program's use until it lets that
+    /// registration go ([`Self::program_let_go`]).
+    pub fn hold_for_program(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.program_hold = true;
+        }
+    }
+
+    /// The program unregistered its registration on top of the block at `ptr`: a hold for it
+    /// ends, and the block may be let go for the budget again, unless a framework was told it
+    /// is pinned (which may go on using it so).
+    pub fn program_let_go(&mut self, ptr: usize) {
+        if let Some(block) = self.blocks.get_mut(&ptr)
+            && std::mem::take(&mut block.program_hold)
+            && !block.shown
+        {
+            block.exposed = false;
         }
     }
 
@@ -1132,6 +1161,39 @@ mod tests {
             OnDemand::Free,
             "untracked"
         );
+    }
+
+    /// A block held pinned for a registration of the program's (a skipped one, pinned on
+    /// demand for a capture) is exposed until the program unregisters, then may be let go
+    /// for the budget again; one a framework was also told is pinned stays exposed.
+    #[test]
+    fn a_hold_for_the_program_ends_with_its_registration_unless_a_framework_was_shown() {
+        let mut learner = Learner::new(CostModel::default(), None);
+        let site = SiteKey::new("app", 0x10);
+        let (ptr, size) = (0x1000_0000, 1 << 20);
+        for shown in [false, true] {
+            learner.track(ptr, size, &site, false, false, Vec::new());
+            assert!(learner.tracks_whole(ptr, size) && !learner.tracks_whole(ptr, size / 2));
+            assert!(
+                learner.pinned_on_demand(ptr, true, false, true),
+                "unclaimed, pageable"
+            );
+            learner.hold_for_program(ptr);
+            if shown {
+                assert!(learner.expose(ptr, size));
+            }
+            assert!(learner.blocks[&ptr].exposed);
+            learner.program_let_go(ptr);
+            assert_eq!(
+                learner.blocks[&ptr].exposed, shown,
+                "shown to a framework: {shown}"
+            );
+            learner.untrack(ptr);
+        }
+        // Registered by the program as part of a block: never the learner's to pin.
+        learner.track(ptr, size, &site, false, false, Vec::new());
+        learner.registered_by_program(ptr);
+        assert_eq!(learner.blocks[&ptr].pin, Pin::Failed);
     }
 
     /// A block registered on demand keeps the budget a ceiling: where there is no room, the

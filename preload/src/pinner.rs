@@ -5,7 +5,7 @@
 //! asked here, once.
 
 use std::{
-    ffi::c_void,
+    ffi::{c_int, c_void},
     sync::{
         Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -30,20 +30,23 @@ pub(crate) static PLATFORM: std::sync::atomic::AtomicU8 = std::sync::atomic::Ato
 /// Unregisters a block hotpin registered (whole, or a part of one); once CUDA did, its lease
 /// from the node's arbiter, if it had one, ends.
 pub(crate) fn unregister(start: usize) {
-    let timed = |ptr: *mut c_void| {
-        let began = std::time::Instant::now();
-        let rc = cuda::unregister(ptr);
-        LONGEST_UNREGISTER_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        if rc.is_some_and(|rc| rc != 0) {
-            UNREGISTER_FAILURES.fetch_add(1, Ordering::Relaxed);
-        }
-        rc
-    };
     // A block CUDA did not unregister (at exit the runtime may be torn down already) stays
     // pinned: its lease ends with the process, not with a false release.
-    if chunks::unregister(start, timed) == Some(0) {
+    if chunks::unregister(start, timed_unregister) == Some(0) {
         crate::lease::released(start);
     }
+}
+
+/// One unregistration call of ours: timed (the report's `longest_unregister_ns`), and
+/// counted where CUDA refused it (`unregister_failures`).
+fn timed_unregister(ptr: *mut c_void) -> Option<c_int> {
+    let began = std::time::Instant::now();
+    let rc = cuda::unregister(ptr);
+    LONGEST_UNREGISTER_NS.fetch_max(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    if rc.is_some_and(|rc| rc != 0) {
+        UNREGISTER_FAILURES.fetch_add(1, Ordering::Relaxed);
+    }
+    rc
 }
 
 /// A pinned block (or part) of auto mode at `start`, `len` bytes, that the program freed: no
@@ -301,7 +304,7 @@ pub(crate) fn pin_block(block: BlockRef, program_thread: bool) {
         return;
     }
     let (rc, longest_call) = if in_chunks {
-        let done = chunks::register(block.start, block.len, register, cuda::unregister);
+        let done = chunks::register(block.start, block.len, register, timed_unregister);
         if done.gave_up {
             put_off(&block);
             return;

@@ -805,6 +805,27 @@ fn a_skipped_registration_the_budget_let_go_is_pinned_for_its_capture() {
     );
 }
 
+/// As above, and once the program has unregistered the first buffer (still allocated), a
+/// third is copied 40 times under the same budget: the hold for the capture ended with the
+/// program's registration, so the first is let go again and the third pinned (before, the
+/// first stayed held to its free, and the third found no room: never pin more than the work
+/// needs).
+#[test]
+fn a_hold_for_the_programs_capture_ends_with_its_registration() {
+    let no_cache = [("HOTPIN_CACHE", Path::new("0"))];
+    let c = online_with_budget_env(
+        "believed-after",
+        "8M",
+        &["believed", "8", "after"],
+        &no_cache,
+    );
+    assert_eq!(c["pinned_on_demand"], 1, "{c}");
+    assert_eq!(c["evictions"], 2, "the first let go twice: {c}");
+    assert_eq!(c["learned_pins"], 3, "the third pinned: {c}");
+    assert!(c["peak_pinned_bytes"].as_u64() <= Some(8 * MIB), "{c}");
+    assert_eq!(c["unregister_failures"], 0, "{c}");
+}
+
 /// As above, but the program registers (and captures) only the first half of the buffer
 /// hotpin had pinned whole: the half is pinned on demand for the capture, and registered
 /// and unregistered once each. (The learner holds only whole blocks, so this registration

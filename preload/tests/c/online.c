@@ -82,7 +82,8 @@
  *          copy of the first (memory the program registered, so the capture must succeed),
  *          the graph replayed after new data is written into it, and the first
  *          unregistered. With a third argument `half`, the program registers, captures and
- *          checks only the first half of the first buffer.
+ *          checks only the first half of the first buffer; with `after`, once the first is
+ *          unregistered (still allocated), a third buffer is copied 40 times.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details (on the stand-in, its count of
  * registration calls made beside a large copy call too: calls_beside_copies). */
@@ -287,6 +288,12 @@ int main(int argc, char **argv) {
             CUDA_OK(cudaGraphDestroy(graph));
         }
         CUDA_OK(cudaHostUnregister(first));
+        if (argc > 3 && strcmp(argv[3], "after") == 0) {
+            char *third = (char *)malloc(size);
+            for (unsigned step = 53; step < 93; step++)
+                edges_trip(&t, third, size, step, 3, (int)(step % 2));
+            free(third);
+        }
         free(first);
     } else if (strcmp(which, "fresh") == 0) {
         int temps = argc > 3 && strcmp(argv[3], "temp") == 0;
