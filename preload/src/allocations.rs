@@ -753,7 +753,11 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
                         .is_some_and(|l| l.tracks_whole(block, size));
             let held = match state.learner.as_mut() {
                 Some(learner) if holdable => {
-                    learner.pinned_on_demand(block, registered, claimed, !staging)
+                    let held = learner.pinned_on_demand(block, registered, claimed, !staging);
+                    if held && !demoted {
+                        learner.hold_for_program(block);
+                    }
+                    held
                 }
                 Some(learner) => {
                     if registered {
@@ -766,9 +770,6 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             if held && !demoted {
                 state.note_registered(block, size);
                 state.skipped.insert(block, (size, flags));
-                if let Some(learner) = state.learner.as_mut() {
-                    learner.hold_for_program(block);
-                }
             }
             if registered {
                 state.counters.pinned_on_demand += 1;

@@ -18,12 +18,13 @@ pub const HOST_ALLOC_KEEP: c_uint = 1 | 2 | 4;
 pub const HOST_ALLOC_PINNED_ONLY: c_uint = 2 | 4;
 /// `cudaHostAllocPortable` (= `cudaHostRegisterPortable`, `CU_MEMHOSTALLOC_PORTABLE`).
 pub const HOST_ALLOC_PORTABLE: c_uint = 1;
-/// `cudaHostRegisterPortable`, `Mapped`, `IoMemory`, `ReadOnly`: likewise for registrations.
-pub const HOST_REGISTER_KEEP: c_uint = 1 | 2 | 4 | 8;
-/// `cudaHostRegisterIoMemory`, `cudaHostRegisterReadOnly`: flags a registration of ours does
-/// not carry on for the program.
+/// `cudaHostRegisterIoMemory`: a flag a registration of ours does not carry on for the
+/// program (nor `HOST_REGISTER_READ_ONLY`).
 pub const HOST_REGISTER_IO_MEMORY: c_uint = 4;
+/// `cudaHostRegisterReadOnly`.
 pub const HOST_REGISTER_READ_ONLY: c_uint = 8;
+/// `cudaHostRegisterPortable`, `Mapped`, `IoMemory`, `ReadOnly`: likewise for registrations.
+pub const HOST_REGISTER_KEEP: c_uint = 1 | 2 | HOST_REGISTER_IO_MEMORY | HOST_REGISTER_READ_ONLY;
 /// `cudaErrorInitializationError`: what a call answers when no runtime is there to do it.
 pub const ERROR_NO_RUNTIME: c_int = 3;
 

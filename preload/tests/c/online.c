@@ -108,48 +108,56 @@ static void *device;
 static cudaStream_t stream;
 static char *result;
 
+/* `size` bytes of `host` copied to the device: cudaMemcpyAsync then a stream sync, or
+ * cudaMemcpy. */
+static void to_device(const char *host, size_t size, int async) {
+    if (async) {
+        CUDA_OK(cudaMemcpyAsync(device, host, size, cudaMemcpyHostToDevice, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+    } else {
+        CUDA_OK(cudaMemcpy(device, host, size, cudaMemcpyHostToDevice));
+    }
+}
+
 /* One round trip of `size` bytes of `host` at step `step`, checked. */
 static void round_trip(struct tally *t, char *host, size_t size, unsigned step, unsigned tag,
                        int async) {
     fill(host, size, step, tag);
+    to_device(host, size, async);
     if (async) {
-        CUDA_OK(cudaMemcpyAsync(device, host, size, cudaMemcpyHostToDevice, stream));
-        CUDA_OK(cudaStreamSynchronize(stream));
         CUDA_OK(cudaMemcpyAsync(result, device, size, cudaMemcpyDeviceToHost, stream));
         CUDA_OK(cudaStreamSynchronize(stream));
     } else {
-        CUDA_OK(cudaMemcpy(device, host, size, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(result, device, size, cudaMemcpyDeviceToHost));
     }
     tally_check(t, step, count_wrong(result, size, step, tag));
 }
 
-/* `believed`: the device's copy of the first and last 64 KiB of `size` bytes filled at
- * `step` with `tag`, read back into static buffers (below the floor): how many words are
- * wrong. */
-static char edge_back[2][64 * 1024];
-static size_t edges_wrong(size_t size, unsigned step, unsigned tag) {
-    size_t edge = sizeof edge_back[0], wrong;
-    CUDA_OK(cudaMemcpy(edge_back[0], device, edge, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(edge_back[1], (char *)device + size - edge, edge,
-                       cudaMemcpyDeviceToHost));
-    wrong = count_wrong(edge_back[0], edge, step, tag);
-    for (size_t w = 0; w < edge / 8; w++)
-        wrong += ((uint64_t *)edge_back[1])[w] != pattern_word((size - edge) / 8 + w, step, tag);
+/* The first and last EDGE bytes of `size` bytes filled at `step` with `tag`, as read back
+ * into `back`: how many words are wrong. */
+#define EDGE (64 * 1024)
+static size_t edges_wrong_in(char back[2][EDGE], size_t size, unsigned step, unsigned tag) {
+    size_t wrong = count_wrong(back[0], EDGE, step, tag);
+    for (size_t w = 0; w < EDGE / 8; w++)
+        wrong += ((uint64_t *)back[1])[w] != pattern_word((size - EDGE) / 8 + w, step, tag);
     return wrong;
 }
 
-/* `believed`: `host` filled and copied whole to the device (async then synchronised, or
- * not), its edges checked. */
+/* `believed`: the device's copy of `size` bytes filled at `step` with `tag`, its edges read
+ * back into static buffers (below the floor): how many words are wrong. */
+static char edge_back[2][EDGE];
+static size_t edges_wrong(size_t size, unsigned step, unsigned tag) {
+    CUDA_OK(cudaMemcpy(edge_back[0], device, EDGE, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(edge_back[1], (char *)device + size - EDGE, EDGE,
+                       cudaMemcpyDeviceToHost));
+    return edges_wrong_in(edge_back, size, step, tag);
+}
+
+/* `believed`: `host` filled and copied whole to the device, its edges checked. */
 static void edges_trip(struct tally *t, char *host, size_t size, unsigned step, unsigned tag,
                        int async) {
     fill(host, size, step, tag);
-    if (async) {
-        CUDA_OK(cudaMemcpyAsync(device, host, size, cudaMemcpyHostToDevice, stream));
-        CUDA_OK(cudaStreamSynchronize(stream));
-    } else {
-        CUDA_OK(cudaMemcpy(device, host, size, cudaMemcpyHostToDevice));
-    }
+    to_device(host, size, async);
     tally_check(t, step, edges_wrong(size, step, tag));
 }
 
@@ -198,7 +206,7 @@ static void *share(void *arg) {
 static char *evicted, *displacer;
 static size_t evict_size;
 static struct tally evict_tally;
-static char evict_back[2][64 * 1024];
+static char evict_back[2][EDGE];
 
 static void *copy_and_overwrite(void *unused) {
     (void)unused;
@@ -216,10 +224,7 @@ static void *copy_and_overwrite(void *unused) {
         CUDA_OK(cudaMemcpyAsync(evict_back[1], (char *)dev + evict_size - edge, edge,
                                 cudaMemcpyDeviceToHost, s));
         CUDA_OK(cudaStreamSynchronize(s));
-        size_t wrong = count_wrong(evict_back[0], edge, i, 8);
-        for (size_t w = 0; w < edge / 8; w++)
-            wrong += ((uint64_t *)evict_back[1])[w] !=
-                     pattern_word((evict_size - edge) / 8 + w, i, 8);
+        size_t wrong = edges_wrong_in(evict_back, evict_size, i, 8);
         pthread_mutex_lock(&tally_lock);
         tally_check(&evict_tally, i, wrong);
         pthread_mutex_unlock(&tally_lock);
