@@ -27,8 +27,13 @@
  *                                     after it was enqueued, unless waited for (20000)
  *   HOTPIN_STANDIN_PAGEABLE_GBPS=G    a copy to or from pageable memory spends at least
  *                                     bytes / G GB/s in the call (unset: as fast as memcpy),
- *                                     as a slow host's pageable copies would */
+ *                                     as a slow host's pageable copies would
+ *   HOTPIN_STANDIN_REGISTER_DELAY_US=N a host registration (cuMemHostRegister) waits N µs
+ *                                     before CUDA records it, counted meanwhile by
+ *                                     hotpin_standin_registering() (for a test's race) */
 static int no_device;
+static uint64_t register_delay_ns;
+static atomic_int registering;
 static long fail_pin_every;
 static double pageable_gbps;
 static uint64_t delay_ns = 20000 * 1000ull;
@@ -42,6 +47,8 @@ static void read_config(void) {
     const char *every = getenv("HOTPIN_STANDIN_FAIL_PIN_EVERY");
     const char *delay = getenv("HOTPIN_STANDIN_ASYNC_DELAY_US");
     const char *gbps = getenv("HOTPIN_STANDIN_PAGEABLE_GBPS");
+    const char *register_delay = getenv("HOTPIN_STANDIN_REGISTER_DELAY_US");
+    register_delay_ns = register_delay ? (uint64_t)strtol(register_delay, NULL, 10) * 1000 : 0;
     pageable_gbps = gbps ? strtod(gbps, NULL) : 0;
     fail_pin_every = every ? strtol(every, NULL, 10) : 0;
     no_device = nd && nd[0] == '1';
@@ -779,6 +786,13 @@ static CUresult host_register(void *p, size_t bytesize, unsigned int flags) {
     if (r) return r;
     if (!p || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     if (pin_should_fail()) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (register_delay_ns) {
+        atomic_fetch_add(&registering, 1);
+        struct timespec d = {(time_t)(register_delay_ns / 1000000000ull),
+                             (long)(register_delay_ns % 1000000000ull)};
+        while (nanosleep(&d, &d) != 0) {}
+        atomic_fetch_sub(&registering, 1);
+    }
     pthread_mutex_lock(&ranges_lock);
     for (size_t i = 0; i < ranges_len && !r; i++)
         if (ranges[i].type == RANGE_REGISTERED && overlaps(&ranges[i], (uintptr_t)p, bytesize))
@@ -792,6 +806,9 @@ static CUresult host_register(void *p, size_t bytesize, unsigned int flags) {
     pthread_mutex_unlock(&ranges_lock);
     return r;
 }
+
+/* Not CUDA: how many host registrations are in their HOTPIN_STANDIN_REGISTER_DELAY_US wait. */
+EXPORT int hotpin_standin_registering(void) { return atomic_load(&registering); }
 
 static CUresult host_unregister(void *p) {
     CUresult r = check_device();

@@ -656,8 +656,15 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
 
 /// `cudaHostUnregister(ptr)`: true if the registration was not carried out by CUDA (so
 /// there is nothing for CUDA to undo).
+/// A registration another thread is carrying out on demand (`claim_believed_pinned`) is
+/// let go by that thread once CUDA has made it: the program's unregistration succeeds, as it
+/// would have without hotpin, instead of reaching CUDA before the registration exists there.
 pub fn skip_unregister(ptr: *mut c_void) -> bool {
     lock().as_mut().is_some_and(|state| {
+        if let Some(let_go) = state.skipped_in_claim.get_mut(&(ptr as usize)) {
+            *let_go = true;
+            return true;
+        }
         let skipped = state.skipped.remove(&(ptr as usize)).is_some();
         if skipped && let Some(learner) = state.learner.as_mut() {
             learner.program_let_go(ptr as usize);
@@ -701,6 +708,7 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             let mut undo = Undo {
                 block,
                 armed: claimed,
+                skipped: (!demoted).then_some((size, flags)),
             };
             // A part of it registered alone: let go, so that the whole can be (before the
             // lease is asked: the part's unregistration ends a lease at its start), then
@@ -735,6 +743,9 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             };
             let staging = state.demoted.get(&block).is_some_and(|d| d.staging);
             undo.armed = false;
+            undo.skipped = None;
+            // The program unregistered this skipped registration while CUDA made it.
+            let let_go = !demoted && state.skipped_in_claim.remove(&block) == Some(true);
             // Kept pinned for the program's use (a mapped pointer, a captured copy): not let
             // go for the budget or a reclaim. A staging buffer is let go as the framework's
             // are (`let_staging_go`, which waits for the device first).
@@ -769,7 +780,14 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             };
             if held && !demoted {
                 state.note_registered(block, size);
-                state.skipped.insert(block, (size, flags));
+                if let_go {
+                    // The learner's registration alone, hidden, as before the program's.
+                    if let Some(learner) = state.learner.as_mut() {
+                        learner.program_let_go(block);
+                    }
+                } else {
+                    state.skipped.insert(block, (size, flags));
+                }
             }
             if registered {
                 state.counters.pinned_on_demand += 1;
@@ -781,13 +799,17 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
                 if demoted && !leased {
                     kept_without_lease(size, false, false);
                 }
+                if let_go && !held {
+                    // The program's own registration, which it has let go.
+                    cuda::with_relaxed_capture(|| cuda::unregister(block as *mut c_void));
+                }
                 continue;
             }
             // Left as it was: pageable, the program believing it pinned.
             state.counters.register_failures += 1;
             if let Some(demoted) = state.demoted.get_mut(&block) {
                 demoted.pinned_on_demand = false;
-            } else {
+            } else if !let_go {
                 state.skipped.insert(block, (size, flags));
             }
             drop(guard);
@@ -827,15 +849,31 @@ fn let_the_other_thread_finish() {
 /// A claim of the learner's block at `block` (`Learner::claim_on_demand`), ended as refused
 /// should the thread unwind before the registration's end is told (a panic `judged`
 /// catches): else the block would stay `Registering`, and every free of it wait for ever.
+/// A skipped registration's claim is ended the same way: the registration is the program's
+/// skipped one again, unless the program let it go meanwhile.
 struct Undo {
     block: usize,
     armed: bool,
+    /// A skipped registration claimed: its size and the program's flags.
+    skipped: Option<(usize, u32)>,
 }
 
 impl Drop for Undo {
     fn drop(&mut self) {
+        if !self.armed && self.skipped.is_none() {
+            return;
+        }
+        let mut guard = lock();
+        let Some(state) = guard.as_mut() else {
+            return;
+        };
+        if let Some(skipped) = self.skipped
+            && state.skipped_in_claim.remove(&self.block) == Some(false)
+        {
+            state.skipped.insert(self.block, skipped);
+        }
         if self.armed
-            && let Some(learner) = lock().as_mut().and_then(|s| s.learner.as_mut())
+            && let Some(learner) = state.learner.as_mut()
         {
             learner.pinned_on_demand(self.block, false, true, false);
         }
@@ -883,6 +921,7 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
             }
         } else {
             state.skipped.remove(&block);
+            state.skipped_in_claim.insert(block, false);
         }
         return Some(Claim {
             block,

@@ -93,6 +93,10 @@ pub(crate) struct State {
     /// Program registrations not carried out (or of blocks registered by us already):
     /// address -> (size, the program's registration flags).
     pub(crate) skipped: Believed<(usize, u32)>,
+    /// Skipped registrations a thread has claimed to register on demand (out of `skipped`
+    /// while CUDA registers them, no lock held): address -> whether the program unregistered
+    /// its registration meanwhile, which the claiming thread then carries out.
+    pub(crate) skipped_in_claim: BTreeMap<usize, bool>,
     /// Blocks the program freed, kept registered (and in `registered`) for reuse.
     pub(crate) cache: Shelf,
     /// Auto mode: pageable blocks the program freed of a group that was to be pinned but
@@ -468,6 +472,7 @@ impl State {
             registered_bytes: 0,
             demoted: Believed::new(|d: &Demoted| d.size),
             skipped: Believed::new(|&(size, _)| size),
+            skipped_in_claim: BTreeMap::new(),
             cache: Shelf::default(),
             warm: Shelf::default(),
             cache_limit: match mode {

@@ -826,6 +826,31 @@ fn a_hold_for_the_programs_capture_ends_with_its_registration() {
     assert_eq!(c["unregister_failures"], 0, "{c}");
 }
 
+/// As the first of these, but while the capture's copy waits for the registration made on
+/// demand (the stand-in holds each registration 300 ms, `HOTPIN_STANDIN_REGISTER_DELAY_US`),
+/// another thread of the program unregisters the buffer. Its unregistration must succeed, as
+/// it would without hotpin; the capture must too, and the buffer must then read as
+/// unregistered. Before, the claim had taken the skipped registration out of hotpin's table,
+/// so the unregistration went to CUDA before the registration existed there (713), and the
+/// claim put the skipped entry back afterwards, stale.
+#[test]
+fn a_skipped_registration_unregistered_while_pinned_for_a_capture_is_let_go() {
+    let no_cache = [
+        ("HOTPIN_CACHE", Path::new("0")),
+        ("HOTPIN_STANDIN_REGISTER_DELAY_US", Path::new("300000")),
+    ];
+    let c = online_with_budget_env(
+        "believed-racing",
+        "8M",
+        &["believed", "8", "racing"],
+        &no_cache,
+    );
+    assert_eq!(c["pinned_on_demand"], 1, "{c}");
+    assert_eq!(c["captures_refused"], 0, "{c}");
+    assert_eq!(c["register_failures"], 0, "{c}");
+    assert_eq!(c["unregister_failures"], 0, "{c}");
+}
+
 /// As above, but the program registers (and captures) only the first half of the buffer
 /// hotpin had pinned whole: the half is pinned on demand for the capture, and registered
 /// and unregistered once each. (The learner holds only whole blocks, so this registration

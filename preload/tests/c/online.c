@@ -83,13 +83,18 @@
  *          the graph replayed after new data is written into it, and the first
  *          unregistered. With a third argument `half`, the program registers, captures and
  *          checks only the first half of the first buffer; with `after`, once the first is
- *          unregistered (still allocated), a third buffer is copied 40 times.
+ *          unregistered (still allocated), a third buffer is copied 40 times; with `racing`
+ *          (run with HOTPIN_STANDIN_REGISTER_DELAY_US), the capture is thread-local and
+ *          another thread unregisters the first while the registration its copy needs is
+ *          being made (hotpin_standin_registering()): that unregistration must succeed, the
+ *          capture too, and the first then read as unregistered; no graph is replayed.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details (on the stand-in, its count of
  * registration calls made beside a large copy call too: calls_beside_copies). */
 #include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -159,6 +164,28 @@ static void edges_trip(struct tally *t, char *host, size_t size, unsigned step, 
     fill(host, size, step, tag);
     to_device(host, size, async);
     tally_check(t, step, edges_wrong(size, step, tag));
+}
+
+/* `believed racing`: unregisters `host` once the main thread has begun its capture and a
+ * registration is under way in the stand-in; the unregistration's result. */
+static atomic_int capture_begun;
+struct racer {
+    void *host;
+    int rc;
+};
+static void *unregister_racing(void *arg) {
+    struct racer *me = (struct racer *)arg;
+    /* The runtime loads the driver (the stand-in's, which counts) itself, not globally. */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    int (*registering)(void) =
+        driver ? (int (*)(void))dlsym(driver, "hotpin_standin_registering") : NULL;
+    if (!registering) {
+        me->rc = -1;
+        return NULL;
+    }
+    while (!atomic_load(&capture_begun) || registering() == 0) usleep(200);
+    me->rc = (int)cudaHostUnregister(me->host);
+    return NULL;
 }
 
 /* `shared`: one thread's copies of the shared buffer. */
@@ -268,6 +295,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(which, "believed") == 0) {
         char *first = (char *)malloc(size), *second = (char *)malloc(size);
         size_t mine = argc > 3 && strcmp(argv[3], "half") == 0 ? size / 2 : size;
+        int racing = argc > 3 && strcmp(argv[3], "racing") == 0;
         for (unsigned step = 0; step < 10; step++)
             edges_trip(&t, first, size, step, 1, (int)(step % 2));
         CUDA_OK(cudaHostRegister(first, mine, 0));
@@ -277,13 +305,28 @@ int main(int argc, char **argv) {
         free(second);
         cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
-        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        struct racer racer = {first, 0};
+        pthread_t other;
+        if (racing) pthread_create(&other, NULL, unregister_racing, &racer);
+        CUDA_OK(cudaStreamBeginCapture(stream, racing ? cudaStreamCaptureModeThreadLocal
+                                                      : cudaStreamCaptureModeGlobal));
+        atomic_store(&capture_begun, 1);
         int copy_rc = (int)cudaMemcpyAsync(device, first, mine, cudaMemcpyHostToDevice, stream);
         int end_rc = (int)cudaStreamEndCapture(stream, &graph);
         tally_check(&t, 51, copy_rc != 0 || end_rc != 0 || graph == NULL);
         if (copy_rc != 0) detail("capture_copy_rc", "%d", copy_rc);
         if (end_rc != 0) detail("capture_end_rc", "%d", end_rc);
-        if (end_rc == 0 && graph) {
+        if (racing) {
+            pthread_join(other, NULL);
+            tally_check(&t, 52, racer.rc != 0);
+            if (racer.rc != 0) detail("racing_unregister_rc", "%d", racer.rc);
+            struct cudaPointerAttributes attributes;
+            int asked = (int)cudaPointerGetAttributes(&attributes, first);
+            tally_check(&t, 53, asked != 0 || attributes.type != cudaMemoryTypeUnregistered);
+            if (asked == 0 && attributes.type != cudaMemoryTypeUnregistered)
+                detail("racing_type_after", "%d", (int)attributes.type);
+            if (graph) CUDA_OK(cudaGraphDestroy(graph));
+        } else if (end_rc == 0 && graph) {
             CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
             fill(first, size, 52, 1);
             CUDA_OK(cudaGraphLaunch(exec, stream));
@@ -292,7 +335,7 @@ int main(int argc, char **argv) {
             CUDA_OK(cudaGraphExecDestroy(exec));
             CUDA_OK(cudaGraphDestroy(graph));
         }
-        CUDA_OK(cudaHostUnregister(first));
+        if (!racing) CUDA_OK(cudaHostUnregister(first));
         if (argc > 3 && strcmp(argv[3], "after") == 0) {
             char *third = (char *)malloc(size);
             for (unsigned step = 53; step < 93; step++)
