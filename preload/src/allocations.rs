@@ -655,16 +655,10 @@ pub fn skip_register(ptr: *mut c_void, size: usize, flags: u32, caller: usize) -
 }
 
 /// `cudaHostUnregister(ptr)`: true if the registration was not carried out by CUDA (so
-/// there is nothing for CUDA to undo).
-/// A registration another thread is carrying out on demand (`claim_believed_pinned`) is
-/// let go by that thread once CUDA has made it: the program's unregistration succeeds, as it
-/// would have without hotpin, instead of reaching CUDA before the registration exists there.
+/// there is nothing for CUDA to undo). One that another thread is registering on demand
+/// (`claim_believed_pinned`) is waited for first, and then answered as it now stands.
 pub fn skip_unregister(ptr: *mut c_void) -> bool {
-    lock().as_mut().is_some_and(|state| {
-        if let Some(let_go) = state.skipped_in_claim.get_mut(&(ptr as usize)) {
-            *let_go = true;
-            return true;
-        }
+    lock_settled(ptr as usize).as_mut().is_some_and(|state| {
         let skipped = state.skipped.remove(&(ptr as usize)).is_some();
         if skipped && let Some(learner) = state.learner.as_mut() {
             learner.program_let_go(ptr as usize);
@@ -744,8 +738,7 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             let staging = state.demoted.get(&block).is_some_and(|d| d.staging);
             undo.armed = false;
             undo.skipped = None;
-            // The program unregistered this skipped registration while CUDA made it.
-            let let_go = !demoted && state.skipped_in_claim.remove(&block) == Some(true);
+            state.skipped_in_claim.remove(&block);
             // Kept pinned for the program's use (a mapped pointer, a captured copy): not let
             // go for the budget or a reclaim. A staging buffer is let go as the framework's
             // are (`let_staging_go`, which waits for the device first).
@@ -771,6 +764,11 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
                     held
                 }
                 Some(learner) => {
+                    if claimed {
+                        // Claimed from the learner with its part (`let_part_go`): the claim
+                        // ends as a refused registration of its own, never tried again.
+                        learner.pinned_on_demand(block, false, true, false);
+                    }
                     if registered {
                         learner.registered_by_program(block);
                     }
@@ -780,14 +778,7 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             };
             if held && !demoted {
                 state.note_registered(block, size);
-                if let_go {
-                    // The learner's registration alone, hidden, as before the program's.
-                    if let Some(learner) = state.learner.as_mut() {
-                        learner.program_let_go(block);
-                    }
-                } else {
-                    state.skipped.insert(block, (size, flags));
-                }
+                state.skipped.insert(block, (size, flags));
             }
             if registered {
                 state.counters.pinned_on_demand += 1;
@@ -799,17 +790,13 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
                 if demoted && !leased {
                     kept_without_lease(size, false, false);
                 }
-                if let_go && !held {
-                    // The program's own registration, which it has let go.
-                    cuda::with_relaxed_capture(|| cuda::unregister(block as *mut c_void));
-                }
                 continue;
             }
             // Left as it was: pageable, the program believing it pinned.
             state.counters.register_failures += 1;
             if let Some(demoted) = state.demoted.get_mut(&block) {
                 demoted.pinned_on_demand = false;
-            } else if !let_go {
+            } else {
                 state.skipped.insert(block, (size, flags));
             }
             drop(guard);
@@ -850,7 +837,7 @@ fn let_the_other_thread_finish() {
 /// should the thread unwind before the registration's end is told (a panic `judged`
 /// catches): else the block would stay `Registering`, and every free of it wait for ever.
 /// A skipped registration's claim is ended the same way: the registration is the program's
-/// skipped one again, unless the program let it go meanwhile.
+/// skipped one again.
 struct Undo {
     block: usize,
     armed: bool,
@@ -868,7 +855,7 @@ impl Drop for Undo {
             return;
         };
         if let Some(skipped) = self.skipped
-            && state.skipped_in_claim.remove(&self.block) == Some(false)
+            && state.skipped_in_claim.remove(&self.block)
         {
             state.skipped.insert(self.block, skipped);
         }
@@ -921,7 +908,7 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
             }
         } else {
             state.skipped.remove(&block);
-            state.skipped_in_claim.insert(block, false);
+            state.skipped_in_claim.insert(block);
         }
         return Some(Claim {
             block,

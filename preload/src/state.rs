@@ -9,7 +9,7 @@
 //! at the fork): every entry point checks [`forked`] first.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     path::PathBuf,
     sync::{
         Mutex, MutexGuard,
@@ -93,10 +93,10 @@ pub(crate) struct State {
     /// Program registrations not carried out (or of blocks registered by us already):
     /// address -> (size, the program's registration flags).
     pub(crate) skipped: Believed<(usize, u32)>,
-    /// Skipped registrations a thread has claimed to register on demand (out of `skipped`
-    /// while CUDA registers them, no lock held): address -> whether the program unregistered
-    /// its registration meanwhile, which the claiming thread then carries out.
-    pub(crate) skipped_in_claim: BTreeMap<usize, bool>,
+    /// Skipped registrations a thread has claimed to register on demand, out of `skipped`
+    /// while CUDA registers them (no lock held): the program's own calls about that block
+    /// wait for the claim to end ([`lock_settled`]).
+    pub(crate) skipped_in_claim: BTreeSet<usize>,
     /// Blocks the program freed, kept registered (and in `registered`) for reuse.
     pub(crate) cache: Shelf,
     /// Auto mode: pageable blocks the program freed of a group that was to be pinned but
@@ -472,7 +472,7 @@ impl State {
             registered_bytes: 0,
             demoted: Believed::new(|d: &Demoted| d.size),
             skipped: Believed::new(|&(size, _)| size),
-            skipped_in_claim: BTreeMap::new(),
+            skipped_in_claim: BTreeSet::new(),
             cache: Shelf::default(),
             warm: Shelf::default(),
             cache_limit: match mode {
@@ -907,15 +907,18 @@ pub fn forked() -> bool {
 
 /// The state's lock, once the block at `ptr` is not being registered or unregistered by
 /// another thread (which holds no lock while CUDA does it): a block is never freed, nor
-/// registered by the program, under one.
+/// registered or unregistered by the program, under one.
 pub(crate) fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
     loop {
         let guard = lock();
-        let registering = guard
-            .as_ref()
-            .and_then(|state| state.learner.as_ref())
-            .and_then(|learner| learner.blocks.get(&ptr))
-            .is_some_and(|block| matches!(block.pin, Pin::Registering | Pin::Unpinning));
+        let registering = guard.as_ref().is_some_and(|state| {
+            state.skipped_in_claim.contains(&ptr)
+                || state
+                    .learner
+                    .as_ref()
+                    .and_then(|learner| learner.blocks.get(&ptr))
+                    .is_some_and(|block| matches!(block.pin, Pin::Registering | Pin::Unpinning))
+        });
         if !registering {
             return guard;
         }

@@ -828,11 +828,14 @@ fn a_hold_for_the_programs_capture_ends_with_its_registration() {
 
 /// As the first of these, but while the capture's copy waits for the registration made on
 /// demand (the stand-in holds each registration 300 ms, `HOTPIN_STANDIN_REGISTER_DELAY_US`),
-/// another thread of the program unregisters the buffer. Its unregistration must succeed, as
-/// it would without hotpin; the capture must too, and the buffer must then read as
-/// unregistered. Before, the claim had taken the skipped registration out of hotpin's table,
-/// so the unregistration went to CUDA before the registration existed there (713), and the
-/// claim put the skipped entry back afterwards, stale.
+/// another thread of the program unregisters the buffer. Its unregistration waits for that
+/// registration and must then succeed, as it would without hotpin; the capture must too, and
+/// the buffer must then read as unregistered. Before, the claim had taken the skipped
+/// registration out of hotpin's table, so the unregistration went to CUDA before the
+/// registration existed there (713), and the claim put the skipped entry back afterwards,
+/// stale. (The other thread unregisters as soon as it sees the registration begun; were it
+/// held off for the whole 300 ms, the test would pass without the change, never fail with
+/// it.)
 #[test]
 fn a_skipped_registration_unregistered_while_pinned_for_a_capture_is_let_go() {
     let no_cache = [

@@ -167,7 +167,8 @@ static void edges_trip(struct tally *t, char *host, size_t size, unsigned step, 
 }
 
 /* `believed racing`: unregisters `host` once the main thread has begun its capture and a
- * registration is under way in the stand-in; the unregistration's result. */
+ * registration is under way in the stand-in; the unregistration's result (-1: the stand-in's
+ * count not found, -2: no registration came within 10 s). */
 static atomic_int capture_begun;
 struct racer {
     void *host;
@@ -183,7 +184,14 @@ static void *unregister_racing(void *arg) {
         me->rc = -1;
         return NULL;
     }
-    while (!atomic_load(&capture_begun) || registering() == 0) usleep(200);
+    /* At most 10 s: a run in which no registration comes fails instead of hanging. */
+    for (int waited = 0; !atomic_load(&capture_begun) || registering() == 0; waited++) {
+        if (waited == 50000) {
+            me->rc = -2;
+            return NULL;
+        }
+        usleep(200);
+    }
     me->rc = (int)cudaHostUnregister(me->host);
     return NULL;
 }
