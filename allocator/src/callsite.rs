@@ -19,6 +19,11 @@ const KEPT: usize = 4096;
 pub struct Resolver {
     maps: Option<ProcessMaps>,
     sites: FxHashMap<usize, SiteKey>,
+    /// Times the maps were read, and what reading them took in all and at most (ns): done in
+    /// the allocating thread, so a read inside a program's timed work is part of its time.
+    pub maps_reads: u64,
+    pub maps_read_ns: u64,
+    pub maps_read_max_ns: u64,
 }
 
 impl Resolver {
@@ -32,7 +37,12 @@ impl Resolver {
             .as_ref()
             .is_none_or(|m| m.module_offset(at).is_none())
         {
+            let began = std::time::Instant::now();
             self.maps = ProcessMaps::read(std::process::id()).ok();
+            let took = began.elapsed().as_nanos() as u64;
+            self.maps_reads += 1;
+            self.maps_read_ns += took;
+            self.maps_read_max_ns = self.maps_read_max_ns.max(took);
             self.sites.clear();
         }
         let site = match self.maps.as_ref().and_then(|m| m.module_offset(at)) {

@@ -164,6 +164,12 @@ pub struct Counters {
     pub python_stacks: u64,
     pub python_stack_ns: u64,
     pub python_stack_max_ns: u64,
+    /// Auto mode: times this process's memory map was read to name a caller's module (at
+    /// the first caller, and at each in a module loaded since), and the time that took in all
+    /// and at most, in the allocating threads (`hotpin::callsite::Resolver`).
+    pub maps_reads: u64,
+    pub maps_read_ns: u64,
+    pub maps_read_max_ns: u64,
     /// Requests kept pinned without a lease of the node's arbiter: their flags need them
     /// pinned (or no memory was left to serve them pageable), or the program used one served
     /// pageable as only pinned memory can be used (pinned on demand). The daemon counts them

@@ -262,6 +262,9 @@ pub fn write_what_was_learned() -> Option<bool> {
             first_copy_pins: learner.map_or(0, |l| l.first_copy_pins),
             ahead_pins: learner.map_or(0, |l| l.ahead_pins),
             spares_let_go: learner.map_or(0, |l| l.spares_let_go),
+            maps_reads: state.resolver.maps_reads,
+            maps_read_ns: state.resolver.maps_read_ns,
+            maps_read_max_ns: state.resolver.maps_read_max_ns,
             ..state.counters.clone()
         };
         counters::write_report(state.mode.name(), counters, &state.log, path);
