@@ -17,12 +17,20 @@ pub struct Mapping {
 /// again in the program's thread whenever a caller lies in a module loaded since (as
 /// [`parse_map_lines`] read it, about 3,700 instructions a line).
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines().filter_map(file_mapping).collect()
+    parse_maps_bytes(text.as_bytes())
+}
+
+/// [`parse_maps`] of the map's bytes: a path that is not UTF-8 (a file named in another
+/// encoding) is read lossily, and the rest of the map as it is.
+pub fn parse_maps_bytes(text: &[u8]) -> Vec<Mapping> {
+    text.split(|&b| b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .filter_map(file_mapping)
+        .collect()
 }
 
 /// One line of the map, if it parses and a file is mapped there (an inode, a path).
-fn file_mapping(line: &str) -> Option<Mapping> {
-    let bytes = line.as_bytes();
+fn file_mapping(bytes: &[u8]) -> Option<Mapping> {
     let mut at = 0;
     let mut field = || -> Option<&[u8]> {
         while bytes.get(at)?.is_ascii_whitespace() {
@@ -50,16 +58,16 @@ fn file_mapping(line: &str) -> Option<Mapping> {
     while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
         at += 1;
     }
-    let path = &line[at..];
-    if !path.starts_with('/') {
+    let path = &bytes[at..];
+    if !path.starts_with(b"/") {
         return None;
     }
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
     Some(Mapping {
         start,
         end,
         file_offset,
-        path: path.to_string(),
+        path: String::from_utf8_lossy(path).into_owned(),
     })
 }
 
@@ -84,16 +92,20 @@ impl ProcessMaps {
     /// Reads `/proc/PID/maps` (NotFound: no such process).
     pub fn read(pid: u32) -> std::io::Result<Self> {
         use std::io::Read as _;
-        // Room for a large process's map from the start: `read_to_string` of an empty string
-        // reads a file of no stated size 32 bytes first and doubles, a system call each, and
-        // the kernel writes the map anew for each.
-        let mut text = String::with_capacity(64 << 10);
-        std::fs::File::open(format!("/proc/{pid}/maps"))?.read_to_string(&mut text)?;
-        Ok(Self::from_text(&text))
+        // Room for a large process's map from the start: reading a file of no stated size
+        // into an empty buffer reads 32 bytes first and doubles, a system call each.
+        // Bytes, not a string: one mapped path that is not UTF-8 would lose the whole map.
+        let mut text = Vec::with_capacity(64 << 10);
+        std::fs::File::open(format!("/proc/{pid}/maps"))?.read_to_end(&mut text)?;
+        Ok(Self::from_bytes(&text))
     }
 
     pub fn from_text(text: &str) -> Self {
-        let mut mappings = parse_maps(text);
+        Self::from_bytes(text.as_bytes())
+    }
+
+    pub fn from_bytes(text: &[u8]) -> Self {
+        let mut mappings = parse_maps_bytes(text);
         mappings.sort_by_key(|m| m.start);
         Self { mappings }
     }
@@ -285,6 +297,22 @@ not a line at all
             ["/opt/a dir/lib x.so", "/tmp/gone.so"]
         );
         assert_eq!(kept[1].file_offset, 0x2000);
+    }
+
+    #[test]
+    fn a_path_that_is_not_utf8_is_read_lossily_and_the_rest_of_the_map_kept() {
+        let mut text =
+            b"7f7000000000-7f7000001000 r--p 00000000 08:01 91   /opt/caf\xe9/lib.so\n".to_vec();
+        text.extend_from_slice(MAPS.as_bytes());
+        let maps = ProcessMaps::from_bytes(&text);
+        assert_eq!(
+            maps.module_offset(0x7f7000000010),
+            Some(("/opt/caf\u{fffd}/lib.so", 0x10))
+        );
+        assert_eq!(
+            maps.module_offset(0x7f5000000020),
+            Some(("/usr/lib/libc.so.6", 0x20))
+        );
     }
 
     #[test]

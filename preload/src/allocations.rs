@@ -16,6 +16,7 @@ use crate::{
     chunks,
     counters::{PYTHON_STACK_MAX_NS, PYTHON_STACK_NS, PYTHON_STACKS},
     cuda,
+    guard::overlapping,
     online::{FirstCopy, GroupKey, OnDemand, Pin},
     pinner::{Freed, Job, forget_pinned, hand_to_pinner, pinning_pays, unpin_block, unregister},
     state::{
@@ -855,7 +856,7 @@ impl Drop for Undo {
             return;
         };
         if let Some(skipped) = self.skipped
-            && state.skipped_in_claim.remove(&self.block)
+            && state.skipped_in_claim.remove(&self.block).is_some()
         {
             state.skipped.insert(self.block, skipped);
         }
@@ -888,6 +889,13 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
     loop {
         let mut guard = lock();
         let state = guard.as_mut()?;
+        if overlapping(&state.skipped_in_claim, |size| *size, start, len).is_some() {
+            // Out of `skipped` while another thread registers it: once that ends, the
+            // memory is registered, or the program's skipped registration again.
+            drop(guard);
+            let_the_other_thread_finish();
+            continue;
+        }
         let (block, size, flags) = state.believed_pinned_block(start, len)?;
         let demoted = state.demoted.contains_key(&block);
         let mut claimed = false;
@@ -908,7 +916,7 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
             }
         } else {
             state.skipped.remove(&block);
-            state.skipped_in_claim.insert(block);
+            state.skipped_in_claim.insert(block, size);
         }
         return Some(Claim {
             block,

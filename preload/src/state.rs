@@ -9,7 +9,7 @@
 //! at the fork): every entry point checks [`forked`] first.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     path::PathBuf,
     sync::{
         Mutex, MutexGuard,
@@ -94,9 +94,10 @@ pub(crate) struct State {
     /// address -> (size, the program's registration flags).
     pub(crate) skipped: Believed<(usize, u32)>,
     /// Skipped registrations a thread has claimed to register on demand, out of `skipped`
-    /// while CUDA registers them (no lock held): the program's own calls about that block
-    /// wait for the claim to end ([`lock_settled`]).
-    pub(crate) skipped_in_claim: BTreeSet<usize>,
+    /// while CUDA registers them (no lock held): start -> size. The program's own calls about
+    /// that block ([`lock_settled`]) and other claims of memory in it wait for the claim to
+    /// end.
+    pub(crate) skipped_in_claim: BTreeMap<usize, usize>,
     /// Blocks the program freed, kept registered (and in `registered`) for reuse.
     pub(crate) cache: Shelf,
     /// Auto mode: pageable blocks the program freed of a group that was to be pinned but
@@ -475,7 +476,7 @@ impl State {
             registered_bytes: 0,
             demoted: Believed::new(|d: &Demoted| d.size),
             skipped: Believed::new(|&(size, _)| size),
-            skipped_in_claim: BTreeSet::new(),
+            skipped_in_claim: BTreeMap::new(),
             cache: Shelf::default(),
             warm: Shelf::default(),
             cache_limit: match mode {
@@ -911,11 +912,13 @@ pub fn forked() -> bool {
 /// The state's lock, once the block at `ptr` is not being registered or unregistered by
 /// another thread (which holds no lock while CUDA does it): a block is never freed, nor
 /// registered or unregistered by the program, under one.
+/// A registration takes milliseconds for a large block: the waiting thread yields at first,
+/// then sleeps between looks, so that it does not take a core from the registering thread.
 pub(crate) fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
-    loop {
+    for looked in 0u32.. {
         let guard = lock();
         let registering = guard.as_ref().is_some_and(|state| {
-            state.skipped_in_claim.contains(&ptr)
+            state.skipped_in_claim.contains_key(&ptr)
                 || state
                     .learner
                     .as_ref()
@@ -926,8 +929,13 @@ pub(crate) fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
             return guard;
         }
         drop(guard);
-        std::thread::yield_now();
+        if looked < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
     }
+    unreachable!("a u32's range ends only after 2^32 looks")
 }
 
 /// Blocks (or parts) larger than this that auto mode decides to pin are registered by the
