@@ -28,12 +28,12 @@
  *   HOTPIN_STANDIN_PAGEABLE_GBPS=G    a copy to or from pageable memory spends at least
  *                                     bytes / G GB/s in the call (unset: as fast as memcpy),
  *                                     as a slow host's pageable copies would
- *   HOTPIN_STANDIN_REGISTER_DELAY_US=N a host registration (cuMemHostRegister) waits N µs
- *                                     before CUDA records it, counted meanwhile by
- *                                     hotpin_standin_registering() (for a test's race) */
+ *   HOTPIN_STANDIN_REGISTER_DELAY_US=N a registration held for a test's race
+ *                                     (hotpin_standin_hold_next_registration()) waits, once
+ *                                     released, N µs more before CUDA records it */
 static int no_device;
 static uint64_t register_delay_ns;
-static atomic_int registering;
+static atomic_int hold_next, registering, released;
 static long fail_pin_every;
 static double pageable_gbps;
 static uint64_t delay_ns = 20000 * 1000ull;
@@ -786,8 +786,11 @@ static CUresult host_register(void *p, size_t bytesize, unsigned int flags) {
     if (r) return r;
     if (!p || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     if (pin_should_fail()) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (register_delay_ns) {
+    if (atomic_exchange(&hold_next, 0)) {
+        /* Held until the test's other thread has seen it under way and released it (10 s at
+         * most), then HOTPIN_STANDIN_REGISTER_DELAY_US more: that thread's call lands inside. */
         atomic_fetch_add(&registering, 1);
+        for (int waited = 0; !atomic_load(&released) && waited < 10000; waited++) usleep(1000);
         struct timespec d = {(time_t)(register_delay_ns / 1000000000ull),
                              (long)(register_delay_ns % 1000000000ull)};
         while (nanosleep(&d, &d) != 0) {}
@@ -807,8 +810,11 @@ static CUresult host_register(void *p, size_t bytesize, unsigned int flags) {
     return r;
 }
 
-/* Not CUDA: how many host registrations are in their HOTPIN_STANDIN_REGISTER_DELAY_US wait. */
+/* Not CUDA, for a test's race: the next host registration is held until released; how many
+ * are held or in their HOTPIN_STANDIN_REGISTER_DELAY_US wait; the release. */
+EXPORT void hotpin_standin_hold_next_registration(void) { atomic_store(&hold_next, 1); }
 EXPORT int hotpin_standin_registering(void) { return atomic_load(&registering); }
+EXPORT void hotpin_standin_release_registration(void) { atomic_store(&released, 1); }
 
 static CUresult host_unregister(void *p) {
     CUresult r = check_device();

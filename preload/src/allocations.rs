@@ -703,6 +703,7 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             let mut undo = Undo {
                 block,
                 armed: claimed,
+                listed: true,
                 skipped: (!demoted).then_some((size, flags)),
             };
             // A part of it registered alone: let go, so that the whole can be (before the
@@ -738,8 +739,8 @@ fn pin_believed_pinned(ranges: &[(usize, usize, bool)], ask_lease: bool, room: b
             };
             let staging = state.demoted.get(&block).is_some_and(|d| d.staging);
             undo.armed = false;
-            undo.skipped = None;
-            state.skipped_in_claim.remove(&block);
+            undo.listed = false;
+            state.in_claim.remove(&block);
             // Kept pinned for the program's use (a mapped pointer, a captured copy): not let
             // go for the budget or a reclaim. A staging buffer is let go as the framework's
             // are (`let_staging_go`, which waits for the device first).
@@ -837,26 +838,29 @@ fn let_the_other_thread_finish() {
 /// A claim of the learner's block at `block` (`Learner::claim_on_demand`), ended as refused
 /// should the thread unwind before the registration's end is told (a panic `judged`
 /// catches): else the block would stay `Registering`, and every free of it wait for ever.
-/// A skipped registration's claim is ended the same way: the registration is the program's
-/// skipped one again.
+/// The claim's listing (`State::in_claim`) is ended the same way, and a skipped
+/// registration claimed is the program's skipped one again.
 struct Undo {
     block: usize,
     armed: bool,
+    /// Still listed in `State::in_claim`.
+    listed: bool,
     /// A skipped registration claimed: its size and the program's flags.
     skipped: Option<(usize, u32)>,
 }
 
 impl Drop for Undo {
     fn drop(&mut self) {
-        if !self.armed && self.skipped.is_none() {
+        if !self.armed && !self.listed {
             return;
         }
         let mut guard = lock();
         let Some(state) = guard.as_mut() else {
             return;
         };
-        if let Some(skipped) = self.skipped
-            && state.skipped_in_claim.remove(&self.block).is_some()
+        if self.listed
+            && state.in_claim.remove(&self.block).is_some()
+            && let Some(skipped) = self.skipped
         {
             state.skipped.insert(self.block, skipped);
         }
@@ -889,9 +893,9 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
     loop {
         let mut guard = lock();
         let state = guard.as_mut()?;
-        if overlapping(&state.skipped_in_claim, |size| *size, start, len).is_some() {
-            // Out of `skipped` while another thread registers it: once that ends, the
-            // memory is registered, or the program's skipped registration again.
+        if overlapping(&state.in_claim, |size| *size, start, len).is_some() {
+            // Being registered by another thread (out of `skipped`, or a demoted block
+            // marked pinned on demand): once that ends, it is registered, or as before.
             drop(guard);
             let_the_other_thread_finish();
             continue;
@@ -916,8 +920,8 @@ fn claim_believed_pinned(start: usize, len: usize) -> Option<Claim> {
             }
         } else {
             state.skipped.remove(&block);
-            state.skipped_in_claim.insert(block, size);
         }
+        state.in_claim.insert(block, size);
         return Some(Claim {
             block,
             size,

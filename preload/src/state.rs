@@ -93,11 +93,13 @@ pub(crate) struct State {
     /// Program registrations not carried out (or of blocks registered by us already):
     /// address -> (size, the program's registration flags).
     pub(crate) skipped: Believed<(usize, u32)>,
-    /// Skipped registrations a thread has claimed to register on demand, out of `skipped`
-    /// while CUDA registers them (no lock held): start -> size. The program's own calls about
-    /// that block ([`lock_settled`]) and other claims of memory in it wait for the claim to
+    /// Blocks a thread has claimed to register on demand (`allocations::pin_on_demand`) while
+    /// CUDA registers them, no lock held: a skipped registration (out of `skipped`
+    /// meanwhile) or a demoted request (marked pinned on demand already): start -> size. The
+    /// program's own calls about that block ([`lock_settled`]: its free, cudaFreeHost,
+    /// registration, unregistration) and other claims of memory in it wait for the claim to
     /// end.
-    pub(crate) skipped_in_claim: BTreeMap<usize, usize>,
+    pub(crate) in_claim: BTreeMap<usize, usize>,
     /// Blocks the program freed, kept registered (and in `registered`) for reuse.
     pub(crate) cache: Shelf,
     /// Auto mode: pageable blocks the program freed of a group that was to be pinned but
@@ -476,7 +478,7 @@ impl State {
             registered_bytes: 0,
             demoted: Believed::new(|d: &Demoted| d.size),
             skipped: Believed::new(|&(size, _)| size),
-            skipped_in_claim: BTreeMap::new(),
+            in_claim: BTreeMap::new(),
             cache: Shelf::default(),
             warm: Shelf::default(),
             cache_limit: match mode {
@@ -918,7 +920,7 @@ pub(crate) fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
     for looked in 0u32.. {
         let guard = lock();
         let registering = guard.as_ref().is_some_and(|state| {
-            state.skipped_in_claim.contains_key(&ptr)
+            state.in_claim.contains_key(&ptr)
                 || state
                     .learner
                     .as_ref()

@@ -827,15 +827,15 @@ fn a_hold_for_the_programs_capture_ends_with_its_registration() {
 }
 
 /// As the first of these, but while the capture's copy waits for the registration made on
-/// demand (the stand-in holds each registration 300 ms, `HOTPIN_STANDIN_REGISTER_DELAY_US`),
-/// another thread of the program unregisters the buffer. Its unregistration waits for that
+/// demand (the stand-in holds it until the other thread has seen it under way, then 300 ms
+/// more, `HOTPIN_STANDIN_REGISTER_DELAY_US`), another thread of the program unregisters the
+/// buffer. Its unregistration waits for that
 /// registration and must then succeed, as it would without hotpin; the capture must too, and
 /// the buffer must then read as unregistered. Before, the claim had taken the skipped
 /// registration out of hotpin's table, so the unregistration went to CUDA before the
 /// registration existed there (713), and the claim put the skipped entry back afterwards,
-/// stale. (The other thread unregisters as soon as it sees the registration begun; were it
-/// held off for the whole 300 ms, the test would pass without the change, never fail with
-/// it.)
+/// stale. (Were the other thread's call held off for the whole 300 ms after it released the
+/// registration, the test would pass without the change; it cannot fail with it.)
 #[test]
 fn a_skipped_registration_unregistered_while_pinned_for_a_capture_is_let_go() {
     let no_cache = [
@@ -850,6 +850,33 @@ fn a_skipped_registration_unregistered_while_pinned_for_a_capture_is_let_go() {
     );
     assert_eq!(c["pinned_on_demand"], 1, "{c}");
     assert_eq!(c["captures_refused"], 0, "{c}");
+    assert_eq!(c["register_failures"], 0, "{c}");
+    assert_eq!(c["unregister_failures"], 0, "{c}");
+}
+
+/// A pinned request served pageable (`--mode pin-none`) is captured, so it is registered on
+/// demand (held by the stand-in as above), while another thread cudaFreeHost's it. The free must wait for that registration, then undo it and free the block. Before, it
+/// did not wait (no learner marks the block): it unregistered memory not registered yet (an
+/// unregistration failure) and gave the block to libc, which CUDA then registered.
+#[test]
+fn a_pinned_request_freed_while_it_is_registered_on_demand_waits_for_the_registration() {
+    let setup = setup_program("freeracing", "online");
+    let prefix = setup.dir.join("freeracing-report");
+    let output = hotpin_run_env(
+        &setup,
+        &[
+            "--mode",
+            "pin-none",
+            "--report",
+            prefix.to_str().expect("UTF-8"),
+        ],
+        &[Path::new("freeracing")],
+        &[("HOTPIN_STANDIN_REGISTER_DELAY_US", Path::new("300000"))],
+    );
+    assert_computed_right(&output);
+    let c = counters(&prefix);
+    assert_eq!(c["demoted"], 1, "{c}");
+    assert_eq!(c["pinned_on_demand"], 1, "{c}");
     assert_eq!(c["register_failures"], 0, "{c}");
     assert_eq!(c["unregister_failures"], 0, "{c}");
 }

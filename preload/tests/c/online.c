@@ -86,8 +86,14 @@
  *          unregistered (still allocated), a third buffer is copied 40 times; with `racing`
  *          (run with HOTPIN_STANDIN_REGISTER_DELAY_US), the capture is thread-local and
  *          another thread unregisters the first while the registration its copy needs is
- *          being made (hotpin_standin_registering()): that unregistration must succeed, the
+ *          being made (the stand-in holds it until that thread has seen it): that
+ *          unregistration must succeed, the
  *          capture too, and the first then read as unregistered; no graph is replayed.
+ *   freeracing [MIB]: a cudaHostAlloc'd buffer of MIB MiB (served pageable under `--mode
+ *          pin-none`) filled, and a thread-local capture of a copy of it (so it is registered
+ *          on demand; run with HOTPIN_STANDIN_REGISTER_DELAY_US) while another thread
+ *          cudaFreeHost's it once that registration is under way: the free must succeed,
+ *          and the capture too. No graph is replayed.
  * Then cudaGetLastError must be cudaSuccess: nothing hotpin did may leave an error behind.
  * Prints one JSON line: checks, mismatches, details (on the stand-in, its count of
  * registration calls made beside a large copy call too: calls_beside_copies). */
@@ -166,33 +172,45 @@ static void edges_trip(struct tally *t, char *host, size_t size, unsigned step, 
     tally_check(t, step, edges_wrong(size, step, tag));
 }
 
-/* `believed racing`: unregisters `host` once the main thread has begun its capture and a
- * registration is under way in the stand-in; the unregistration's result (-1: the stand-in's
- * count not found, -2: no registration came within 10 s). */
-static atomic_int capture_begun;
+/* `believed racing`, `freeracing`: the stand-in's hooks for a test's race (a test fixture's
+ * exports, absent from CUDA), from the driver the runtime loaded (not loaded globally). */
+static void *standin_hook(const char *name) {
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return driver ? dlsym(driver, name) : NULL;
+}
+
+/* Holds the stand-in's next host registration until the racing thread has seen it. */
+static void hold_next_registration(void) {
+    void (*hold)(void) = (void (*)(void))standin_hook("hotpin_standin_hold_next_registration");
+    if (hold) hold();
+}
+
+/* Unregisters (or cudaFreeHost's) `host` once the stand-in holds a registration, which it
+ * then releases: the call lands while that registration is made. The call's result (-1: the
+ * stand-in's hooks not found, -2: no registration came within 10 s). */
 struct racer {
     void *host;
+    int free_host; /* cudaFreeHost it, not cudaHostUnregister */
     int rc;
 };
 static void *unregister_racing(void *arg) {
     struct racer *me = (struct racer *)arg;
-    /* The runtime loads the driver (the stand-in's, which counts) itself, not globally. */
-    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    int (*registering)(void) =
-        driver ? (int (*)(void))dlsym(driver, "hotpin_standin_registering") : NULL;
-    if (!registering) {
+    int (*registering)(void) = (int (*)(void))standin_hook("hotpin_standin_registering");
+    void (*release)(void) = (void (*)(void))standin_hook("hotpin_standin_release_registration");
+    if (!registering || !release) {
         me->rc = -1;
         return NULL;
     }
     /* At most 10 s: a run in which no registration comes fails instead of hanging. */
-    for (int waited = 0; !atomic_load(&capture_begun) || registering() == 0; waited++) {
+    for (int waited = 0; registering() == 0; waited++) {
         if (waited == 50000) {
             me->rc = -2;
             return NULL;
         }
         usleep(200);
     }
-    me->rc = (int)cudaHostUnregister(me->host);
+    release();
+    me->rc = (int)(me->free_host ? cudaFreeHost(me->host) : cudaHostUnregister(me->host));
     return NULL;
 }
 
@@ -313,12 +331,12 @@ int main(int argc, char **argv) {
         free(second);
         cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
-        struct racer racer = {first, 0};
+        struct racer racer = {first, 0, 0};
         pthread_t other;
         if (racing) pthread_create(&other, NULL, unregister_racing, &racer);
         CUDA_OK(cudaStreamBeginCapture(stream, racing ? cudaStreamCaptureModeThreadLocal
                                                       : cudaStreamCaptureModeGlobal));
-        atomic_store(&capture_begun, 1);
+        if (racing) hold_next_registration();
         int copy_rc = (int)cudaMemcpyAsync(device, first, mine, cudaMemcpyHostToDevice, stream);
         int end_rc = (int)cudaStreamEndCapture(stream, &graph);
         tally_check(&t, 51, copy_rc != 0 || end_rc != 0 || graph == NULL);
@@ -351,6 +369,25 @@ int main(int argc, char **argv) {
             free(third);
         }
         free(first);
+    } else if (strcmp(which, "freeracing") == 0) {
+        char *pinned;
+        CUDA_OK(cudaHostAlloc((void **)&pinned, size, 0));
+        fill(pinned, size, 1, 1);
+        struct racer racer = {pinned, 1, 0};
+        pthread_t other;
+        pthread_create(&other, NULL, unregister_racing, &racer);
+        cudaGraph_t graph = NULL;
+        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        hold_next_registration();
+        int copy_rc = (int)cudaMemcpyAsync(device, pinned, size, cudaMemcpyHostToDevice, stream);
+        int end_rc = (int)cudaStreamEndCapture(stream, &graph);
+        pthread_join(other, NULL);
+        tally_check(&t, 1, copy_rc != 0 || end_rc != 0 || graph == NULL);
+        tally_check(&t, 2, racer.rc != 0);
+        if (copy_rc != 0) detail("capture_copy_rc", "%d", copy_rc);
+        if (end_rc != 0) detail("capture_end_rc", "%d", end_rc);
+        if (racer.rc != 0) detail("racing_free_rc", "%d", racer.rc);
+        if (graph) CUDA_OK(cudaGraphDestroy(graph));
     } else if (strcmp(which, "fresh") == 0) {
         int temps = argc > 3 && strcmp(argv[3], "temp") == 0;
         char *hot = (char *)malloc(size), *last = NULL, *temp = NULL;
