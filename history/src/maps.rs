@@ -22,7 +22,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 
 /// [`parse_maps`] of the map's bytes: a path that is not UTF-8 (a file named in another
 /// encoding) is read lossily, and the rest of the map as it is.
-pub fn parse_maps_bytes(text: &[u8]) -> Vec<Mapping> {
+fn parse_maps_bytes(text: &[u8]) -> Vec<Mapping> {
     text.split(|&b| b == b'\n')
         .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
         .filter_map(file_mapping)

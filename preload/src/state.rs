@@ -917,7 +917,8 @@ pub fn forked() -> bool {
 /// A registration takes milliseconds for a large block: the waiting thread yields at first,
 /// then sleeps between looks, so that it does not take a core from the registering thread.
 pub(crate) fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
-    for looked in 0u32.. {
+    let mut looked = 0u32;
+    loop {
         let guard = lock();
         let registering = guard.as_ref().is_some_and(|state| {
             state.in_claim.contains_key(&ptr)
@@ -932,12 +933,12 @@ pub(crate) fn lock_settled(ptr: usize) -> MutexGuard<'static, Option<State>> {
         }
         drop(guard);
         if looked < 64 {
+            looked += 1;
             std::thread::yield_now();
         } else {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
-    unreachable!("a u32's range ends only after 2^32 looks")
 }
 
 /// Blocks (or parts) larger than this that auto mode decides to pin are registered by the

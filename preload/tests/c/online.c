@@ -100,7 +100,6 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -172,8 +171,8 @@ static void edges_trip(struct tally *t, char *host, size_t size, unsigned step, 
     tally_check(t, step, edges_wrong(size, step, tag));
 }
 
-/* `believed racing`, `freeracing`: the stand-in's hooks for a test's race (a test fixture's
- * exports, absent from CUDA), from the driver the runtime loaded (not loaded globally). */
+/* A stand-in's hook (a test fixture's export, absent from CUDA), from the driver the runtime
+ * loaded (not loaded globally): NULL where there is none. */
 static void *standin_hook(const char *name) {
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     return driver ? dlsym(driver, name) : NULL;
@@ -183,6 +182,26 @@ static void *standin_hook(const char *name) {
 static void hold_next_registration(void) {
     void (*hold)(void) = (void (*)(void))standin_hook("hotpin_standin_hold_next_registration");
     if (hold) hold();
+}
+
+/* A capture (`mode`) of one copy of `len` bytes of `host` to the device, checked at `step`;
+ * `hold`: the stand-in holds the registration the copy needs for a racing thread. The
+ * captured graph, or NULL. */
+static cudaGraph_t capture_copy(struct tally *t, unsigned step, const void *host, size_t len,
+                                int mode, int hold) {
+    cudaGraph_t graph = NULL;
+    CUDA_OK(cudaStreamBeginCapture(stream, mode));
+    if (hold) hold_next_registration();
+    int copy_rc = (int)cudaMemcpyAsync(device, host, len, cudaMemcpyHostToDevice, stream);
+    int end_rc = (int)cudaStreamEndCapture(stream, &graph);
+    tally_check(t, step, copy_rc != 0 || end_rc != 0 || graph == NULL);
+    if (copy_rc != 0) detail("capture_copy_rc", "%d", copy_rc);
+    if (end_rc != 0) detail("capture_end_rc", "%d", end_rc);
+    if (end_rc != 0 && graph) {
+        CUDA_OK(cudaGraphDestroy(graph));
+        graph = NULL;
+    }
+    return graph;
 }
 
 /* Unregisters (or cudaFreeHost's) `host` once the stand-in holds a registration, which it
@@ -329,19 +348,13 @@ int main(int argc, char **argv) {
         for (unsigned step = 11; step < 51; step++)
             edges_trip(&t, second, size, step, 2, (int)(step % 2));
         free(second);
-        cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
         struct racer racer = {first, 0, 0};
         pthread_t other;
         if (racing) pthread_create(&other, NULL, unregister_racing, &racer);
-        CUDA_OK(cudaStreamBeginCapture(stream, racing ? cudaStreamCaptureModeThreadLocal
-                                                      : cudaStreamCaptureModeGlobal));
-        if (racing) hold_next_registration();
-        int copy_rc = (int)cudaMemcpyAsync(device, first, mine, cudaMemcpyHostToDevice, stream);
-        int end_rc = (int)cudaStreamEndCapture(stream, &graph);
-        tally_check(&t, 51, copy_rc != 0 || end_rc != 0 || graph == NULL);
-        if (copy_rc != 0) detail("capture_copy_rc", "%d", copy_rc);
-        if (end_rc != 0) detail("capture_end_rc", "%d", end_rc);
+        cudaGraph_t graph = capture_copy(
+            &t, 51, first, mine,
+            racing ? cudaStreamCaptureModeThreadLocal : cudaStreamCaptureModeGlobal, racing);
         if (racing) {
             pthread_join(other, NULL);
             tally_check(&t, 52, racer.rc != 0);
@@ -352,7 +365,7 @@ int main(int argc, char **argv) {
             if (asked == 0 && attributes.type != cudaMemoryTypeUnregistered)
                 detail("racing_type_after", "%d", (int)attributes.type);
             if (graph) CUDA_OK(cudaGraphDestroy(graph));
-        } else if (end_rc == 0 && graph) {
+        } else if (graph) {
             CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
             fill(first, size, 52, 1);
             CUDA_OK(cudaGraphLaunch(exec, stream));
@@ -376,16 +389,9 @@ int main(int argc, char **argv) {
         struct racer racer = {pinned, 1, 0};
         pthread_t other;
         pthread_create(&other, NULL, unregister_racing, &racer);
-        cudaGraph_t graph = NULL;
-        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        hold_next_registration();
-        int copy_rc = (int)cudaMemcpyAsync(device, pinned, size, cudaMemcpyHostToDevice, stream);
-        int end_rc = (int)cudaStreamEndCapture(stream, &graph);
+        cudaGraph_t graph = capture_copy(&t, 1, pinned, size, cudaStreamCaptureModeThreadLocal, 1);
         pthread_join(other, NULL);
-        tally_check(&t, 1, copy_rc != 0 || end_rc != 0 || graph == NULL);
         tally_check(&t, 2, racer.rc != 0);
-        if (copy_rc != 0) detail("capture_copy_rc", "%d", copy_rc);
-        if (end_rc != 0) detail("capture_end_rc", "%d", end_rc);
         if (racer.rc != 0) detail("racing_free_rc", "%d", racer.rc);
         if (graph) CUDA_OK(cudaGraphDestroy(graph));
     } else if (strcmp(which, "fresh") == 0) {
@@ -663,8 +669,7 @@ int main(int argc, char **argv) {
     tally_detail(&t);
     /* The stand-in's witness (a test fixture's export, absent from CUDA): registration calls
      * made while a large copy call ran, or the other way round. */
-    void *driver = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
-    long (*beside)(void) = driver ? (long (*)(void))dlsym(driver, "standinCallsBesideCopies") : NULL;
+    long (*beside)(void) = (long (*)(void))standin_hook("standinCallsBesideCopies");
     if (beside) detail("calls_beside_copies", "%ld", beside());
     int error = cudaGetLastError();
     detail("last_error", "%d", error);
